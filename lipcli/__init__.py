@@ -1,0 +1,22 @@
+"""lipcli: train provably 1-Lipschitz convolutional networks and certify their l2 robustness.
+
+Implements Singla & Feizi, *Improved techniques for deterministic l2 robustness* (NeurIPS
+2022): SOC convolutions with the fast weight gradient, MaxMin, projection pooling,
+LipConvnet-n, and the LLN and CRC-Lip certificates.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .hookspecs import hookimpl  # noqa: E402
+
+__all__ = ["__version__", "hookimpl", "create_model", "save_model", "load_model"]
+
+
+def __getattr__(name: str):  # lazy: keep `import lipcli` (and `lip --help`) light
+    if name in ("create_model", "save_model", "load_model"):
+        from . import models
+
+        return getattr(models, name)
+    raise AttributeError(name)

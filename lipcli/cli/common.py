@@ -1,0 +1,74 @@
+"""Shared CLI plumbing: one-line errors with exit codes, consoles, JSON output.
+
+Command modules import heavy libraries (torch, ...) inside their functions so that
+``lip --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable, TypeVar
+
+import typer
+
+from ..errors import LipError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class State:
+    debug = False
+
+
+state = State()
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def stdout_console():
+    from rich.console import Console
+
+    return Console()
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print ``error: message`` on one line to stderr and exit with ``code``."""
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
+    raise typer.Exit(code)
+
+
+def cli_errors(func: F) -> F:
+    """Turn lipcli errors (and unexpected ones) into one stderr line and an exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except LipError as exc:
+            if state.debug:
+                raise
+            fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            if state.debug:
+                raise
+            fail("interrupted", 130)
+        except Exception as exc:  # noqa: BLE001 - never show a traceback by default
+            if state.debug:
+                raise
+            fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)", 1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def print_json(data: Any) -> None:
+    """Machine output on stdout (no rich markup, no wrapping)."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()

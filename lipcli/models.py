@@ -1,0 +1,210 @@
+"""Build models from registered components; save and load them as lipcli model files.
+
+A model config is plain JSON::
+
+    {"arch": {"name": "lipconvnet-20", "params": {"width": 32}, "provider": ..., "distribution": ...},
+     "conv": {...}, "activation": {...}, "pool": {...}, "head": {...},
+     "num_classes": 10, "in_channels": 3, "image_size": [32, 32],
+     "mean": [0.4914, 0.4822, 0.4465], "std": [0.2507, 0.2507, 0.2507]}
+
+Every component records its parameters and the distribution that provides it, so a model
+file can be rebuilt from its metadata alone, or name the package to install when it cannot.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import MissingPluginError, ModelFileError, UnknownComponentError
+from .modelfile import ModelFile, read_model_file, save_model_file
+from .plugins import Registry, get_registry
+
+CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
+#: the reference uses one std for every channel (SPEC §2)
+CIFAR_STD = (0.2507, 0.2507, 0.2507)
+COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
+DEFAULTS = {"conv": "soc-fast", "activation": "maxmin", "pool": "max", "head": "lln"}
+
+
+def make_config(
+    arch: str | dict = "lipconvnet-5",
+    *,
+    conv: str | dict = DEFAULTS["conv"],
+    activation: str | dict = DEFAULTS["activation"],
+    pool: str | dict = DEFAULTS["pool"],
+    head: str | dict = DEFAULTS["head"],
+    num_classes: int = 10,
+    in_channels: int = 3,
+    image_size: tuple[int, int] = (32, 32),
+    mean: tuple[float, ...] | None = None,
+    std: tuple[float, ...] | None = None,
+    arch_params: dict[str, Any] | None = None,
+    registry: Registry | None = None,
+) -> dict[str, Any]:
+    """Resolve component choices (``"name"`` or ``"name:key=value,..."``) into a config."""
+    reg = registry or get_registry()
+    mean = tuple(float(m) for m in (mean if mean is not None else CIFAR_MEAN))
+    std = tuple(float(s) for s in (std if std is not None else CIFAR_STD))
+    if len(mean) != in_channels or len(std) != in_channels or min(std) <= 0:
+        raise ValueError("mean/std must have one entry per input channel and std > 0")
+    if num_classes < 2:
+        raise ValueError("num_classes must be at least 2")
+    choices = {"arch": arch, "conv": conv, "activation": activation, "pool": pool, "head": head}
+    config: dict[str, Any] = {}
+    for kind, choice in choices.items():
+        comp = reg.component(kind, choice, arch_params if kind == "arch" else None)
+        config[kind] = comp.to_config()
+    config.update(
+        num_classes=int(num_classes), in_channels=int(in_channels),
+        image_size=[int(image_size[0]), int(image_size[1])], mean=list(mean), std=list(std),
+    )
+    return config
+
+
+def build_model(config: dict[str, Any], registry: Registry | None = None) -> nn.Module:
+    """Instantiate the network described by ``config`` (components resolved by name)."""
+    reg = registry or get_registry()
+    comps = {kind: reg.component(kind, config[kind]) for kind in COMPONENT_KINDS}
+    model = comps["arch"].build(
+        conv=comps["conv"], activation=comps["activation"], pool=comps["pool"],
+        head=comps["head"], num_classes=config["num_classes"],
+        in_channels=config["in_channels"], mean=tuple(config["mean"]), std=tuple(config["std"]),
+    )
+    model.lipcli_config = {**config, **{k: comps[k].to_config() for k in COMPONENT_KINDS}}
+    return model
+
+
+def create_model(
+    arch: str = "lipconvnet-5",
+    *,
+    conv: str = DEFAULTS["conv"],
+    activation: str = DEFAULTS["activation"],
+    pool: str = DEFAULTS["pool"],
+    head: str = DEFAULTS["head"],
+    num_classes: int = 10,
+    in_channels: int = 3,
+    image_size: tuple[int, int] = (32, 32),
+    mean: tuple[float, ...] | None = None,
+    std: tuple[float, ...] | None = None,
+    registry: Registry | None = None,
+    **arch_params: Any,
+) -> nn.Module:
+    """Python API mirroring ``lip train``'s model options.
+
+    >>> model = create_model("lipconvnet-20", head="mlp", pool="projection")  # doctest: +SKIP
+
+    Extra keyword arguments are architecture parameters (e.g. ``width=32``).  Component
+    names accept inline parameters: ``conv="soc-fast:train_terms=8"``.
+    """
+    config = make_config(
+        arch, conv=conv, activation=activation, pool=pool, head=head, num_classes=num_classes,
+        in_channels=in_channels, image_size=image_size, mean=mean, std=std,
+        arch_params=arch_params, registry=registry,
+    )
+    return build_model(config, registry)
+
+
+def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and persistent buffers (the state dict) as detached tensors."""
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def save_model(
+    model: nn.Module,
+    path: str | os.PathLike,
+    *,
+    dataset: dict[str, Any] | None = None,
+    lipschitz: dict[str, Any] | None = None,
+    results: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+    cache: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``model`` (built by :func:`build_model`) to a model file, atomically."""
+    config = getattr(model, "lipcli_config", None)
+    if config is None:
+        raise ValueError("model has no lipcli_config; build it with lipcli.create_model")
+    metadata = {
+        "config": config,
+        "dataset": dataset,
+        "normalization": {"mean": config["mean"], "std": config["std"]},
+        "lipschitz": lipschitz,
+        "results": results,
+        "training": training,
+        "cache": cache,
+    }
+    return save_model_file(path, model_tensors(model), metadata)
+
+
+def load_model(
+    path: str | os.PathLike, *, registry: Registry | None = None, device: str | torch.device = "cpu"
+) -> tuple[nn.Module, ModelFile]:
+    """Rebuild a model from a model file's metadata and load its tensors (validated).
+
+    The model is returned in eval mode.  Its power-iteration vectors are the saved ones,
+    so the operator evaluated (and bounded by ``lip lipschitz``) is exactly the saved one.
+    """
+    mf = read_model_file(path)
+    config = mf.config
+    _check_config(path, config)
+    reg = registry or get_registry()
+    try:
+        model = build_model(config, reg)
+    except UnknownComponentError as exc:
+        dist = (config.get(exc.kind) or {}).get("distribution") or "the plugin that provides it"
+        hint = (
+            f"pip install {dist}"
+            if dist not in ("lipcli", "(in-process)")
+            else "it was provided by a different lipcli version or an in-process plugin"
+        )
+        raise MissingPluginError(
+            f"{path}: model needs {exc.kind} {exc.name!r} from distribution {dist!r}, which is "
+            f"not installed ({hint})"
+        ) from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"{path}: model config is invalid: {exc}") from None
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(mf.tensors))
+    extra = sorted(set(mf.tensors) - set(expected))
+    if missing or extra:
+        raise ModelFileError(
+            f"{path}: tensors do not match the model config "
+            f"(missing: {', '.join(missing[:3]) or 'none'}; unexpected: {', '.join(extra[:3]) or 'none'})"
+        )
+    for key, ref in expected.items():
+        got = mf.tensors[key]
+        if got.shape != ref.shape or got.dtype != ref.dtype:
+            raise ModelFileError(
+                f"{path}: tensor {key!r} has shape {tuple(got.shape)} {got.dtype}, expected "
+                f"{tuple(ref.shape)} {ref.dtype}"
+            )
+        if got.is_floating_point() and not torch.isfinite(got).all():
+            raise ModelFileError(f"{path}: tensor {key!r} contains NaN or infinite values")
+    model.load_state_dict(mf.tensors, strict=True)
+    model.to(device)
+    model.eval()
+    return model, mf
+
+
+def _check_config(path: str | os.PathLike, config: dict[str, Any]) -> None:
+    for kind in COMPONENT_KINDS:
+        entry = config.get(kind)
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ModelFileError(f"{path}: model config lacks a valid {kind!r} entry")
+        if not isinstance(entry.get("params", {}), dict):
+            raise ModelFileError(f"{path}: model config {kind!r} params must be an object")
+    for key in ("num_classes", "in_channels"):
+        if not isinstance(config.get(key), int) or config[key] < 1:
+            raise ModelFileError(f"{path}: model config {key!r} must be a positive integer")
+    for key in ("mean", "std"):
+        vals = config.get(key)
+        if not isinstance(vals, list) or len(vals) != config["in_channels"] or not all(
+            isinstance(v, (int, float)) for v in vals
+        ):
+            raise ModelFileError(f"{path}: model config {key!r} must list one number per channel")
+    if min(config["std"]) <= 0:
+        raise ModelFileError(f"{path}: model config 'std' must be positive")
