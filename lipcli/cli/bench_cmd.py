@@ -1,0 +1,380 @@
+"""``lip bench``: measure training speed (paper Table 1), certification throughput and where
+the time of a training step goes.  Synthetic inputs; every number is measured in the run
+that prints it (logic in :mod:`lipcli.bench`)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+from .common import cli_errors, print_json, stderr_console, stdout_console
+
+bench_app = typer.Typer(
+    help=(
+        "Measure speed on synthetic inputs: fast vs exact SOC training (paper Table 1), "
+        "certification throughput, and a profile of one training step."
+    ),
+    no_args_is_help=True,
+)
+
+_DEFAULT_ARCHS = "5,10,15,20,25,30,35,40"
+
+
+def _setup(device: str, threads: Optional[int]):
+    """Apply ``--threads`` and resolve ``--device`` (imports torch lazily)."""
+    import torch
+
+    from ..bench import resolve_device
+    from ..errors import LipUsageError
+
+    if threads is not None:
+        if threads < 1:
+            raise LipUsageError(f"threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
+    return resolve_device(device)
+
+
+def _progress(quiet: bool):
+    if quiet:
+        return lambda _msg: None
+    console = stderr_console()
+    return lambda msg: console.print(f"[dim]{msg}[/dim]", highlight=False)
+
+
+def _check_components(**choices: str) -> None:
+    """Fail early (exit 2) on unknown component names or parameters."""
+    from ..plugins import get_registry
+
+    registry = get_registry()
+    for kind, choice in choices.items():
+        registry.component(kind, choice)
+
+
+def _save(report: dict[str, Any], path: Optional[str]) -> None:
+    if path is None:
+        return
+    import json
+    from pathlib import Path
+
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.replace(target)
+
+
+def _one_arch(text: str) -> str:
+    """Exactly one architecture name (shorthand ``20`` accepted)."""
+    from ..bench import parse_archs
+    from ..errors import LipUsageError
+    from ..plugins import get_registry
+
+    names = parse_archs(text, get_registry().names("arch"))
+    if len(names) != 1:
+        raise LipUsageError(f"give exactly one architecture, got {text!r}")
+    return names[0]
+
+
+def _env_caption(env: dict[str, Any]) -> str:
+    parts = [
+        f"{env['device']} ({env['device_name']})",
+        f"torch {env['torch']}",
+        f"torch threads {env['torch_threads']}",
+    ]
+    if env.get("cuda"):
+        parts.append(f"CUDA {env['cuda']}, cuDNN {env.get('cudnn')}")
+    load = env.get("load_average_1m_5m_15m")
+    if load:
+        parts.append(f"load avg {load[0]:.2f} at start")
+    return "; ".join(parts)
+
+
+def _mib(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+@bench_app.command("train")
+@cli_errors
+def train(
+    archs: str = typer.Option(
+        _DEFAULT_ARCHS, "--archs",
+        help="Comma-separated LipConvnet depths or names (5,10 or lipconvnet-5,...).",
+    ),
+    batch_size: int = typer.Option(128, "--batch-size", help="Images per training step."),
+    steps: int = typer.Option(10, "--steps", help="Timed steps per model."),
+    warmup: int = typer.Option(2, "--warmup", help="Untimed warm-up steps per model."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    width: int = typer.Option(32, "--width", help="LipConvnet width (channels after the stem)."),
+    head: str = typer.Option("lln", "--head", help="Head component (Table 1: lln)."),
+    pool: str = typer.Option("max", "--pool", help="Pool component (Table 1: max)."),
+    classes: int = typer.Option(10, "--classes", help="Number of classes."),
+    seed: int = typer.Option(0, "--seed", help="Seed for weights and synthetic batches."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads."),
+    memory: bool = typer.Option(True, "--memory/--no-memory", help="Measure peak memory."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+    output: Optional[str] = typer.Option(
+        None, "--output", "-o", help="Also write the JSON report to this file."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> None:
+    """Time per training step and per CIFAR-10 epoch, fast (soc-fast) vs exact (soc)
+    gradient, interleaved from identical weights (paper Table 1)."""
+    from ..bench import bench_train, parse_archs
+    from ..plugins import get_registry
+
+    dev = _setup(device, threads)
+    names = parse_archs(archs, get_registry().names("arch"))
+    _check_components(head=head, pool=pool, conv="soc-fast")
+    _check_components(conv="soc")
+    report = bench_train(
+        names, batch_size=batch_size, steps=steps, warmup=warmup, device=dev, width=width,
+        head=head, pool=pool, num_classes=classes, seed=seed, measure_memory=memory,
+        progress=_progress(quiet),
+    )
+    _save(report, output)
+    if json_out:
+        print_json(report)
+        return
+    _print_train(report)
+
+
+def _print_train(report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    s = report["settings"]
+    console = stdout_console()
+    table = Table(
+        title=(
+            f"Table 1 (reproduction): time per CIFAR-10 epoch, fast vs exact SOC gradient; "
+            f"batch {s['batch_size']}, width {s['width']}, {s['head']} head, {s['pool']} pool, "
+            f"median of {s['steps']} interleaved steps x {s['steps_per_epoch']} steps/epoch"
+        ),
+        title_justify="left",
+        caption=_env_caption(report["environment"]) + "; synthetic inputs, random init",
+        caption_justify="left",
+    )
+    table.add_column("Architecture", no_wrap=True)
+    for name in ("SOC layers", "Fast s/epoch", "Exact s/epoch", "Change", "Paired"):
+        table.add_column(name, justify="right")
+    table.add_column("Same init", justify="center")
+    for r in report["results"]:
+        table.add_row(
+            r["arch"], str(r["soc_layers"] or "?"),
+            f"{r['fast']['epoch_s']:.2f}", f"{r['exact']['epoch_s']:.2f}",
+            f"{-r['reduction_pct']:+.2f}%", f"{-r['reduction_pct_paired']:+.2f}%",
+            "yes" if r["initial_state_identical"] else "NO",
+        )
+    console.print(table)
+
+    steps = Table(title="Per training step (fast / exact)", title_justify="left")
+    steps.add_column("Architecture", no_wrap=True)
+    for name in ("ms/step", "images/s", "peak MiB", "saved act. MiB"):
+        steps.add_column(name, justify="right")
+    for r in report["results"]:
+        f, e = r["fast"], r["exact"]
+        fm, em = f.get("memory") or {}, e.get("memory") or {}
+        steps.add_row(
+            r["arch"],
+            f"{f['median_step_s'] * 1e3:.1f} / {e['median_step_s'] * 1e3:.1f}",
+            f"{f['images_per_s']:.1f} / {e['images_per_s']:.1f}",
+            f"{_mib(fm.get('peak_step_mib'))} / {_mib(em.get('peak_step_mib'))}",
+            f"{_mib(fm.get('saved_activations_mib'))} / {_mib(em.get('saved_activations_mib'))}",
+        )
+    console.print(steps)
+    mem = report["results"][0]["fast"].get("memory")
+    if mem:
+        console.print(
+            f"peak MiB: {mem['method']}; saved act.: activations saved for backward.",
+            highlight=False,
+        )
+    console.print(
+        "Change = fast/exact - 1 of the median step times (negative: fast is faster); "
+        "Paired = median of the per-round ratios - 1.",
+        highlight=False,
+    )
+
+
+@bench_app.command("certify")
+@cli_errors
+def certify(
+    model_path: Optional[str] = typer.Argument(
+        None, metavar="[MODEL]", help="A lipcli model file (default: a random model)."
+    ),
+    arch: str = typer.Option("lipconvnet-5", "--arch", help="Architecture (e.g. 5 or lipconvnet-10)."),
+    head: str = typer.Option("lln", "--head", help="Head: lln (linear) or mlp (CRC-Lip)."),
+    conv: str = typer.Option("soc-fast", "--conv", help="Convolution component."),
+    pool: str = typer.Option("max", "--pool", help="Pool component."),
+    width: int = typer.Option(32, "--width", help="LipConvnet width."),
+    classes: int = typer.Option(10, "--classes", help="Number of classes (10 or 100 for CIFAR)."),
+    batch_size: int = typer.Option(256, "--batch-size", help="Inputs per batch."),
+    n: int = typer.Option(1024, "--n", help="Number of synthetic inputs."),
+    top_k: Optional[int] = typer.Option(
+        None, "--top-k", help="Also time the certificate restricted to the top-k classes (heuristic)."
+    ),
+    fit_head: int = typer.Option(
+        0, "--fit-head",
+        help="Adam steps fitting the head to a random teacher (trained-like margins); 0 = random head.",
+    ),
+    lipschitz_iters: int = typer.Option(50, "--lipschitz-iters", help="Power-method iterations."),
+    refresh_steps: int = typer.Option(
+        50, "--refresh-steps", help="Power-iteration refresh before evaluation (SPEC §1.2)."
+    ),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    seed: int = typer.Option(0, "--seed", help="Seed for weights and inputs."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+    output: Optional[str] = typer.Option(
+        None, "--output", "-o", help="Also write the JSON report to this file."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> None:
+    """Inputs/s of feature extraction and of the head's certificate(s), and the time of the
+    guaranteed Lipschitz bound and of the power estimate."""
+    from ..bench import bench_certify, build_model
+
+    dev = _setup(device, threads)
+    if model_path is not None:
+        from ..models import load_model
+
+        model, _mf = load_model(model_path)
+        source = f"model file {model_path}"
+    else:
+        name = _one_arch(arch)
+        _check_components(head=head, conv=conv, pool=pool)
+        model = build_model(name, conv=conv, head=head, pool=pool, width=width,
+                            num_classes=classes, seed=seed)
+        source = "random weights (untrained, freshly initialised)"
+    report = bench_certify(
+        model, batch_size=batch_size, n=n, device=dev, top_k=top_k, fit_head_steps=fit_head,
+        lipschitz_iters=lipschitz_iters, refresh_steps=refresh_steps, source=source, seed=seed, progress=_progress(quiet),
+    )
+    _save(report, output)
+    if json_out:
+        print_json(report)
+        return
+    _print_certify(report)
+
+
+def _print_certify(report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    s = report["settings"]
+    console = stdout_console()
+    table = Table(
+        title=(
+            f"Certification throughput — {s['arch']} ({s['conv']}, {s['pool']} pool, "
+            f"{s['head']} head, {s['num_classes']} classes), {s['n']} synthetic inputs, "
+            f"batch {s['batch_size']}, {s['weights']}"
+        ),
+        title_justify="left",
+        caption=_env_caption(report["environment"]),
+        caption_justify="left",
+    )
+    for col, justify in (("stage", "left"), ("seconds", "right"), ("inputs/s", "right"),
+                         ("notes", "left")):
+        table.add_column(col, justify=justify)
+    f = report["features"]
+    table.add_row(f"power-iteration refresh ({report['power_refresh_steps']} steps)",
+                  f"{report['power_refresh_s']:.3f}", "", "once per loaded model")
+    table.add_row("feature extraction", f"{f['seconds']:.3f}", f"{f['inputs_per_s']:.1f}",
+                  f"D = {f['feature_dim']}, {f['mode']}")
+    lip = report["lipschitz"]
+    table.add_row("Lipschitz GUARANTEED bound", f"{lip['upper_bound_s']:.3f}", "",
+                  f"{lip['upper_bound']:.6g}")
+    table.add_row(f"Lipschitz power estimate ({lip['estimate_iters']} it.)",
+                  f"{lip['estimate_s']:.3f}", "", f"{lip['estimate']:.6g} (not guaranteed)")
+    for c in report["certificates"]:
+        label = c["method"] + ("" if c["top_k"] is None else f" top-{c['top_k']} (HEURISTIC)")
+        table.add_row(f"certificate {label}: prepare", f"{c['prepare_s']:.3f}", "", "once per model")
+        rad = c["input_radius"]
+        table.add_row(
+            f"certificate {label}: certify", f"{c['certify_s']:.3f}",
+            f"{c['inputs_per_s']:.1f}" if c["inputs_per_s"] else "n/a",
+            f"input radius median {rad['median']:.4g}, nonzero {100 * c['nonzero_fraction']:.0f}%",
+        )
+    console.print(table)
+    for note in report["notes"]:
+        console.print(f"note: {note}", highlight=False)
+
+
+@bench_app.command("profile")
+@cli_errors
+def profile(
+    arch: str = typer.Option("lipconvnet-20", "--arch", help="Architecture (e.g. 20 or lipconvnet-20)."),
+    conv: str = typer.Option("soc-fast", "--conv", help="Convolution component."),
+    batch_size: int = typer.Option(128, "--batch-size", help="Images per training step."),
+    steps: int = typer.Option(3, "--steps", help="Profiled steps."),
+    warmup: int = typer.Option(1, "--warmup", help="Unprofiled warm-up steps."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    width: int = typer.Option(32, "--width", help="LipConvnet width."),
+    head: str = typer.Option("lln", "--head", help="Head component."),
+    pool: str = typer.Option("max", "--pool", help="Pool component."),
+    classes: int = typer.Option(10, "--classes", help="Number of classes."),
+    target: float = typer.Option(90.0, "--target", help="Convolution share to check against (%)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for weights and inputs."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+    output: Optional[str] = typer.Option(
+        None, "--output", "-o", help="Also write the JSON report to this file."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> None:
+    """Share of training-step time spent in convolutions versus everything else
+    (torch.profiler)."""
+    from ..bench import bench_profile
+
+    dev = _setup(device, threads)
+    name = _one_arch(arch)
+    _check_components(conv=conv, head=head, pool=pool)
+    report = bench_profile(
+        name, conv=conv, batch_size=batch_size, steps=steps, warmup=warmup, device=dev,
+        width=width, head=head, pool=pool, num_classes=classes, seed=seed,
+        progress=_progress(quiet),
+    )
+    report["target_pct"] = target
+    report["target_met"] = report["convolution_share_pct"] >= target
+    _save(report, output)
+    if json_out:
+        print_json(report)
+        return
+    _print_profile(report)
+
+
+def _print_profile(report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    s = report["settings"]
+    console = stdout_console()
+    table = Table(
+        title=(
+            f"Profile of a training step — {s['arch']} ({s['conv']}), batch {s['batch_size']}, "
+            f"width {s['width']}, {s['steps']} profiled steps ({s['time_basis']})"
+        ),
+        title_justify="left",
+        caption=_env_caption(report["environment"]),
+        caption_justify="left",
+    )
+    for col, justify in (("category", "left"), ("ms/step", "right"), ("share", "right")):
+        table.add_column(col, justify=justify)
+    for row in report["categories"]:
+        table.add_row(row["label"], f"{row['ms_per_step']:.1f}", f"{row['share_pct']:.1f}%")
+    console.print(table)
+    ops = Table(title="Top operators by self time", title_justify="left")
+    for col, justify in (("operator", "left"), ("category", "left"), ("ms/step", "right"),
+                         ("share", "right")):
+        ops.add_column(col, justify=justify)
+    for row in report["top_operators"]:
+        ops.add_row(row["op"], row["category"], f"{row['ms_per_step']:.1f}",
+                    f"{row['share_pct']:.1f}%")
+    console.print(ops)
+    verdict = "met" if report["target_met"] else "NOT met"
+    console.print(
+        f"Convolution share {report['convolution_share_pct']:.1f}% "
+        f"(of operators only: {report['convolution_share_of_operators_pct']:.1f}%); "
+        f"target >= {report['target_pct']:.0f}%: {verdict}. Step "
+        f"{report['step_ms_unprofiled_median']:.0f} ms unprofiled, "
+        f"{report['step_ms_profiled']:.0f} ms under the profiler.",
+        highlight=False,
+    )

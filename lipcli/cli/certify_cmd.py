@@ -1,0 +1,221 @@
+"""``lip certify``: certified accuracy of a model file at l2 radii (SPEC §4, §5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from .common import cli_errors, fail, print_json, stderr_console, stdout_console
+
+RADII_HELP = (
+    "Comma-separated l2 radii. A plain number v means v/UNIT (see --radius-unit: 36 -> 36/255); "
+    "an item a/b is the absolute radius a/b whatever the unit (36/255). Must be >= 0."
+)
+
+
+@cli_errors
+def certify(
+    model: Path = typer.Argument(..., help="Model file (.safetensors) written by lip train."),
+    radii: str = typer.Option("36,72,108", "--radii", help=RADII_HELP),
+    radius_unit: float = typer.Option(
+        255.0, "--radius-unit",
+        help="Divisor for plain radii: 255 (pixel levels, the paper's convention) or 1 (absolute, e.g. 0.14).",
+    ),
+    dataset: Optional[str] = typer.Option(
+        None, "--dataset", help="Data set NAME[:key=value,...] (default: the one recorded in the model file)."
+    ),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Data set root directory."),
+    download: bool = typer.Option(False, "--download", help="Download the data set if missing."),
+    split: str = typer.Option("test", "--split", help="Data set split to certify."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N points of the split."),
+    batch_size: int = typer.Option(256, "--batch-size", help="Batch size for features, certificates and attacks."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    lipschitz: str = typer.Option(
+        "bound", "--lipschitz",
+        help="bound: GUARANTEED upper bound of Lip(g) (default, sound). estimate: the paper's product "
+        "of power-method estimates (NOT guaranteed; output is labelled).",
+    ),
+    lipschitz_iters: int = typer.Option(50, "--lipschitz-iters", help="Power iterations for --lipschitz estimate."),
+    top_k: Optional[int] = typer.Option(
+        None, "--top-k",
+        help="Only check the K highest other logits (reference heuristic; NOT sound unless K >= classes-1; labelled).",
+    ),
+    attack: bool = typer.Option(
+        False, "--attack",
+        help="PGD-attack every certified point at each radius (a success is a soundness violation: "
+        "exit 1) and report empirical robust accuracy.",
+    ),
+    attack_steps: int = typer.Option(100, "--attack-steps", help="PGD steps per restart."),
+    attack_restarts: int = typer.Option(2, "--attack-restarts", help="PGD restarts."),
+    per_sample: Optional[Path] = typer.Option(
+        None, "--per-sample", help="Write index,label,prediction,correct,radius (input-space l2 radius of the prediction) to this CSV."
+    ),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Write the certified accuracy vs radius curve (needs matplotlib: pip install 'lipcli[plot]')."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable summary on stdout."),
+    no_write: bool = typer.Option(
+        False, "--no-write",
+        help="Do not modify the model file. By default the summary is stored in its 'results' slot "
+        "(key 'certify') and certificate precomputations in its 'cache' slot (atomic rewrite).",
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Certify l2 robustness of MODEL: clean and certified accuracy at each radius.
+
+    Certified accuracy at eps = fraction of points correctly classified with certified
+    input-space radius >= eps; radius = feature-space certificate / Lip(g), Lip(g) the
+    guaranteed bound of the feature map including input normalisation.
+    """
+    from ..certify import CertifyOptions, parse_radii, run_certification
+    from ..errors import LipUsageError
+
+    radii_list = parse_radii(radii, radius_unit)
+    if not model.exists():
+        raise LipUsageError(f"model file not found: {model}")
+    if lipschitz not in ("bound", "estimate"):
+        raise LipUsageError(f"--lipschitz must be 'bound' or 'estimate', got {lipschitz!r}")
+    if plot is not None:
+        from ..plot import require_matplotlib
+
+        require_matplotlib()
+    for out in (per_sample, plot):
+        if out is not None and not out.parent.exists():
+            raise LipUsageError(f"cannot write {out}: directory {out.parent} does not exist")
+    options = CertifyOptions(
+        radii=radii_list, radius_unit=radius_unit, dataset=dataset,
+        data_dir=None if data_dir is None else str(data_dir), download=download, split=split,
+        limit=limit, batch_size=batch_size, device=device, lipschitz=lipschitz,
+        lipschitz_iters=lipschitz_iters, top_k=top_k, attack=attack, attack_steps=attack_steps,
+        attack_restarts=attack_restarts, write=not no_write,
+    )
+    with _ProgressBars(enabled=not quiet) as bars:
+        outcome = run_certification(model, options, progress=bars.update)
+    summary = outcome.summary
+    if per_sample is not None:
+        write_per_sample_csv(per_sample, outcome)
+        summary["per_sample"] = str(per_sample)
+    if plot is not None:
+        from ..plot import plot_certified_accuracy
+
+        plot_certified_accuracy(
+            plot, outcome.radius, outcome.correct, radii_list, unit=radius_unit,
+            title=f"{model.name}: {summary['certificate']['name']}, Lip {summary['lipschitz']['label']}",
+        )
+        summary["plot"] = str(plot)
+    if json_out:
+        print_json(summary)
+    else:
+        print_summary(summary)
+    if outcome.violations:
+        first = outcome.violations[0]
+        fail(
+            f"SOUNDNESS VIOLATION: PGD broke {len(outcome.violations)} certified prediction(s) "
+            f"within their certified radius (e.g. point {first['index']}: certified "
+            f"{first['certified_radius']:.6g}, attacked at distance {first['attack_distance']:.6g}); "
+            "the certificate or Lipschitz bound is WRONG for this model",
+            1,
+        )
+
+
+def write_per_sample_csv(path: Path, outcome: Any) -> None:
+    """``index,label,prediction,correct,radius`` (radius: input-space l2, of the prediction)."""
+    from ..errors import LipError
+
+    lines = ["index,label,prediction,correct,radius"]
+    labels = outcome.labels.tolist()
+    preds = outcome.predictions.tolist()
+    radius = outcome.radius.tolist()
+    for i, (lab, pred, rad) in enumerate(zip(labels, preds, radius)):
+        lines.append(f"{i},{lab},{pred},{int(lab == pred)},{rad!r}")
+    try:
+        path.write_text("\n".join(lines) + "\n")
+    except OSError as exc:
+        raise LipError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The paper-style table on stdout (rich)."""
+    from rich.table import Table
+
+    console = stdout_console()
+    lip = summary["lipschitz"]
+    cert = summary["certificate"]
+    ds = summary["dataset"]
+    unit = summary["radius_unit"]
+    title = (
+        f"{summary['arch']} + {summary['head']} on {ds['name']} ({ds['split']}, {summary['total']} points)"
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("radius" + (f" (x1/{unit:g})" if unit != 1 else ""), justify="right")
+    table.add_column("l2 radius", justify="right")
+    table.add_column("certified acc.", justify="right")
+    table.add_column("certified", justify="right")
+    attacked = summary.get("attack") is not None
+    if attacked:
+        table.add_column("PGD robust acc.", justify="right")
+        table.add_column("violations", justify="right")
+    table.add_row("clean", "0", f"{100 * summary['clean_accuracy']:.2f}%", str(summary["correct"]),
+                  *(["", ""] if attacked else []))
+    for row in summary["radii"]:
+        extra = []
+        if attacked:
+            v = row.get("violations", 0)
+            extra = [f"{100 * row['empirical_robust_accuracy']:.2f}%",
+                     f"[bold red]{v}[/bold red]" if v else "0"]
+        table.add_row(f"{row['radius_units']:g}", f"{row['radius']:.4f}",
+                      f"{100 * row['certified_accuracy']:.2f}%", str(row["certified"]), *extra)
+    console.print(table)
+    lip_style = "green" if lip["guaranteed"] else "bold yellow"
+    console.print(f"Lipschitz of features (normalisation included): [{lip_style}]{lip['value']:.6g} "
+                  f"({lip['label']})[/{lip_style}]"
+                  + ("" if lip["guaranteed"] else f"; guaranteed bound {lip['upper_bound']:.6g}"))
+    cls_style = "green" if cert["exact_classes"] else "bold yellow"
+    console.print(f"certificate: {cert['name']}, [{cls_style}]{cert['classes']}[/{cls_style}]")
+    mcr = summary["mean_certified_radius"]
+    fmt = lambda v: "inf" if v is None else f"{v:.4f}"  # noqa: E731
+    console.print(f"mean certified radius: {fmt(mcr['all'])} over all points (0 if misclassified), "
+                  f"{fmt(mcr['correct'])} over correctly classified points")
+    t = summary["time_s"]
+    console.print("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+    for note in cert["notes"] + summary["notes"]:
+        console.print(f"note: {note}", highlight=False, markup=False)
+    if not summary["sound"]:
+        console.print("[bold yellow]These numbers are NOT guaranteed certificates (see notes).[/bold yellow]")
+    if summary.get("written"):
+        console.print(f"stored in {summary['model']}: {', '.join(summary['written'])}")
+
+
+class _ProgressBars:
+    """rich progress bars on stderr, one task per stage (quiet when stderr is not a TTY)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.progress = None
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> "_ProgressBars":
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            console = stderr_console()
+            if console.is_terminal:
+                self.progress = Progress(
+                    TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=True,
+                )
+                self.progress.start()
+        return self
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        if self.progress is None:
+            return
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=total)
+        self.progress.update(self.tasks[stage], completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()

@@ -1,0 +1,79 @@
+"""``lip lipschitz``: per-layer and whole-network Lipschitz constant of a model (SPEC §5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from .common import cli_errors, print_json, stdout_console
+
+
+@cli_errors
+def lipschitz(
+    model: Path = typer.Argument(..., help="Model file (.safetensors)."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
+    iters: int = typer.Option(50, "--iters", help="Power-method iterations per layer for the estimate."),
+    no_estimate: bool = typer.Option(False, "--no-estimate", help="Skip the power-method estimate (bound only, fastest)."),
+    empirical: bool = typer.Option(
+        False, "--empirical",
+        help="Also search for an empirical LOWER bound (largest output/input distance ratio at a few random images).",
+    ),
+    write: bool = typer.Option(False, "--write", help="Store the report in the model file's 'lipschitz' slot (atomic rewrite)."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or auto."),
+) -> None:
+    """Lipschitz constant of MODEL's feature map (input normalisation included).
+
+    Reports the GUARANTEED upper bound (product of per-layer guaranteed bounds), the paper's
+    ESTIMATE (product of per-layer power-method estimates: not guaranteed) and optionally an
+    empirical lower bound.
+    """
+    from ..certify import resolve_device
+    from ..errors import LipUsageError
+    from ..lipschitz import lipschitz_report
+    from ..modelfile import update_metadata
+    from ..models import load_model
+
+    if not model.exists():
+        raise LipUsageError(f"model file not found: {model}")
+    if iters < 1:
+        raise LipUsageError("--iters must be >= 1")
+    net, _ = load_model(model, device=resolve_device(device))
+    report = lipschitz_report(net, estimate=not no_estimate, iters=iters, empirical=empirical)
+    report["model"] = str(model)
+    if write:
+        update_metadata(model, {"lipschitz": {k: v for k, v in report.items() if k != "model"}})
+        report["written"] = True
+    if json_out:
+        print_json(report)
+    else:
+        print_report(report)
+
+
+def print_report(report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    console = stdout_console()
+    table = Table(title=f"Lipschitz constants of {report['model']}", title_justify="left")
+    for col, just in (("layer", "left"), ("type", "left"), ("input shape", "left"),
+                      ("upper bound", "right"), ("estimate", "right")):
+        table.add_column(col, justify=just)
+    for row in report["layers"]:
+        bound = "1 (promise)" if row["source"] == "promise" else f"{row['upper_bound']:.8g}"
+        est = "" if row["estimate"] is None else f"{row['estimate']:.8g}"
+        table.add_row(row["name"], row["type"], "x".join(map(str, row["input_shape"])), bound, est)
+    console.print(table)
+    console.print(f"[green]whole network {report['upper_bound_label']}: {report['upper_bound']:.8g}[/green]"
+                  " (normalisation included)")
+    if report["estimate"] is not None:
+        rel = report["estimate"] / report["upper_bound"] - 1
+        console.print(f"[yellow]{report['estimate_label']}: {report['estimate']:.8g}[/yellow] "
+                      f"({100 * rel:+.4f}% vs bound; {report['estimate_iters']} iterations)")
+    emp = report.get("empirical_lower")
+    if emp:
+        console.print(f"{emp['label']}: {emp['value']:.8g} ({emp['points']} {emp['source']})")
+    t = report["time_s"]
+    console.print("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+    if report.get("written"):
+        console.print(f"stored in {report['model']}: lipschitz")

@@ -1,0 +1,263 @@
+"""The plugin host: built-ins, in-process and entry-point plugins, and their failure modes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import lipcli
+from lipcli import hookspecs, plugins
+from lipcli.cli import app
+from lipcli.errors import DuplicateComponentError, LipUsageError, PluginError, UnknownComponentError
+from lipcli.specs import (
+    ActivationSpec,
+    ArchSpec,
+    CertificateSpec,
+    ConvSpec,
+    DatasetSpec,
+    HeadSpec,
+    Param,
+    PoolSpec,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _factory(*args, **kwargs):
+    return ("built", args, kwargs)
+
+
+class AllHooksPlugin:
+    """Implements every lip_* hook once, so each hook is exercised through the host."""
+
+    @lipcli.hookimpl
+    def lip_convolutions(self):
+        return [ConvSpec(name="t-conv", factory=_factory, description="test conv",
+                         params=(Param(name="k", type=int, default=3),))]
+
+    @lipcli.hookimpl
+    def lip_activations(self):
+        return [ActivationSpec(name="t-act", factory=_factory, description="test act")]
+
+    @lipcli.hookimpl
+    def lip_pools(self):
+        return [PoolSpec(name="t-pool", factory=_factory, description="test pool",
+                         promises=("1-lipschitz",))]
+
+    @lipcli.hookimpl
+    def lip_heads(self):
+        return [HeadSpec(name="t-head", factory=_factory, description="test head",
+                         certificate="t-cert")]
+
+    @lipcli.hookimpl
+    def lip_certificates(self):
+        return [CertificateSpec(name="t-cert", factory=_factory, description="test cert")]
+
+    @lipcli.hookimpl
+    def lip_architectures(self):
+        return [ArchSpec(name="t-arch", factory=_factory, description="test arch")]
+
+    @lipcli.hookimpl
+    def lip_datasets(self):
+        return [DatasetSpec(name="t-data", factory=_factory, description="test data",
+                            num_classes=3, needs_root=False)]
+
+
+@pytest.fixture()
+def host():
+    return plugins.create_host(autoload=False)
+
+
+def test_builtins_register_like_external_plugins(host):
+    reg = host.registry()
+    builtin = [p for p in host.plugins.values() if p.builtin]
+    assert builtin and all(p.distribution == "lipcli" for p in builtin)
+    assert not host.errors
+    for kind, name in [("conv", "soc-fast"), ("conv", "soc"), ("activation", "maxmin"),
+                       ("pool", "max"), ("pool", "projection"), ("head", "lln"), ("head", "mlp"),
+                       ("certificate", "lln"), ("certificate", "crc-lip"),
+                       ("arch", "lipconvnet-5"), ("arch", "lipconvnet-40"), ("dataset", "digits")]:
+        assert name in reg.names(kind), (kind, name)
+
+
+def test_every_hook_is_exercised(host):
+    host.register(AllHooksPlugin(), "all-hooks")
+    reg = host.registry()
+    seen = {kind: [n for n in reg.names(kind) if n.startswith("t-")] for kind in hookspecs.HOOK_KINDS.values()}
+    assert all(len(v) == 1 for v in seen.values()), seen
+    assert host.plugins["all-hooks"].components == {
+        "conv": ["t-conv"], "activation": ["t-act"], "pool": ["t-pool"], "head": ["t-head"],
+        "certificate": ["t-cert"], "arch": ["t-arch"], "dataset": ["t-data"],
+    }
+    comp = reg.component("conv", "t-conv:k=5")
+    assert comp.params == {"k": 5}
+    assert comp.build(1, 2) == ("built", (1, 2), {"k": 5})
+
+
+def test_component_choice_errors(host):
+    reg = host.registry()
+    with pytest.raises(UnknownComponentError) as exc:
+        reg.component("pool", "maxx")
+    assert "maxx" in str(exc.value) and "projection" in str(exc.value) and "\n" not in str(exc.value)
+    assert exc.value.exit_code == 2
+    with pytest.raises(LipUsageError, match="no parameter"):
+        reg.component("conv", "soc-fast:nope=1")
+    with pytest.raises(LipUsageError, match="expected int"):
+        reg.component("conv", "soc-fast:train_terms=six")
+    with pytest.raises(LipUsageError, match="key=value"):
+        reg.component("conv", "soc-fast:train_terms")
+    assert plugins.parse_component_choice(" mlp:hidden=64 ") == ("mlp", {"hidden": "64"})
+
+
+def test_duplicate_name_names_both_providers(host):
+    class Dup:
+        @lipcli.hookimpl
+        def lip_pools(self):
+            return [PoolSpec(name="max", factory=_factory, description="another max")]
+
+    host.register(Dup(), "dup-plugin")
+    with pytest.raises(DuplicateComponentError) as exc:
+        host.registry()
+    msg = str(exc.value)
+    assert "lipcli.pooling" in msg and "dup-plugin" in msg and "'max'" in msg
+
+
+def test_misspelt_hook_is_an_error(host):
+    class Typo:
+        @lipcli.hookimpl
+        def lip_pool(self):  # missing "s"
+            return []
+
+    with pytest.raises(PluginError, match="unknown hook 'lip_pool'"):
+        host.register(Typo(), "typo")
+
+
+def test_plugin_raising_in_hook_is_reported_and_others_work(host):
+    class Broken:
+        @lipcli.hookimpl
+        def lip_pools(self):
+            raise RuntimeError("kaboom")
+
+        @lipcli.hookimpl
+        def lip_activations(self):
+            return [ActivationSpec(name="never-registered", factory=_factory, description="x")]
+
+    host.register(Broken(), "broken")
+    reg = host.registry()
+    assert "kaboom" in host.plugins["broken"].error
+    assert "never-registered" not in reg.names("activation")
+    assert "max" in reg.names("pool")
+
+
+def test_wrong_return_type_is_reported(host):
+    class Wrong:
+        @lipcli.hookimpl
+        def lip_pools(self):
+            return [ActivationSpec(name="oops", factory=_factory, description="x")]
+
+    host.register(Wrong(), "wrong")
+    host.registry()
+    assert "PoolSpec" in host.plugins["wrong"].error
+
+
+def test_in_process_plugin_shows_in_lip_plugins_json():
+    plugins.reset()
+    try:
+        plugins.register_plugin(AllHooksPlugin(), "in-process-test")
+        result = CliRunner().invoke(app, ["plugins", "--json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        names = {p["name"]: p for p in data["plugins"]}
+        assert names["in-process-test"]["components"]["pool"] == ["t-pool"]
+        pools = {c["name"]: c for c in data["components"]["pools"]}
+        assert pools["t-pool"]["plugin"] == "in-process-test"
+        assert pools["t-pool"]["promises"] == ["1-lipschitz"]
+        table = CliRunner().invoke(app, ["plugins"])
+        assert table.exit_code == 0 and "in-process-test" in table.stdout
+    finally:
+        plugins.reset()
+
+
+def _make_distribution(tmp_path: Path, name: str, module_src: str, module: str) -> Path:
+    """A minimal installed distribution (dist-info + module) importlib.metadata can find."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / f"{module}.py").write_text(textwrap.dedent(module_src))
+    info = site / f"{name.replace('-', '_')}-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.2.3\n")
+    (info / "entry_points.txt").write_text(f"[lipcli]\n{module} = {module}\n")
+    return site
+
+
+def _run_lip(args, env_extra):
+    env = {**os.environ, **env_extra}
+    return subprocess.run([sys.executable, "-m", "lipcli", *args], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def test_entry_point_plugin_is_discovered_and_broken_one_reported(tmp_path):
+    good = """
+        import lipcli
+        from lipcli.specs import PoolSpec
+
+        def _f(channels):
+            raise NotImplementedError
+
+        @lipcli.hookimpl
+        def lip_pools():
+            return [PoolSpec(name="ep-pool", factory=_f, description="from an entry point")]
+    """
+    site = _make_distribution(tmp_path, "lipcli-ep-test", good, "lipcli_ep_test")
+    _make_distribution(tmp_path, "lipcli-ep-broken", "raise ImportError('no such thing')\n",
+                       "lipcli_ep_broken")
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = _run_lip(["plugins", "--json"], env)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    by_name = {p["name"]: p for p in data["plugins"]}
+    assert by_name["lipcli_ep_test"]["distribution"] == "lipcli-ep-test"
+    assert by_name["lipcli_ep_test"]["version"] == "1.2.3"
+    assert by_name["lipcli_ep_test"]["components"] == {"pool": ["ep-pool"]}
+    assert "no such thing" in by_name["lipcli_ep_broken"]["error"]
+    assert any(c["name"] == "max" for c in data["components"]["pools"])
+
+    off = _run_lip(["plugins", "--json"], {**env, plugins.DISABLE_AUTOLOAD_ENV: "1"})
+    assert off.returncode == 0, off.stderr
+    names = {p["name"] for p in json.loads(off.stdout)["plugins"]}
+    assert "lipcli_ep_test" not in names and "lipcli.soc" in names
+
+
+def test_python_m_lipcli_help_and_version():
+    out = subprocess.run([sys.executable, "-m", "lipcli", "--help"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "plugins" in out.stdout
+    ver = subprocess.run([sys.executable, "-m", "lipcli", "--version"], capture_output=True,
+                         text=True, timeout=120)
+    assert ver.stdout.strip() == f"lipcli {lipcli.__version__}"
+
+
+def test_readme_documents_every_hook():
+    readme = (ROOT / "README.md").read_text()
+    for hook in hookspecs.HOOK_KINDS:
+        assert f"{hook}()" in readme, f"README does not document {hook}"
+
+
+def test_param_parsing():
+    p = Param(name="flag", type=bool, default=False)
+    assert p.parse("yes") is True and p.parse("0") is False
+    with pytest.raises(ValueError):
+        p.parse("maybe")
+    f = Param(name="x", type=float, default=1.0)
+    assert f.check(2) == 2.0
+    with pytest.raises(ValueError):
+        Param(name="n", type=int, default=1).check(True)
+    with pytest.raises(TypeError):
+        Param(name="bad", type=list, default=[])
