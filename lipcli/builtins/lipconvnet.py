@@ -1,0 +1,315 @@
+"""LipConvnet-n (SPEC §3, paper Tables 4-5), assembled from plugin components.
+
+Layout for depth ``n`` (a multiple of 5), ``b = n/5`` convolutions per block, width ``w``
+(32 in the paper), input ``3 x 32 x 32``; "conv" is whatever convolution component is chosen
+(SOC in the paper), "act" the activation (MaxMin) and "pool" the channel-halving pool:
+
+==========  ================================================================  ===============
+stage       layers                                                            output (w=32)
+==========  ================================================================  ===============
+normalise   ``(x - mean) / std``                                              3 @ 32²
+stem        conv(3 -> w, k3, s1) + act                                        32 @ 32²
+block 1-4   (b-1) x [conv(C -> C, k3, s1) + act], conv(C -> 4C, k3, s2)       64 @ 16² ...
+            + pool(4C -> 2C), with C = w, 2w, 4w, 8w                          ... 512 @ 2²
+block 5     conv(16w -> 64w, k1, s2), (b-1) x conv(64w -> 64w, k1, s1),       1024 @ 1²
+            act after each but the last; the last is followed by pool         (pool) or
+            (head features ``"pool"``) or act (``"activation"``)              2048 @ 1²
+flatten     ``(N, D)`` features, D = 32w (pool) or 64w (activation)           1024 / 2048
+head        the head component on ``(N, D)``                                  num_classes
+==========  ================================================================  ===============
+
+A stride-2 convolution maps ``(C, H, W)`` to ``(C_out, H/2, W/2)`` (SOC rearranges with
+``pixel_unshuffle`` first), so inputs must have ``H, W`` divisible by 32; the head is sized
+for a 32 x 32 input (``1 x 1`` after block 5), the only size the flattened features fit.
+
+Lipschitz constant (SPEC §5): ``Lip(features) <= (1/min std) * prod Lip(child)`` over the
+children of :attr:`LipConvnet.body`, with ``Lip = 1`` for every child whose
+``lip_promises`` contain ``"1-lipschitz"``; see :meth:`LipConvnet.lipschitz_upper_bound`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+import torch
+from torch import nn
+
+from lipcli.hookspecs import hookimpl
+from lipcli.specs import ONE_LIPSCHITZ, ArchSpec, Component, Param
+
+#: CIFAR-10 statistics used by the paper (also for CIFAR-100): SPEC §2
+CIFAR_MEAN: tuple[float, float, float] = (0.4914, 0.4822, 0.4465)
+CIFAR_STD: tuple[float, float, float] = (0.2507, 0.2507, 0.2507)
+
+#: depths registered as ``lipconvnet-<n>``
+DEPTHS: tuple[int, ...] = tuple(range(5, 45, 5))
+
+#: total stride of the network (five stride-2 convolutions)
+TOTAL_STRIDE = 32
+
+
+class Normalize(nn.Module):
+    """Input normalisation ``(x - mean) / std`` per channel (SPEC §2), Lipschitz ``1/min(std)``.
+
+    ``mean`` and ``std`` are buffers of shape ``(C,)`` (saved with the model).
+    """
+
+    lip_promises: tuple[str, ...] = ()
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        mean_t = torch.as_tensor(tuple(mean), dtype=torch.get_default_dtype()).flatten()
+        std_t = torch.as_tensor(tuple(std), dtype=torch.get_default_dtype()).flatten()
+        if mean_t.numel() != std_t.numel():
+            raise ValueError(f"mean has {mean_t.numel()} entries but std has {std_t.numel()}")
+        if not bool((std_t > 0).all()):
+            raise ValueError(f"std must be positive, got {tuple(std_t.tolist())}")
+        self.register_buffer("mean", mean_t)
+        self.register_buffer("std", std_t)
+
+    def _view(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype=x.dtype).view(1, -1, *([1] * (x.dim() - 2)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self._view(self.mean, x)) / self._view(self.std, x)
+
+    def lipschitz_upper_bound(self) -> float:
+        """``1 / min(std)``: the l2 operator norm of the diagonal map ``x -> x / std``."""
+        return 1.0 / float(self.std.detach().double().min())
+
+    def extra_repr(self) -> str:
+        return f"mean={tuple(self.mean.tolist())}, std={tuple(self.std.tolist())}"
+
+
+@dataclass(frozen=True)
+class _LayerPlan:
+    """How one body child changes the shape: new channel count (None: keep) and stride."""
+
+    name: str
+    out_channels: int | None = None
+    stride: int = 1
+    flatten: bool = False
+
+
+def _mark(module: nn.Module, promises: tuple[str, ...]) -> nn.Module:
+    module.lip_promises = tuple(promises)
+    return module
+
+
+class LipConvnet(nn.Module):
+    """LipConvnet-``depth`` built from conv / activation / pool / head components (SPEC §3).
+
+    Attributes: ``body`` (``nn.Sequential``: :class:`Normalize`, the layers, ``nn.Flatten``),
+    ``head``, ``depth``, ``width``, ``num_classes``, ``feature_dim`` (D), ``head_features``
+    (``"pool"`` or ``"activation"``).
+    """
+
+    def __init__(
+        self,
+        *,
+        depth: int,
+        conv: Component,
+        activation: Component,
+        pool: Component,
+        head: Component,
+        num_classes: int,
+        in_channels: int = 3,
+        mean: Sequence[float] = CIFAR_MEAN,
+        std: Sequence[float] = CIFAR_STD,
+        width: int = 32,
+    ) -> None:
+        super().__init__()
+        if depth < 5 or depth % 5:
+            raise ValueError(f"LipConvnet depth must be a positive multiple of 5, got {depth}")
+        if width < 1:
+            raise ValueError(f"width must be positive, got {width}")
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+        mean, std = tuple(mean), tuple(std)
+        if len(mean) == 1:
+            mean = mean * in_channels
+        if len(std) == 1:
+            std = std * in_channels
+        if len(mean) != in_channels or len(std) != in_channels:
+            raise ValueError(
+                f"mean/std need {in_channels} entries (one per input channel), "
+                f"got {len(mean)} and {len(std)}"
+            )
+        head_features = getattr(head.spec, "features", "pool")
+        if head_features not in ("pool", "activation"):
+            raise ValueError(f"head {head.name!r}: unknown features {head_features!r}")
+
+        self.depth = depth
+        self.width = width
+        self.num_classes = num_classes
+        self.in_channels = in_channels
+        self.head_features = head_features
+        per_block = depth // 5
+
+        layers: OrderedDict[str, nn.Module] = OrderedDict()
+        plan: list[_LayerPlan] = []
+
+        def add_conv(name: str, c_in: int, c_out: int, k: int, s: int) -> None:
+            layers[name] = _mark(conv.build(c_in, c_out, k, s), conv.spec.promises)
+            plan.append(_LayerPlan(name, c_out, s))
+
+        def add_act(name: str, channels: int) -> None:
+            layers[name] = _mark(activation.build(channels), activation.spec.promises)
+            plan.append(_LayerPlan(name))
+
+        def add_pool(name: str, channels: int) -> None:
+            layers[name] = _mark(pool.build(channels), pool.spec.promises)
+            plan.append(_LayerPlan(name, channels // 2))
+
+        layers["normalize"] = Normalize(mean, std)
+        plan.append(_LayerPlan("normalize"))
+
+        add_conv("stem_conv", in_channels, width, 3, 1)
+        add_act("stem_act", width)
+        channels = width
+        for block in range(1, 5):
+            for i in range(1, per_block):
+                add_conv(f"block{block}_conv{i}", channels, channels, 3, 1)
+                add_act(f"block{block}_act{i}", channels)
+            add_conv(f"block{block}_down", channels, 4 * channels, 3, 2)
+            add_pool(f"block{block}_pool", 4 * channels)
+            channels *= 2
+        # block 5: channels == 16 w here
+        add_conv("block5_down", channels, 4 * channels, 1, 2)
+        channels *= 4
+        for i in range(1, per_block):
+            add_act(f"block5_act{i}", channels)
+            add_conv(f"block5_conv{i}", channels, channels, 1, 1)
+        if head_features == "pool":
+            add_pool("block5_pool", channels)
+            channels //= 2
+        else:
+            add_act("block5_act", channels)
+        layers["flatten"] = _mark(nn.Flatten(1), (ONE_LIPSCHITZ,))
+        plan.append(_LayerPlan("flatten", flatten=True))
+
+        self.body = nn.Sequential(layers)
+        self._plan: tuple[_LayerPlan, ...] = tuple(plan)
+        #: D, the feature dimension for a 32 x 32 input (spatial 1 x 1 after block 5)
+        self.feature_dim = channels
+        self.head = _mark(head.build(self.feature_dim, num_classes), head.spec.promises)
+
+    # -- the module protocol ------------------------------------------------------------------
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Penultimate features ``y = g(x)`` of shape ``(N, D)`` (normalisation included)."""
+        y = self.body(x)
+        if y.shape[1] != self.feature_dim:
+            raise ValueError(
+                f"LipConvnet expects inputs (N, {self.in_channels}, 32, 32); got "
+                f"{tuple(x.shape)}, giving {y.shape[1]} features instead of {self.feature_dim}"
+            )
+        return y
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+    @torch.no_grad()
+    def refresh_power_iteration(self, steps: int = 50) -> None:
+        """Call ``refresh(steps)`` on every submodule that has power-iteration state."""
+        for module in self.modules():
+            if module is self:
+                continue
+            refresh = getattr(module, "refresh", None)
+            if callable(refresh):
+                refresh(steps)
+
+    # -- tooling ------------------------------------------------------------------------------
+    def lipschitz_upper_bound(self) -> float:
+        """Guaranteed bound on ``Lip(features)`` (SPEC §5) in the current configuration.
+
+        Product over the body's children of 1 (promise ``"1-lipschitz"``) or the child's own
+        ``lipschitz_upper_bound()``. A child with neither is an error, never silently 1.
+        """
+        bound = 1.0
+        for name, child in self.body.named_children():
+            if ONE_LIPSCHITZ in getattr(child, "lip_promises", ()):
+                continue
+            child_bound = getattr(child, "lipschitz_upper_bound", None)
+            if not callable(child_bound):
+                raise TypeError(
+                    f"layer {name!r} ({type(child).__name__}) neither promises "
+                    f"{ONE_LIPSCHITZ!r} nor has lipschitz_upper_bound()"
+                )
+            bound *= float(child_bound())
+        return bound
+
+    def no_weight_decay_parameters(self) -> set[str]:
+        """Full names of parameters excluded from weight decay (submodules' ``no_weight_decay``)."""
+        names: set[str] = set()
+        for prefix, module in self.named_modules():
+            for local in getattr(module, "no_weight_decay", ()):
+                names.add(f"{prefix}.{local}" if prefix else local)
+        return names
+
+    def describe(
+        self, input_shape: tuple[int, int, int] | None = None
+    ) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+        """``(layer name, input shape, output shape)`` per body child and the head (no batch dim).
+
+        Computed from the layout, without running the network. Default input
+        ``(in_channels, 32, 32)``.
+        """
+        shape: tuple[int, ...] = input_shape or (self.in_channels, TOTAL_STRIDE, TOTAL_STRIDE)
+        if len(shape) != 3:
+            raise ValueError(f"input_shape must be (C, H, W), got {shape}")
+        rows: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
+        for step in self._plan:
+            if step.flatten:
+                out: tuple[int, ...] = (math.prod(shape),)
+            else:
+                c, h, w = shape
+                if h % step.stride or w % step.stride:
+                    raise ValueError(
+                        f"layer {step.name!r}: spatial size {h}x{w} not divisible by stride "
+                        f"{step.stride}; inputs must be multiples of {TOTAL_STRIDE}"
+                    )
+                out = (
+                    step.out_channels if step.out_channels is not None else c,
+                    h // step.stride,
+                    w // step.stride,
+                )
+            rows.append((step.name, shape, out))
+            shape = out
+        rows.append(("head", shape, (self.num_classes,)))
+        return rows
+
+
+def lipconvnet_factory(
+    *,
+    depth: int,
+    conv: Component,
+    activation: Component,
+    pool: Component,
+    head: Component,
+    num_classes: int,
+    in_channels: int = 3,
+    mean: Sequence[float] = CIFAR_MEAN,
+    std: Sequence[float] = CIFAR_STD,
+    width: int = 32,
+) -> LipConvnet:
+    """ArchSpec factory (``depth`` is bound per registered name)."""
+    return LipConvnet(
+        depth=depth, conv=conv, activation=activation, pool=pool, head=head,
+        num_classes=num_classes, in_channels=in_channels, mean=mean, std=std, width=width,
+    )
+
+
+@hookimpl
+def lip_architectures() -> list[ArchSpec]:
+    return [
+        ArchSpec(
+            name=f"lipconvnet-{n}",
+            factory=partial(lipconvnet_factory, depth=n),
+            description=f"LipConvnet-{n}: {n + 1} convolutions in 5 blocks of {n // 5} (SPEC §3)",
+            params=(Param(name="width", type=int, default=32, help="channels after the stem"),),
+        )
+        for n in DEPTHS
+    ]
