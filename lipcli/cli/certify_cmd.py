@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Optional
 
@@ -53,7 +54,7 @@ def certify(
         None, "--per-sample", help="Write index,label,prediction,correct,radius (input-space l2 radius of the prediction) to this CSV."
     ),
     plot: Optional[Path] = typer.Option(
-        None, "--plot", help="Write the certified accuracy vs radius curve (needs matplotlib: pip install 'lipcli[plot]')."
+        None, "--plot", help="Write the certified accuracy vs radius curve (needs matplotlib: pip install 'lipcli\\[plot]')."
     ),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable summary on stdout."),
     no_write: bool = typer.Option(
@@ -111,11 +112,16 @@ def certify(
         print_summary(summary)
     if outcome.violations:
         first = outcome.violations[0]
+        if summary["sound"]:
+            blame = "the certificate or the Lipschitz bound is WRONG for this model (a lipcli or plugin bug)"
+        else:
+            blame = ("these radii come from the requested NON-guaranteed settings "
+                     "(Lipschitz estimate and/or top-k classes) and over-claim")
         fail(
             f"SOUNDNESS VIOLATION: PGD broke {len(outcome.violations)} certified prediction(s) "
             f"within their certified radius (e.g. point {first['index']}: certified "
             f"{first['certified_radius']:.6g}, attacked at distance {first['attack_distance']:.6g}); "
-            "the certificate or Lipschitz bound is WRONG for this model",
+            + blame,
             1,
         )
 
@@ -141,6 +147,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = stdout_console()
+    say = functools.partial(console.print, soft_wrap=True)  # long labels stay on one line
     lip = summary["lipschitz"]
     cert = summary["certificate"]
     ds = summary["dataset"]
@@ -169,23 +176,23 @@ def print_summary(summary: dict[str, Any]) -> None:
                       f"{100 * row['certified_accuracy']:.2f}%", str(row["certified"]), *extra)
     console.print(table)
     lip_style = "green" if lip["guaranteed"] else "bold yellow"
-    console.print(f"Lipschitz of features (normalisation included): [{lip_style}]{lip['value']:.6g} "
+    say(f"Lipschitz of features (normalisation included): [{lip_style}]{lip['value']:.6g} "
                   f"({lip['label']})[/{lip_style}]"
                   + ("" if lip["guaranteed"] else f"; guaranteed bound {lip['upper_bound']:.6g}"))
     cls_style = "green" if cert["exact_classes"] else "bold yellow"
-    console.print(f"certificate: {cert['name']}, [{cls_style}]{cert['classes']}[/{cls_style}]")
+    say(f"certificate: {cert['name']}, [{cls_style}]{cert['classes']}[/{cls_style}]")
     mcr = summary["mean_certified_radius"]
     fmt = lambda v: "inf" if v is None else f"{v:.4f}"  # noqa: E731
-    console.print(f"mean certified radius: {fmt(mcr['all'])} over all points (0 if misclassified), "
+    say(f"mean certified radius: {fmt(mcr['all'])} over all points (0 if misclassified), "
                   f"{fmt(mcr['correct'])} over correctly classified points")
     t = summary["time_s"]
-    console.print("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+    say("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
     for note in cert["notes"] + summary["notes"]:
-        console.print(f"note: {note}", highlight=False, markup=False)
+        say(f"note: {note}", highlight=False, markup=False)
     if not summary["sound"]:
-        console.print("[bold yellow]These numbers are NOT guaranteed certificates (see notes).[/bold yellow]")
+        say("[bold yellow]These numbers are NOT guaranteed certificates (see notes).[/bold yellow]")
     if summary.get("written"):
-        console.print(f"stored in {summary['model']}: {', '.join(summary['written'])}")
+        say(f"stored in {summary['model']}: {', '.join(summary['written'])}")
 
 
 class _ProgressBars:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ def print_report(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = stdout_console()
+    say = functools.partial(console.print, soft_wrap=True)  # long labels stay on one line
     table = Table(title=f"Lipschitz constants of {report['model']}", title_justify="left")
     for col, just in (("layer", "left"), ("type", "left"), ("input shape", "left"),
                       ("upper bound", "right"), ("estimate", "right")):
@@ -64,16 +66,16 @@ def print_report(report: dict[str, Any]) -> None:
         est = "" if row["estimate"] is None else f"{row['estimate']:.8g}"
         table.add_row(row["name"], row["type"], "x".join(map(str, row["input_shape"])), bound, est)
     console.print(table)
-    console.print(f"[green]whole network {report['upper_bound_label']}: {report['upper_bound']:.8g}[/green]"
+    say(f"[green]whole network {report['upper_bound_label']}: {report['upper_bound']:.8g}[/green]"
                   " (normalisation included)")
     if report["estimate"] is not None:
         rel = report["estimate"] / report["upper_bound"] - 1
-        console.print(f"[yellow]{report['estimate_label']}: {report['estimate']:.8g}[/yellow] "
+        say(f"[yellow]{report['estimate_label']}: {report['estimate']:.8g}[/yellow] "
                       f"({100 * rel:+.4f}% vs bound; {report['estimate_iters']} iterations)")
     emp = report.get("empirical_lower")
     if emp:
-        console.print(f"{emp['label']}: {emp['value']:.8g} ({emp['points']} {emp['source']})")
+        say(f"{emp['label']}: {emp['value']:.8g} ({emp['points']} {emp['source']})")
     t = report["time_s"]
-    console.print("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+    say("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
     if report.get("written"):
-        console.print(f"stored in {report['model']}: lipschitz")
+        say(f"stored in {report['model']}: lipschitz")
