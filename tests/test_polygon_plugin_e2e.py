@@ -1,0 +1,89 @@
+"""End to end with a real third-party distribution: plugins/lipcli-polygon-pool.
+
+The plugin is pip-installed (``--target``, so the shared environment is untouched) and put on
+PYTHONPATH of real ``lip`` subprocesses; it is discovered through the ``lipcli`` entry-point
+group, trains, certifies, and its absence is reported with an install hint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "plugins" / "lipcli-polygon-pool"
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("polygon-site")
+    build = tmp_path_factory.mktemp("polygon-src")
+    # build from a copy so the source tree stays clean (setuptools writes build/ and egg-info)
+    import shutil
+
+    src = build / "lipcli-polygon-pool"
+    shutil.copytree(PLUGIN, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(src)],
+        capture_output=True, text=True, timeout=600,
+    )
+    if out.returncode != 0:
+        pytest.fail(f"pip install of the plugin failed: {out.stderr[-2000:]}")
+    return target
+
+
+def _lip(args, *, site: Path | None, extra_env=None, cwd=None):
+    env = dict(os.environ)
+    env.pop("LIPCLI_DISABLE_PLUGIN_AUTOLOAD", None)
+    paths = [str(site)] if site else []
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, "-m", "lipcli", *args], capture_output=True, text=True,
+                          env=env, timeout=900, cwd=cwd)
+
+
+def test_polygon_plugin_end_to_end(plugin_site, tmp_path):
+    listed = _lip(["plugins", "--json"], site=plugin_site)
+    assert listed.returncode == 0, listed.stderr
+    data = json.loads(listed.stdout)
+    info = {p["name"]: p for p in data["plugins"]}["polygon"]
+    assert info["distribution"] == "lipcli-polygon-pool" and info["version"] == "0.1.0"
+    assert info["components"] == {"pool": ["polygon"]} and info["error"] is None
+
+    model = tmp_path / "poly.safetensors"
+    trained = _lip(
+        ["train", "--dataset", "digits", "--arch", "lipconvnet-5", "--width", "4",
+         "--pool", "polygon:vertices=5", "--epochs", "1", "--batch-size", "32",
+         "--limit-train", "64", "--limit-test", "32", "--no-lipschitz-estimate", "-q",
+         "--out", str(model)],
+        site=plugin_site,
+    )
+    assert trained.returncode == 0, trained.stderr
+    from lipcli.modelfile import read_metadata
+
+    pool = read_metadata(model)["config"]["pool"]
+    assert pool["name"] == "polygon" and pool["params"]["vertices"] == 5
+    assert pool["distribution"] == "lipcli-polygon-pool"
+
+    cert = _lip(["certify", str(model), "--radii", "36,72", "--limit", "32", "--json",
+                 "--no-write", "-q"], site=plugin_site)
+    assert cert.returncode == 0, cert.stderr
+    summary = json.loads(cert.stdout)
+    assert summary["total"] == 32 and summary["sound"] is True
+    assert [r["radius_units"] for r in summary["radii"]] == [36.0, 72.0]
+
+    for env in ({"LIPCLI_DISABLE_PLUGIN_AUTOLOAD": "1"}, {}):
+        site = plugin_site if env else None
+        missing = _lip(["certify", str(model), "--limit", "8", "--no-write"], site=site,
+                       extra_env=env)
+        assert missing.returncode == 1
+        assert "Traceback" not in missing.stderr
+        line = missing.stderr.strip()
+        assert "\n" not in line and "pip install lipcli-polygon-pool" in line, line
