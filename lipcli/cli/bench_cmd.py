@@ -21,8 +21,8 @@ bench_app = typer.Typer(
 _DEFAULT_ARCHS = "5,10,15,20,25,30,35,40"
 
 
-def _setup(device: str, threads: Optional[int]):
-    """Apply ``--threads`` and resolve ``--device`` (imports torch lazily)."""
+def _setup(device: str, threads: Optional[int], cudnn_benchmark: bool = False):
+    """Apply ``--threads`` / ``--cudnn-benchmark`` and resolve ``--device`` (lazy torch)."""
     import torch
 
     from ..bench import resolve_device
@@ -32,7 +32,10 @@ def _setup(device: str, threads: Optional[int]):
         if threads < 1:
             raise LipUsageError(f"threads must be at least 1, got {threads}")
         torch.set_num_threads(threads)
-    return resolve_device(device)
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        torch.backends.cudnn.benchmark = cudnn_benchmark
+    return dev
 
 
 def _progress(quiet: bool):
@@ -82,11 +85,23 @@ def _env_caption(env: dict[str, Any]) -> str:
         f"torch threads {env['torch_threads']}",
     ]
     if env.get("cuda"):
-        parts.append(f"CUDA {env['cuda']}, cuDNN {env.get('cudnn')}")
+        parts.append(
+            f"CUDA {env['cuda']}, cuDNN {env.get('cudnn')} "
+            f"(benchmark {'on' if env.get('cudnn_benchmark') else 'off'})"
+        )
     load = env.get("load_average_1m_5m_15m")
     if load:
         parts.append(f"load avg {load[0]:.2f} at start")
     return "; ".join(parts)
+
+
+def _console():
+    """stdout console; at least 120 columns when not a terminal (files, pipes), so that
+    numbers are never cut."""
+    console = stdout_console()
+    if not console.is_terminal and console.width < 120:
+        console.width = 120
+    return console
 
 
 def _mib(value: Any) -> str:
@@ -112,6 +127,10 @@ def train(
     classes: int = typer.Option(10, "--classes", help="Number of classes."),
     seed: int = typer.Option(0, "--seed", help="Seed for weights and synthetic batches."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads."),
+    cudnn_benchmark: bool = typer.Option(
+        False, "--cudnn-benchmark/--no-cudnn-benchmark",
+        help="CUDA: let cuDNN autotune convolution algorithms (warm-up steps absorb the tuning).",
+    ),
     memory: bool = typer.Option(True, "--memory/--no-memory", help="Measure peak memory."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     output: Optional[str] = typer.Option(
@@ -124,7 +143,7 @@ def train(
     from ..bench import bench_train, parse_archs
     from ..plugins import get_registry
 
-    dev = _setup(device, threads)
+    dev = _setup(device, threads, cudnn_benchmark)
     names = parse_archs(archs, get_registry().names("arch"))
     _check_components(head=head, pool=pool, conv="soc-fast")
     _check_components(conv="soc")
@@ -144,7 +163,7 @@ def _print_train(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     s = report["settings"]
-    console = stdout_console()
+    console = _console()
     table = Table(
         title=(
             f"Table 1 (reproduction): time per CIFAR-10 epoch, fast vs exact SOC gradient; "
@@ -215,7 +234,11 @@ def certify(
     ),
     fit_head: int = typer.Option(
         0, "--fit-head",
-        help="Adam steps fitting the head to a random teacher (trained-like margins); 0 = random head.",
+        help="At most this many Adam steps fitting the head to a random teacher "
+        "(trained-like margins); 0 = random head.",
+    ),
+    fit_loss: float = typer.Option(
+        0.7, "--fit-loss", help="With --fit-head: stop once the head's cross-entropy is this low."
     ),
     lipschitz_iters: int = typer.Option(50, "--lipschitz-iters", help="Power-method iterations."),
     refresh_steps: int = typer.Option(
@@ -248,7 +271,8 @@ def certify(
         source = "random weights (untrained, freshly initialised)"
     report = bench_certify(
         model, batch_size=batch_size, n=n, device=dev, top_k=top_k, fit_head_steps=fit_head,
-        lipschitz_iters=lipschitz_iters, refresh_steps=refresh_steps, source=source, seed=seed, progress=_progress(quiet),
+        fit_loss=fit_loss, lipschitz_iters=lipschitz_iters, refresh_steps=refresh_steps,
+        source=source, seed=seed, progress=_progress(quiet),
     )
     _save(report, output)
     if json_out:
@@ -261,7 +285,7 @@ def _print_certify(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     s = report["settings"]
-    console = stdout_console()
+    console = _console()
     table = Table(
         title=(
             f"Certification throughput — {s['arch']} ({s['conv']}, {s['pool']} pool, "
@@ -315,6 +339,10 @@ def profile(
     target: float = typer.Option(90.0, "--target", help="Convolution share to check against (%)."),
     seed: int = typer.Option(0, "--seed", help="Seed for weights and inputs."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads."),
+    cudnn_benchmark: bool = typer.Option(
+        False, "--cudnn-benchmark/--no-cudnn-benchmark",
+        help="CUDA: let cuDNN autotune convolution algorithms (warm-up steps absorb the tuning).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     output: Optional[str] = typer.Option(
         None, "--output", "-o", help="Also write the JSON report to this file."
@@ -325,7 +353,7 @@ def profile(
     (torch.profiler)."""
     from ..bench import bench_profile
 
-    dev = _setup(device, threads)
+    dev = _setup(device, threads, cudnn_benchmark)
     name = _one_arch(arch)
     _check_components(conv=conv, head=head, pool=pool)
     report = bench_profile(
@@ -346,7 +374,7 @@ def _print_profile(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     s = report["settings"]
-    console = stdout_console()
+    console = _console()
     table = Table(
         title=(
             f"Profile of a training step — {s['arch']} ({s['conv']}), batch {s['batch_size']}, "
@@ -369,6 +397,13 @@ def _print_profile(report: dict[str, Any]) -> None:
         ops.add_row(row["op"], row["category"], f"{row['ms_per_step']:.1f}",
                     f"{row['share_pct']:.1f}%")
     console.print(ops)
+    if report.get("backward_non_convolution_by_node"):
+        nodes = Table(title="Backward, non-convolution, by autograd node", title_justify="left")
+        for col, justify in (("node", "left"), ("ms/step", "right"), ("share", "right")):
+            nodes.add_column(col, justify=justify)
+        for row in report["backward_non_convolution_by_node"][:10]:
+            nodes.add_row(row["node"], f"{row['ms_per_step']:.1f}", f"{row['share_pct']:.1f}%")
+        console.print(nodes)
     verdict = "met" if report["target_met"] else "NOT met"
     console.print(
         f"Convolution share {report['convolution_share_pct']:.1f}% "
