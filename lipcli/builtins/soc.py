@@ -1,0 +1,607 @@
+"""Skew orthogonal convolution (SOC) with exact and fast filter gradients (SPEC §1, §5).
+
+Maths (SPEC §1; Singla & Feizi 2021, and the paper §4, eqs. (1)–(4)):
+
+* Transpose filter ``T(K)[o, i, a, b] = K[i, o, k−1−a, k−1−b]``; under zero "same" padding
+  conv with ``T(K)`` is the adjoint of conv with ``K`` (SPEC §1.1).
+* Skew filter ``A = ½(W − T(W))`` (so ``T(A) = −A`` exactly, also in floating point, since
+  ``fl(a − b) = −fl(b − a)``), normalised ``S = A/σ`` with ``σ`` the smallest of four
+  power-iteration estimates of the spectral norms of the reshapes of ``A`` (SPEC §1.2).
+  The power vectors are persistent buffers; gradients flow through ``σ = uᵀ R(A) v`` with
+  ``u, v`` held constant.
+* Output ``z = Σ_{j<T} S^j x / j!`` by Horner, ``u ← x; for i = T−1…1: u ← x + S(u)/i``
+  (paper eq. (2), SPEC §1.4); ``T`` = ``train_terms`` in training, ``eval_terms`` otherwise.
+* Stride 2: ``pixel_unshuffle`` first; zero channel padding up to ``C``; keep the first
+  ``c_out`` channels; add the bias (SPEC §1.3).
+* Fast gradient (paper §4, eq. (4), SPEC §1.6): a custom autograd function over ``(x, S)``
+  keeps only ``u¹ = Σ_{j≤T−2} S^j x/(j+1)!`` and ``S``.  Backward, with ``g = ∂ℓ/∂z``:
+  ``v¹ = Σ_{j≤T−2} (Sᵀ)^j g/(j+1)!`` by the same Horner loop with ``Sᵀ = −S``; exact input
+  gradient ``g − S(v¹)``; filter gradient = ONE convolution weight gradient of
+  (input ``u¹``, grad-output ``v¹``), i.e. ``Σ_{a,b≤T−2} (Sᵀ)^a g (S^b x)ᵀ/((a+1)!(b+1)!)``
+  instead of the exact ``Σ_{a+b≤T−2} (Sᵀ)^a g (S^b x)ᵀ/(a+b+1)!``.  The forward is the very
+  same sequence of floating-point operations as the exact mode, hence bit-identical.
+* Lipschitz constant (SPEC §5): with ``b ≥ ‖S‖₂`` (guaranteed, :mod:`lipcli.spectral`)
+  and ``exp(S)`` orthogonal, ``‖P_T(S)‖ ≤ 1 + b^T/T! · 1/(1 − b/(T+1))`` (``b < T+1``) and
+  always ``‖P_T(S)‖ ≤ Σ_{j<T} b^j/j!``.  Floating-point rounding inside the convolutions of a
+  forward pass is not part of this bound (as everywhere in the literature).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..hookspecs import hookimpl
+from ..specs import ORTHOGONAL, ConvSpec, Param
+from ..spectral import CONV_RESHAPES, conv_reshape_shape, conv_spectral_norm_upper_bound
+
+__all__ = [
+    "SOC",
+    "soc_series",
+    "soc_series_fast",
+    "transpose_filter",
+    "truncated_exp_norm_bound",
+    "lip_convolutions",
+]
+
+
+
+# --------------------------------------------------------------------------------------
+# Filter algebra
+# --------------------------------------------------------------------------------------
+def transpose_filter(kernel: Tensor) -> Tensor:
+    """``T(K)[o, i, a, b] = K[i, o, k−1−a, k−1−b]`` (SPEC §1.1): swap the channel dims and
+    flip both spatial dims.  Conv with ``T(K)`` is the adjoint of conv with ``K`` under zero
+    padding ``k//2`` (odd ``k``)."""
+    return kernel.transpose(0, 1).flip(2, 3)
+
+
+def _minus_transpose(X: Tensor, scale: Tensor | None = None) -> Tensor:
+    """``X − T(X)`` (times ``scale`` if given), contiguous.  (A cache-blocked variant was
+    tried; on the shared 2-core test machine it was not reliably faster.)"""
+    out = torch.sub(X, transpose_filter(X))
+    return out if scale is None else out.mul_(scale)
+
+
+def _skew_difference(weight: Tensor) -> Tensor:
+    """``D = W − T(W) = 2A`` (SPEC §1.1), contiguous; ``T(D) = −D`` holds exactly in
+    floating point (``fl(a − b) = −fl(b − a)``)."""
+    return _minus_transpose(weight)
+
+
+def _rank_one_factors(r: int, u: Tensor, v: Tensor, C: int, k: int) -> tuple[Tensor, Tensor]:
+    """Broadcastable factors with ``eu·ev = ∂(uᵀ R_r(D) v)/∂D`` in the ``(o, i, a, b)``
+    layout of the filter (reshapes as in :func:`lipcli.spectral.conv_reshape`)."""
+    if r == 0:
+        return u.view(C, 1, k, 1), v.view(1, C, 1, k)
+    if r == 1:
+        return u.view(C, 1, 1, k), v.view(1, C, k, 1)
+    if r == 2:
+        return u.view(C, 1, 1, 1), v.view(1, C, k, k)
+    return u.view(C, 1, k, k), v.view(1, C, 1, 1)
+
+
+class _NormalisedSkew(torch.autograd.Function):
+    """``S = D/ρ`` with ``D = W − T(W)`` (given, computed without grad) and
+    ``ρ = uᵀ R_r(D) v = 2σ`` for power vectors ``u, v`` held constant (SPEC §1.2).
+
+    Backward with ``G = ∂ℓ/∂S``: ``∂ℓ/∂D = (G − ⟨G, S⟩·E)/ρ`` with the rank-one
+    ``E = ∂ρ/∂D = eu·ev``, and since ``T`` is a self-adjoint involution,
+    ``∂ℓ/∂W = H − T(H)`` with ``H = ∂ℓ/∂D``.  Exact — the same gradient autograd would give
+    through ``A = ½(W − T(W))``, ``σ = uᵀR_r(A)v``, ``S = A/σ`` — with fewer passes over the
+    filter.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, weight: Tensor, D: Tensor, rho: Tensor, eu: Tensor, ev: Tensor) -> Tensor:  # type: ignore[override]
+        S = D * (1.0 / rho)
+        ctx.save_for_backward(S, rho, eu, ev)
+        return S
+
+    @staticmethod
+    def backward(ctx: Any, G: Tensor) -> tuple[Tensor | None, None, None, None, None]:  # type: ignore[override]
+        S, rho, eu, ev = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None, None
+        G = G.contiguous()
+        c = torch.dot(G.reshape(-1), S.reshape(-1))
+        H = torch.addcmul(G, eu * (-c), ev)
+        return _minus_transpose(H, 1.0 / rho), None, None, None, None
+
+
+#: CPU inputs with at least this many pixels per channel run the series in channels-last
+#: memory format (the oneDNN forward convolution is markedly faster there for few channels
+#: and large images); ``None`` disables it.  Only a layout choice: values are unchanged
+#: up to floating-point rounding, and both gradient modes use the same choice.
+CHANNELS_LAST_MIN_PIXELS: int | None = 64
+
+
+def _working_format(x: Tensor) -> torch.memory_format:
+    """Memory format in which the series of an input like ``x`` is evaluated."""
+    if (
+        CHANNELS_LAST_MIN_PIXELS is not None
+        and x.device.type == "cpu"
+        and x.shape[-1] * x.shape[-2] >= CHANNELS_LAST_MIN_PIXELS
+    ):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+def _apply_filter(u: Tensor, S: Tensor, padding: int) -> Tensor:
+    """``conv2d(u, S, padding)``; a 1×1 filter on 1×1 images is a plain matrix product
+    (``F.linear`` is several times faster than the convolution backend there)."""
+    if S.shape[-1] == 1 and S.shape[-2] == 1 and u.shape[-1] == 1 and u.shape[-2] == 1:
+        n = u.shape[0]
+        return F.linear(u.reshape(n, -1), S.view(S.shape[0], S.shape[1])).view(n, -1, 1, 1)
+    return F.conv2d(u, S, padding=padding)
+
+
+# --------------------------------------------------------------------------------------
+# Horner evaluation of the truncated exponential (SPEC §1.4) and the fast gradient (§1.6)
+# --------------------------------------------------------------------------------------
+def _horner_step(x: Tensor, u: Tensor, S: Tensor, i: int, padding: int) -> Tensor:
+    """One Horner step ``x + S(u)/i`` (shared by both gradient modes: bit-identical)."""
+    return torch.add(x, _apply_filter(u, S, padding), alpha=1.0 / i)
+
+
+def soc_series(x: Tensor, S: Tensor, terms: int) -> Tensor:
+    """``Σ_{j<terms} S^j x / j!`` by Horner, differentiable by plain autograd (exact
+    gradient, SPEC §1.5).  ``S`` is a square ``(C, C, k, k)`` filter, ``x`` is ``(N, C, H, W)``."""
+    padding = S.shape[-1] // 2
+    u = x
+    for i in range(terms - 1, 0, -1):
+        u = _horner_step(x, u, S, i, padding)
+    return u
+
+
+def _conv_weight_grad(inp: Tensor, grad_out: Tensor, weight: Tensor, padding: int) -> Tensor:
+    """``∂⟨grad_out, conv2d(inp, W)⟩/∂W``: a single convolution weight gradient (only the
+    weight branch of the backend's convolution backward is computed; a matrix product for
+    1×1 filters on 1×1 images, matching :func:`_apply_filter`)."""
+    if weight.shape[-1] == 1 and weight.shape[-2] == 1 and inp.shape[-1] == 1 and inp.shape[-2] == 1:
+        n = inp.shape[0]
+        return (grad_out.reshape(n, -1).T @ inp.reshape(n, -1)).view(weight.shape)
+    _, grad_w, _ = torch.ops.aten.convolution_backward(
+        grad_out, inp, weight, None, [1, 1], [padding, padding], [1, 1], False, [0, 0], 1,
+        [False, True, False],
+    )
+    return grad_w
+
+
+class _FastSOCSeries(torch.autograd.Function):
+    """``z = Σ_{j<T} S^j x/j!`` with the fast filter gradient of the paper, eq. (4)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, S: Tensor, terms: int) -> Tensor:  # type: ignore[override]
+        padding = S.shape[-1] // 2
+        u = x
+        for i in range(terms - 1, 1, -1):
+            u = _horner_step(x, u, S, i, padding)
+        z = _horner_step(x, u, S, 1, padding)  # u is now u¹
+        ctx.save_for_backward(u, S)
+        ctx.terms = terms
+        return z
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None, None]:  # type: ignore[override]
+        u1, S = ctx.saved_tensors
+        g = g.contiguous(memory_format=_working_format(u1))
+        terms: int = ctx.terms
+        padding = S.shape[-1] // 2
+        need_x, need_S = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        # v¹ = Σ_{j≤T−2} (Sᵀ)^j g/(j+1)!, Sᵀ = −S: v ← g − S(v)/i for i = T−1…2.
+        v = g
+        for i in range(terms - 1, 1, -1):
+            v = torch.add(g, _apply_filter(v, S, padding), alpha=-1.0 / i)
+        grad_x = torch.add(g, _apply_filter(v, S, padding), alpha=-1.0) if need_x else None
+        grad_S = _conv_weight_grad(u1, v, S, padding) if need_S else None
+        return grad_x, grad_S, None
+
+
+def soc_series_fast(x: Tensor, S: Tensor, terms: int) -> Tensor:
+    """Same values as :func:`soc_series` (bit-identical); exact input gradient, fast filter
+    gradient (one weight-gradient convolution, SPEC §1.6).  Requires ``terms ≥ 2``."""
+    if terms < 2:
+        raise ValueError("the fast SOC gradient needs at least 2 terms")
+    return _FastSOCSeries.apply(x, S, terms)
+
+
+# --------------------------------------------------------------------------------------
+# Lipschitz bound of the truncated series (SPEC §5)
+# --------------------------------------------------------------------------------------
+def truncated_exp_norm_bound(b: float, terms: int) -> float:
+    """Guaranteed bound on ``‖Σ_{j<T} S^j/j!‖₂`` for an exactly skew ``S`` with ``‖S‖₂ ≤ b``.
+
+    ``exp(S)`` is orthogonal, so ``‖P_T(S)‖ ≤ 1 + Σ_{j≥T} b^j/j! ≤ 1 + b^T/T!·1/(1 − b/(T+1))``
+    when ``b < T+1`` (geometric majorant of the tail); always ``‖P_T(S)‖ ≤ Σ_{j<T} b^j/j!``.
+    The smaller valid value is returned, inflated by a relative ``1e-12`` to cover the float
+    rounding of these few scalar operations.
+    """
+    if b < 0 or not math.isfinite(b):
+        raise ValueError(f"invalid norm bound {b!r}")
+    T = int(terms)
+    plain = 0.0
+    term = 1.0
+    for j in range(T):
+        plain += term
+        term *= b / (j + 1)
+    # here term = b^T / T!
+    best = plain
+    if b < T + 1:
+        best = min(best, 1.0 + term / (1.0 - b / (T + 1)))
+    return best * (1.0 + 1e-12)
+
+
+# --------------------------------------------------------------------------------------
+# The layer
+# --------------------------------------------------------------------------------------
+class SOC(nn.Module):
+    """Skew orthogonal convolution ``(N, c_in, H, W) → (N, c_out, H/s, W/s)`` (SPEC §1).
+
+    Parameters ``weight`` (``C×C×k×k``, ``C = max(c_out, c_in·s²)``, init ``N(0, 1/C)``) and
+    ``bias`` (``c_out``, ``U(−1/√C, 1/√C)``); persistent buffers ``power_u{r}``,
+    ``power_v{r}`` (r = 0..3) with the power-iteration vectors of the four reshapes of the
+    skew filter ``A`` (part of the state dict).  ``fast_grad`` selects the paper's fast filter
+    gradient (``soc-fast``) or plain autograd (``soc``); both have the same parameters and a
+    bit-identical forward, so a model trained with one evaluates with the other.
+
+    Training forward: ``power_iters`` power steps per reshape, ``S = A/σ`` with gradients
+    through ``σ``, ``train_terms`` series terms.  Eval forward: no power step, ``eval_terms``
+    terms, ``S`` cached (recomputed only when the weight or a power buffer changes — tracked
+    by tensor version counters and storage — or when ``train()``/``eval()``/``refresh()`` is
+    called).  In eval mode the cached ``S`` is detached; if gradients to ``weight`` are
+    requested in eval mode (grad enabled and ``weight.requires_grad``) ``S`` is recomputed
+    with the same operations (same values) so parameter gradients still flow.  Writes that
+    bypass version counters (``weight.data[...] = ...``) are not detected: call ``eval()``,
+    ``train()`` or ``refresh()`` after them.
+    """
+
+    weight: Tensor
+    bias: Tensor
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int = 3,
+        stride: int = 1,
+        *,
+        train_terms: int = 6,
+        eval_terms: int = 15,
+        fast_grad: bool = True,
+        power_iters: int = 1,
+    ) -> None:
+        super().__init__()
+        if in_channels < 1 or out_channels < 1:
+            raise ValueError("channel counts must be positive")
+        if stride not in (1, 2):
+            raise ValueError(f"SOC supports stride 1 or 2, got {stride}")
+        if kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f"SOC needs an odd kernel size, got {kernel_size}")
+        if train_terms < 2 or eval_terms < 2:
+            raise ValueError("train_terms and eval_terms must be at least 2")
+        if power_iters < 0:
+            raise ValueError("power_iters must be non-negative")
+        self.in_channels = int(in_channels)
+        self.out_channels = int(out_channels)
+        self.kernel_size = int(kernel_size)
+        self.stride = int(stride)
+        self.train_terms = int(train_terms)
+        self.eval_terms = int(eval_terms)
+        self.fast_grad = bool(fast_grad)
+        self.power_iters = int(power_iters)
+        C = max(self.out_channels, self.in_channels * self.stride**2)
+        self.channels = C
+        k = self.kernel_size
+        self.weight = nn.Parameter(torch.randn(C, C, k, k) / math.sqrt(C))
+        bound = 1.0 / math.sqrt(C)
+        self.bias = nn.Parameter(torch.empty(self.out_channels).uniform_(-bound, bound))
+        for r in range(CONV_RESHAPES):
+            rows, cols = conv_reshape_shape((C, C, k, k), r)
+            u = torch.randn(rows)
+            v = torch.randn(cols)
+            self.register_buffer(f"power_u{r}", u / torch.linalg.vector_norm(u))
+            self.register_buffer(f"power_v{r}", v / torch.linalg.vector_norm(v))
+        self._cache_key: tuple | None = None
+        self._cache_S: Tensor | None = None
+        self._bound_cache: tuple[tuple, float] | None = None
+        #: index of the reshape that gave σ in the last filter computation (diagnostics)
+        self.last_sigma_reshape: int = -1
+
+    # ------------------------------------------------------------------ power iteration
+    # For the exactly skew D (T(D) = −D) the four reshapes are tied (F flips the tap index):
+    #   R1(D) = −F R0(D)ᵀ F,    R3(D) = −F2 R2(D)ᵀ,
+    # so all products needed by the four power iterations come from two matrices, M0 = R0(D)
+    # (one copy of D) and M2 = R2(D) (a view), two vectors per pass.
+    def _power_vectors(self, r: int) -> tuple[Tensor, Tensor]:
+        return getattr(self, f"power_u{r}"), getattr(self, f"power_v{r}")
+
+    def _matrices(self, D: Tensor) -> tuple[Tensor, Tensor]:
+        C, k = self.channels, self.kernel_size
+        M2 = D.view(C, C * k * k)
+        M0 = M2 if k == 1 else D.permute(0, 2, 1, 3).reshape(C * k, C * k)
+        return M0, M2
+
+    def _flip1(self, x: Tensor) -> Tensor:  # F on a (channel, tap) index
+        k = self.kernel_size
+        return x if k == 1 else x.view(-1, k).flip(1).reshape(-1)
+
+    def _flip2(self, x: Tensor) -> Tensor:  # F2 on a (channel, tap, tap) index
+        k = self.kernel_size
+        return x if k == 1 else x.view(-1, k, k).flip(1, 2).reshape(-1)
+
+    @torch.no_grad()
+    def _power_iterate(self, D: Tensor, steps: int) -> list[tuple[Tensor, Tensor, Tensor]]:
+        """``steps ≥ 1`` power steps on the four reshapes of ``D`` (buffers updated in
+        place).  Returns per reshape ``(ρ_r, u_r, v_r)`` with the new vectors and
+        ``ρ_r = u_rᵀ R_r(D) v_r`` (= the norm of the last product; R0, R2 update v then u,
+        R1, R3 update u then v).
+
+        In the coordinates ``X = [u0, F v1]`` (for M0) and ``X = [u2, v3]`` (for M2) one
+        step of both iterations of a pair is ``P̂ = unit(MᵀX)``, ``Q = M (P̂·s)``,
+        ``X ← unit(Q)·s`` with the column signs ``s = (1, −1)``; afterwards
+        ``v0 = P̂₀, u1 = −F P̂₁, u0 = X₀, v1 = F X₁`` and
+        ``v2 = P̂₀, u3 = −F2 P̂₁, u2 = X₀, v3 = X₁``.
+        """
+        M0, M2 = self._matrices(D)
+        f1, f2 = self._flip1, self._flip2
+        signs = torch.tensor([1.0, -1.0], dtype=D.dtype, device=D.device)
+        X0 = torch.stack([self.power_u0, f1(self.power_v1)], 1)
+        X2 = torch.stack([self.power_u2, self.power_v3], 1)
+        pairs = [(M0, X0), (M2, X2)]
+        if self.kernel_size == 1:  # M0 is M2: one product of four columns per half-step
+            pairs = [(M0, torch.cat([X0, X2], 1))]
+            signs = signs.repeat(2)
+        results = []
+        for M, X in pairs:
+            P = X
+            rho = X.new_zeros(X.shape[1])
+            for _ in range(steps):
+                P = (X.T @ M).T
+                P = P * (signs / torch.linalg.vector_norm(P, dim=0).clamp_min(1e-30))
+                Q = M @ P
+                rho = torch.linalg.vector_norm(Q, dim=0)
+                X = Q * (signs / rho.clamp_min(1e-30))
+            results.append((P * signs, X, rho))  # P·s = P̂ (unsigned)
+        if self.kernel_size == 1:
+            P, X, rho = results[0]
+            results = [(P[:, :2], X[:, :2], rho[:2]), (P[:, 2:], X[:, 2:], rho[2:])]
+        (P0, X0, r0), (P2, X2, r2) = results
+        new = (
+            (X0[:, 0], P0[:, 0]),
+            (-f1(P0[:, 1]), f1(X0[:, 1])),
+            (X2[:, 0], P2[:, 0]),
+            (-f2(P2[:, 1]), X2[:, 1]),
+        )
+        rhos = (r0[0], r0[1], r2[0], r2[1])
+        out = []
+        for r, (u, v) in enumerate(new):
+            bu, bv = self._power_vectors(r)
+            bu.copy_(u)
+            bv.copy_(v)
+            out.append((rhos[r], u.contiguous(), v.contiguous()))
+        return out
+
+    @torch.no_grad()
+    def _rayleigh_quotients(self, D: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
+        """``(u_rᵀ R_r(D) v_r, u_r, v_r)`` for the current buffers (no power step)."""
+        M0, M2 = self._matrices(D)
+        (u0, v0), (u1, v1), (u2, v2), (u3, v3) = (
+            tuple(t.clone() for t in self._power_vectors(r)) for r in range(CONV_RESHAPES)
+        )
+        f1, f2 = self._flip1, self._flip2
+        q = M0 @ torch.stack([v0, f1(u1)], 1)
+        q2 = M2 @ torch.stack([v2, f2(u3)], 1)
+        rho = [
+            torch.dot(u0, q[:, 0]),
+            -torch.dot(f1(v1), q[:, 1]),
+            torch.dot(u2, q2[:, 0]),
+            -torch.dot(v3, q2[:, 1]),
+        ]
+        vecs = ((u0, v0), (u1, v1), (u2, v2), (u3, v3))
+        return [(rho[r], vecs[r][0], vecs[r][1]) for r in range(CONV_RESHAPES)]
+
+    @torch.no_grad()
+    def refresh(self, steps: int = 50) -> None:
+        """Run ``steps`` power-iteration steps on all four reshapes (no gradient) and drop
+        the eval cache.  Call before evaluating a freshly built or loaded model."""
+        if steps > 0:
+            self._power_iterate(_skew_difference(self.weight.detach()), int(steps))
+        self._invalidate()
+
+    # ------------------------------------------------------------------ filters
+    def _compute_S(self, power_steps: int) -> Tensor:
+        """``S = A/σ`` (SPEC §1.2): ``power_steps`` power steps (0: use the stored vectors),
+        ``σ = min_r u_rᵀ R_r(A) v_r``, differentiable in ``weight`` with the vectors fixed."""
+        W = self.weight
+        with torch.no_grad():
+            D = _skew_difference(W.detach())
+            if power_steps > 0:
+                quotients = self._power_iterate(D, power_steps)
+            else:
+                quotients = self._rayleigh_quotients(D)
+            r = int(torch.argmin(torch.stack([q[0] for q in quotients])))
+            self.last_sigma_reshape = r
+        rho, u, v = quotients[r]
+        eu, ev = _rank_one_factors(r, u, v, self.channels, self.kernel_size)
+        return _NormalisedSkew.apply(W, D, rho, eu, ev)
+
+    def _cache_token(self) -> tuple:
+        w = self.weight
+        token: list = [w._version, w.data_ptr(), w.dtype, w.device]
+        for r in range(CONV_RESHAPES):
+            u, v = self._power_vectors(r)
+            token += [u._version, u.data_ptr(), v._version, v.data_ptr()]
+        return tuple(token)
+
+    def _invalidate(self) -> None:
+        self._cache_key = None
+        self._cache_S = None
+        self._bound_cache = None
+
+    def _eval_filter(self) -> Tensor:
+        """The (detached) ``S`` used at evaluation, cached."""
+        token = self._cache_token()
+        if self._cache_S is None or self._cache_key != token:
+            with torch.no_grad():
+                S = self._compute_S(0)
+            self._cache_S = S
+            self._cache_key = self._cache_token()
+        assert self._cache_S is not None
+        return self._cache_S
+
+    def skew_filter(self) -> Tensor:
+        """``S = ½(W − T(W))/σ`` as used at evaluation (σ from the stored power vectors, no
+        power step; detached, cached)."""
+        return self._eval_filter()
+
+    def train(self, mode: bool = True) -> "SOC":
+        self._invalidate()
+        return super().train(mode)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "SOC":  # .to(), .double(), ...
+        self._invalidate()
+        return super()._apply(fn, recurse)
+
+    # ------------------------------------------------------------------ forward
+    def _prepare_input(self, x: Tensor) -> Tensor:
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(
+                f"SOC expected input (N, {self.in_channels}, H, W), got {tuple(x.shape)}"
+            )
+        if self.stride == 2:
+            x = F.pixel_unshuffle(x, 2)
+        extra = self.channels - x.shape[1]
+        if extra > 0:
+            x = F.pad(x, (0, 0, 0, 0, 0, extra))
+        return x.contiguous(memory_format=_working_format(x))
+
+    def _series(self, x: Tensor, S: Tensor, terms: int) -> Tensor:
+        if self.fast_grad and torch.is_grad_enabled() and (x.requires_grad or S.requires_grad):
+            return soc_series_fast(x, S, terms)
+        return soc_series(x, S, terms)
+
+    def _linear(self, x: Tensor, S: Tensor, terms: int) -> Tensor:
+        """The layer without its bias: unshuffle, pad, series, truncate."""
+        z = self._series(self._prepare_input(x), S, terms)
+        if self.channels > self.out_channels:
+            z = z[:, : self.out_channels]
+        return z
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.training:
+            S = self._compute_S(self.power_iters)
+            terms = self.train_terms
+        else:
+            if torch.is_grad_enabled() and self.weight.requires_grad:
+                S = self._compute_S(0)
+            else:
+                S = self._eval_filter()
+            terms = self.eval_terms
+        z = self._linear(x, S, terms)
+        return z + self.bias.view(1, -1, 1, 1)
+
+    # ------------------------------------------------------------------ Lipschitz
+    def spectral_bound(self, rtol: float = 5e-3, select_rtol: float = 0.1) -> float:
+        """Guaranteed upper bound ``b ≥ ‖S‖₂`` for the ``S`` actually used at evaluation:
+        ``√(kh·kw)·min_r ‖R_r(S)‖₂`` with the reshape norms bounded from above in float64
+        (the float32 ``S`` is cast exactly), see :mod:`lipcli.spectral`; ``b`` is within
+        about ``rtol`` of that minimum (plus ``select_rtol``, see below).  ``S`` is exactly
+        skew, so only two of the four reshapes need bounding; the cheaper one is used when
+        its estimated norm is within ``select_rtol`` of the smaller (b only enters the
+        truncation tail ``b^T/T!`` of :meth:`lipschitz_upper_bound`, where 10 % on b costs
+        little; pass ``select_rtol=rtol`` for the tightest bound)."""
+        S = self._eval_filter()
+        starts = [self._power_vectors(r)[1] for r in range(CONV_RESHAPES)]
+        return conv_spectral_norm_upper_bound(
+            S, rtol=rtol, select_rtol=select_rtol, skew=True, start_vectors=starts
+        )
+
+    def lipschitz_upper_bound(self) -> float:
+        """Guaranteed bound on the l2 Lipschitz constant at ``eval_terms`` (SPEC §5):
+        ``1 + b^T/T!·1/(1 − b/(T+1))`` with ``b`` = :meth:`spectral_bound` (or the plain
+        ``Σ_{j<T} b^j/j!`` when smaller or when ``b ≥ T+1``).  Unshuffle, channel padding
+        and truncation have norm ≤ 1; the bias does not matter.  Cached until the weight
+        or a power vector changes."""
+        key = (self._cache_token(), self.eval_terms)
+        if self._bound_cache is not None and self._bound_cache[0] == key:
+            return self._bound_cache[1]
+        value = truncated_exp_norm_bound(self.spectral_bound(), self.eval_terms)
+        self._bound_cache = (key, value)
+        return value
+
+    def lipschitz_estimate(self, input_shape: tuple[int, int, int], iters: int = 50) -> float:
+        """Power-method estimate (a lower estimate) of the operator norm of
+        ``x ↦ layer(x) − bias`` at ``eval_terms`` for inputs of shape ``(c_in, H, W)``."""
+        S = self._eval_filter()
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        x = torch.randn((1, *input_shape), generator=gen, dtype=S.dtype).to(S.device)
+        estimate = 0.0
+        with torch.enable_grad():
+            for _ in range(max(1, iters)):
+                x = (x / torch.linalg.vector_norm(x)).detach().requires_grad_(True)
+                y = self._linear_plain(x, S)
+                estimate = float(torch.linalg.vector_norm(y.detach()))
+                (x_next,) = torch.autograd.grad(y, x, y.detach())
+                x = x_next
+        return estimate
+
+    def _linear_plain(self, x: Tensor, S: Tensor) -> Tensor:
+        z = soc_series(self._prepare_input(x), S, self.eval_terms)
+        return z[:, : self.out_channels]
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, train_terms={self.train_terms}, "
+            f"eval_terms={self.eval_terms}, fast_grad={self.fast_grad}"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Plugin hook
+# --------------------------------------------------------------------------------------
+_PARAMS = (
+    Param(name="train_terms", type=int, default=6,
+          help="terms of the exponential series during training (SPEC §1.4)"),
+    Param(name="eval_terms", type=int, default=15,
+          help="terms of the exponential series at evaluation/certification (SPEC §1.4)"),
+    Param(name="power_iters", type=int, default=1,
+          help="power-iteration steps per training forward for the filter norm (SPEC §1.2)"),
+)
+
+
+def _soc_fast_factory(in_channels: int, out_channels: int, kernel_size: int, stride: int,
+                      **params: Any) -> SOC:
+    return SOC(in_channels, out_channels, kernel_size, stride, fast_grad=True, **params)
+
+
+def _soc_exact_factory(in_channels: int, out_channels: int, kernel_size: int, stride: int,
+                       **params: Any) -> SOC:
+    return SOC(in_channels, out_channels, kernel_size, stride, fast_grad=False, **params)
+
+
+@hookimpl
+def lip_convolutions() -> list[ConvSpec]:
+    """``soc-fast`` (default: SOC with the paper's fast filter gradient) and ``soc``
+    (exact-gradient baseline); same parameters, same forward."""
+    return [
+        ConvSpec(
+            name="soc-fast",
+            factory=_soc_fast_factory,
+            description="Skew orthogonal convolution with the fast one-conv filter gradient",
+            params=_PARAMS,
+            promises=(ORTHOGONAL,),
+        ),
+        ConvSpec(
+            name="soc",
+            factory=_soc_exact_factory,
+            description="Skew orthogonal convolution, exact autograd gradient (baseline)",
+            params=_PARAMS,
+            promises=(ORTHOGONAL,),
+        ),
+    ]
