@@ -477,3 +477,18 @@ def test_hook_specs_and_factories():
     layer = specs["soc-fast"].factory(512, 2048, 1, 2, **specs["soc-fast"].resolve_params())
     assert layer.weight.shape == (2048, 2048, 1, 1)
     assert hasattr(soc_module.lip_convolutions, "lipcli_impl")
+
+
+def test_freshly_built_layer_evaluates_sensibly():
+    """A new layer in eval mode (no refresh by the caller) has σ > 0 and an orthogonal-ish S."""
+    from lipcli.builtins.soc import SOC
+
+    for seed in range(5):
+        torch.manual_seed(seed)
+        layer = SOC(16, 16, 3, 1).eval()
+        x = torch.randn(2, 16, 8, 8)
+        with torch.no_grad():
+            y = layer(x) - layer.bias.view(1, -1, 1, 1)
+        assert torch.isfinite(y).all()
+        ratio = (y.norm() / x.norm()).item()
+        assert 0.9 < ratio < 1.1, ratio

@@ -239,6 +239,10 @@ def truncated_exp_norm_bound(b: float, terms: int) -> float:
 # --------------------------------------------------------------------------------------
 # The layer
 # --------------------------------------------------------------------------------------
+#: power-iteration steps run when a layer is built (so a fresh model evaluates sensibly)
+INIT_POWER_STEPS = 10
+
+
 class SOC(nn.Module):
     """Skew orthogonal convolution ``(N, c_in, H, W) → (N, c_out, H/s, W/s)`` (SPEC §1).
 
@@ -311,6 +315,9 @@ class SOC(nn.Module):
         self._bound_cache: tuple[tuple, float] | None = None
         #: index of the reshape that gave σ in the last filter computation (diagnostics)
         self.last_sigma_reshape: int = -1
+        # Random start vectors can give a tiny or negative Rayleigh quotient σ, i.e. a
+        # useless S in eval mode: a freshly built layer starts from converged-ish vectors.
+        self.refresh(INIT_POWER_STEPS)
 
     # ------------------------------------------------------------------ power iteration
     # For the exactly skew D (T(D) = −D) the four reshapes are tied (F flips the tap index):
