@@ -266,12 +266,7 @@ class PluginHost:
 
     def load_builtins(self) -> None:
         for modname in BUILTIN_PLUGINS:
-            try:
-                module = importlib.import_module(modname)
-            except ModuleNotFoundError as exc:
-                if exc.name == modname:  # not written yet / removed: skip quietly
-                    continue
-                raise
+            module = importlib.import_module(modname)
             name = "lipcli." + modname.rsplit(".", 1)[-1]
             self.register(module, name, distribution="lipcli", version=__version__, builtin=True)
 

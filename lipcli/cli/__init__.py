@@ -39,32 +39,19 @@ def _root(
     state.debug = debug
 
 
-#: (module, attribute, command name) — attached only if the module exists
+#: (module, attribute, command name); modules are imported here, heavy libraries inside
+#: each command function
 _COMMANDS = (
     ("plugins_cmd", "plugins", "plugins"),
     ("train_cmd", "train", "train"),
     ("certify_cmd", "certify", "certify"),
     ("lipschitz_cmd", "lipschitz", "lipschitz"),
 )
-_GROUPS = (("bench_cmd", "bench_app", "bench"),)
 
 for _mod, _attr, _name in _COMMANDS:
-    try:
-        _m = importlib.import_module(f"{__name__}.{_mod}")
-    except ModuleNotFoundError as _exc:
-        if _exc.name != f"{__name__}.{_mod}":
-            raise
-        continue
-    app.command(_name)(getattr(_m, _attr))
+    app.command(_name)(getattr(importlib.import_module(f"{__name__}.{_mod}"), _attr))
 
-for _mod, _attr, _name in _GROUPS:
-    try:
-        _m = importlib.import_module(f"{__name__}.{_mod}")
-    except ModuleNotFoundError as _exc:
-        if _exc.name != f"{__name__}.{_mod}":
-            raise
-        continue
-    app.add_typer(getattr(_m, _attr), name=_name)
+app.add_typer(importlib.import_module(f"{__name__}.bench_cmd").bench_app, name="bench")
 
 
 def main() -> None:
