@@ -18,6 +18,29 @@ from lipcli.hookspecs import hookimpl
 from lipcli.specs import ONE_LIPSCHITZ, ActivationSpec
 
 
+class _PairSort(torch.autograd.Function):
+    """``(max(a, b), min(a, b))`` with one comparison; backward routes the gradients by the
+    saved boolean mask (two ``where``s) instead of the generic ``maximum``/``minimum``
+    backward (which recomputes comparisons and masks for each output). The backward is
+    written with differentiable ops, so double backward works too."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        take_a = a >= b
+        ctx.save_for_backward(take_a)
+        return torch.where(take_a, a, b), torch.where(take_a, b, a)
+
+    @staticmethod
+    def backward(ctx, g_max: torch.Tensor, g_min: torch.Tensor):
+        (take_a,) = ctx.saved_tensors
+        return torch.where(take_a, g_max, g_min), torch.where(take_a, g_min, g_max)
+
+
+def pair_max_min(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Elementwise ``(max(a, b), min(a, b))`` (ties: ``a`` counts as the max)."""
+    return _PairSort.apply(a, b)
+
+
 class MaxMin(nn.Module):
     """``cat(max(a, b), min(a, b))`` over the two channel halves ``a, b`` (SPEC §2)."""
 
@@ -32,7 +55,7 @@ class MaxMin(nn.Module):
         if c % 2:
             raise ValueError(f"MaxMin needs an even number of channels, got {c}")
         a, b = z[:, : c // 2], z[:, c // 2 :]
-        return torch.cat((torch.maximum(a, b), torch.minimum(a, b)), dim=1)
+        return torch.cat(pair_max_min(a, b), dim=1)
 
     def extra_repr(self) -> str:
         return "" if self.channels is None else f"channels={self.channels}"

@@ -38,7 +38,9 @@ class ChannelMaxPool(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         a, b = _halves(z)
-        return torch.maximum(a, b)
+        # where(a >= b, a, b) = max(a, b); its backward is a cheap routing by the saved mask
+        # (torch.maximum's backward also splits ties and recomputes comparisons)
+        return torch.where(a >= b, a, b)
 
     def extra_repr(self) -> str:
         return "" if self.channels is None else f"channels={self.channels}"
