@@ -170,3 +170,9 @@ def test_missing_plugin_names_distribution(saved):
 def test_unwritable_destination(tmp_path, tiny_model):
     with pytest.raises(ModelFileError, match="does not exist"):
         save_model(tiny_model, tmp_path / "no" / "such" / "dir.safetensors")
+
+
+def test_written_file_has_normal_permissions(saved):
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (saved.stat().st_mode & 0o777) == (0o666 & ~umask)
