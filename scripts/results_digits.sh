@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Reproduces the digits figures in docs/results.md (embedded offline data set, CPU).
+# Usage: bash scripts/results_digits.sh [OUTDIR]   (default runs/results)
+# Each run: lip train (recipe defaults except the settings shown) then lip certify.
+# Set ONLY=name to run one of them.
+set -euo pipefail
+CERTIFY_EXTRA=""
+OUT=${1:-runs/results}
+LIP=${LIP:-.venv/bin/lip}
+mkdir -p "$OUT"
+run() {  # name, then lip train options
+  local name=$1; shift
+  if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ]; then return; fi
+  local start=$(date +%s)
+  [ -f "$OUT/$name.safetensors" ] || "$LIP" train --dataset digits --arch lipconvnet-5 "$@" --out "$OUT/$name.safetensors" -q --json \
+    > "$OUT/$name.train.json"
+  local end=$(date +%s)
+  echo "$name: lip train took $((end - start)) s" | tee -a "$OUT/times.txt"
+  start=$(date +%s)
+  "$LIP" certify "$OUT/$name.safetensors" --radii 36,72,108 $CERTIFY_EXTRA --json \
+    --per-sample "$OUT/$name.per-sample.csv" -q > "$OUT/$name.certify.json"
+  echo "$name: lip certify $CERTIFY_EXTRA took $(($(date +%s) - start)) s" | tee -a "$OUT/times.txt"
+}
+# 1. the README quick start, its certificates checked by l2 PGD on all 360 test images
+CERTIFY_EXTRA="--attack --attack-steps 50 --attack-restarts 1" run quickstart --width 8 --epochs 30
+CERTIFY_EXTRA=""
+# 2. the CRC-Lip head (MLP, hidden 1024) with projection pooling, same budget
+run mlp-projection --width 8 --epochs 30 --head mlp:hidden=1024 --pool projection
+# 3. pooling side by side with the LLN head (max pooling is the quick start run itself)
+run pool-projection --width 8 --epochs 30 --pool projection
+# the third-party plugin, installed beside (not into) the environment
+.venv/bin/python -m pip install -q --no-deps --target "$OUT/polygon-site" ./plugins/lipcli-polygon-pool
+PYTHONPATH="$OUT/polygon-site" run pool-polygon --width 8 --epochs 30 --pool polygon
