@@ -50,8 +50,10 @@ class CertifyResult:
             inputs still get the radius of their *predicted* class.
         exact_classes: ``False`` when ``top_k`` restricted the competing classes to fewer
             than ``c - 1``: then ``radius`` is NOT a certificate (heuristic, label it so).
-        notes: human-readable remarks (what was estimated, solver statistics, timings).
-        stats: machine-readable counters for the same (JSON-serialisable).
+        notes: human-readable remarks (what was estimated, which tolerances); the same for
+            every chunk of a run, so concatenated results stay short.
+        stats: machine-readable numbers (JSON-serialisable): per-call counters and times
+            that add up over chunks, and states named ``*_total`` (last value wins).
     """
 
     predictions: torch.Tensor
@@ -70,7 +72,8 @@ class CertifyResult:
 
     @staticmethod
     def concatenate(results: list["CertifyResult"]) -> "CertifyResult":
-        """Join per-chunk results (notes de-duplicated in order, numeric stats summed)."""
+        """Join per-chunk results (notes de-duplicated in order, counters summed, ``*_total``
+        states and non-numeric stats taken from the last chunk)."""
         if not results:
             raise ValueError("nothing to concatenate")
         notes: list[str] = []
@@ -80,9 +83,10 @@ class CertifyResult:
                 if note not in notes:
                     notes.append(note)
             for key, value in res.stats.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                additive = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if additive and not key.endswith("_total"):
                     stats[key] = stats.get(key, 0) + value
-                else:
+                else:  # states (``*_total``) and non-numbers: the last chunk's value
                     stats[key] = value
         return CertifyResult(
             predictions=torch.cat([r.predictions for r in results]),

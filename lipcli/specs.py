@@ -17,7 +17,7 @@ kind             factory call
                  channels at the same spatial size
 ``head``         ``factory(in_features, num_classes, **params)`` -> ``nn.Module`` mapping
                  ``(N, in_features)`` to logits ``(N, num_classes)``
-``certificate``  ``factory(**params)`` -> a certifier (see :mod:`lipcli.certify`)
+``certificate``  ``factory(**params)`` -> a certifier (see :mod:`lipcli.certificates`)
 ``arch``         ``factory(*, conv, activation, pool, head, num_classes, in_channels, mean,
                  std, **params)`` -> ``nn.Module``; the first four are :class:`Component`
 ``dataset``      ``factory(root, split, *, download=False, augment=False, **params)`` ->

@@ -10,7 +10,7 @@ import torch
 from scipy.optimize import minimize
 from torch import nn
 
-from lipcli.builtins.cert_lln import LLNCertifier, lip_certificates, lln_radius
+from lipcli.builtins.cert_lln import LLNCertifier, lip_certificates, lln_radius, pairwise_row_distances
 from lipcli.certificates import Certifier, CertifyResult, head_fingerprint
 
 
@@ -168,3 +168,14 @@ def test_float32_head_matches_float64_certificate():
     r64 = LLNCertifier().certify(NormalizedLinear(w.double(), b.double()), y.double())
     assert isinstance(r32, CertifyResult)
     assert torch.allclose(r32.radius, r64.radius, rtol=1e-5, atol=1e-6)
+
+
+def test_pairwise_distances_do_not_cancel_for_close_rows():
+    """More than 25 classes with nearly equal rows: the distance must not be underestimated."""
+    gen = torch.Generator().manual_seed(7)
+    base = torch.randn(64, generator=gen, dtype=torch.float64) * 100
+    w = base + 1e-9 * torch.randn(40, 64, generator=gen, dtype=torch.float64)
+    dist = pairwise_row_distances(w)
+    exact = np.linalg.norm(w.numpy()[:, None, :] - w.numpy()[None, :, :], axis=2)
+    assert bool((dist.numpy() >= exact).all())
+    assert np.allclose(dist.numpy(), exact, rtol=1e-12)

@@ -49,6 +49,24 @@ def linear_head_weights(head: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         return weight, bias.detach().to(torch.float64)
 
 
+def pairwise_row_distances(weight: torch.Tensor) -> torch.Tensor:
+    """``(c, c)`` matrix of ``||ŵ_a - ŵ_b||`` in float64, rounding-safe (never too small).
+
+    Computed from the differences themselves: the Gram-matrix shortcut
+    ``||a||² + ||b||² - 2aᵀb`` (which ``torch.cdist`` switches to for more than 25 rows)
+    cancels catastrophically for nearly equal rows and could *under*-estimate the distance,
+    i.e. over-claim the radius.
+    """
+    w = weight.to(torch.float64)
+    c, dim = w.shape
+    out = torch.empty(c, c, dtype=torch.float64, device=w.device)
+    step = max(1, (1 << 22) // max(1, c * dim))
+    for s in range(0, c, step):
+        out[s : s + step] = (w[s : s + step].unsqueeze(1) - w.unsqueeze(0)).norm(dim=2)
+    # the difference, squares, sum and square root round: inflate by (D + 4) ulps
+    return out * (1 + (dim + 4) * _U64)
+
+
 def lln_radius(
     weight: torch.Tensor,
     bias: torch.Tensor,
@@ -79,11 +97,8 @@ def lln_radius(
     # rounding error of each logit: gamma_{D+2} * (|y| |w|ᵀ + |b|), bounded per row by C-S
     mag = y.norm(dim=1, keepdim=True) * w.norm(dim=1) + b.abs()
     err = (y.shape[1] + 4) * _U64 * (mag[rows, pred].unsqueeze(1) + mag)
-    w_pred = w[pred]  # (B, D)
-    # ||ŵ_l - ŵ_j|| for every (input, class), computed from the differences themselves
-    dist = torch.cdist(w_pred.unsqueeze(1), w.unsqueeze(0)).squeeze(1)  # (B, c)
-    dist = dist * (1 + (w.shape[1] + 4) * _U64)  # rounding-safe upper bound
-    ratio = (margin - err) / dist
+    dist = pairwise_row_distances(w)[pred]  # (B, c): ||ŵ_l - ŵ_j||
+    ratio = (margin - err) / dist * (1 - 4 * _U64)  # the division rounds once more
     ratio = torch.where(dist > 0, ratio, torch.full_like(ratio, float("inf")))
     ratio = ratio.masked_fill(~candidates, float("inf"))
     radius = ratio.min(dim=1).values  # +inf only if no competing class can ever win
