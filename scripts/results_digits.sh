@@ -29,5 +29,8 @@ run mlp-projection --width 8 --epochs 30 --head mlp:hidden=1024 --pool projectio
 # 3. pooling side by side with the LLN head (max pooling is the quick start run itself)
 run pool-projection --width 8 --epochs 30 --pool projection
 # the third-party plugin, installed beside (not into) the environment
-.venv/bin/python -m pip install -q --no-deps --target "$OUT/polygon-site" ./plugins/lipcli-polygon-pool
+.venv/bin/python -m pip install -q --upgrade --no-deps --target "$OUT/polygon-site" ./plugins/lipcli-polygon-pool
+# the in-tree build leaves an egg-info under src/, which would make the plugin discoverable
+# whenever src/ is on sys.path (as in the test suite): remove it
+rm -rf plugins/lipcli-polygon-pool/build plugins/lipcli-polygon-pool/src/*.egg-info
 PYTHONPATH="$OUT/polygon-site" run pool-polygon --width 8 --epochs 30 --pool polygon
