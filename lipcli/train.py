@@ -978,23 +978,12 @@ def evaluate(model: nn.Module, loader: Iterable, ctx: DistContext) -> dict[str, 
 def lipschitz_record(model: nn.Module, *, estimate: bool = True) -> dict[str, Any]:
     """The model file's ``lipschitz`` slot.
 
-    Uses :func:`lipcli.lipschitz.lipschitz_report` (guaranteed upper bound + power estimate);
-    if that module is not installed, falls back to the architecture's own guaranteed bound.
+    Uses :func:`lipcli.lipschitz.lipschitz_report` (guaranteed upper bound + power estimate).
     """
-    try:
-        from .lipschitz import lipschitz_report  # CALL SITE: lipcli.lipschitz (owned elsewhere)
-    except ImportError:
-        lipschitz_report = None
-    if lipschitz_report is not None:
-        report = lipschitz_report(model, estimate=estimate, iters=50)
-        return json.loads(json.dumps(report, default=float))
-    bound = getattr(model, "lipschitz_upper_bound", None)
-    return {
-        "upper_bound": float(bound()) if callable(bound) else None,
-        "estimate": None,
-        "layers": [],
-        "method": "architecture lipschitz_upper_bound() (lipcli.lipschitz not available)",
-    }
+    from .lipschitz import lipschitz_report
+
+    report = lipschitz_report(model, estimate=estimate, iters=50)
+    return json.loads(json.dumps(report, default=float))
 
 
 # ---------------------------------------------------------------------------------------------

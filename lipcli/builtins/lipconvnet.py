@@ -223,23 +223,11 @@ class LipConvnet(nn.Module):
 
     # -- tooling ------------------------------------------------------------------------------
     def lipschitz_upper_bound(self) -> float:
-        """Guaranteed bound on ``Lip(features)`` (SPEC §5) in the current configuration.
+        """Guaranteed bound on ``Lip(features)`` (SPEC §5): :func:`lipcli.lipschitz.guaranteed_upper_bound`
+        (product of per-layer bounds, 1 for ``"1-lipschitz"`` layers, rounded up)."""
+        from lipcli.lipschitz import guaranteed_upper_bound
 
-        Product over the body's children of 1 (promise ``"1-lipschitz"``) or the child's own
-        ``lipschitz_upper_bound()``. A child with neither is an error, never silently 1.
-        """
-        bound = 1.0
-        for name, child in self.body.named_children():
-            if ONE_LIPSCHITZ in getattr(child, "lip_promises", ()):
-                continue
-            child_bound = getattr(child, "lipschitz_upper_bound", None)
-            if not callable(child_bound):
-                raise TypeError(
-                    f"layer {name!r} ({type(child).__name__}) neither promises "
-                    f"{ONE_LIPSCHITZ!r} nor has lipschitz_upper_bound()"
-                )
-            bound *= float(child_bound())
-        return bound
+        return guaranteed_upper_bound(self)[0]
 
     def no_weight_decay_parameters(self) -> set[str]:
         """Full names of parameters excluded from weight decay (submodules' ``no_weight_decay``)."""
