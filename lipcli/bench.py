@@ -263,23 +263,16 @@ def recipe_optimizer(
     momentum: float = RECIPE_MOMENTUM,
     weight_decay: float = RECIPE_WEIGHT_DECAY,
 ) -> torch.optim.SGD:
-    """SGD of the reference recipe (SPEC §6).
+    """SGD of the reference recipe (SPEC §6), built exactly as ``lip train`` builds it.
 
     Weight decay applies to every parameter that is at least 2-D and that the model does not
-    list in ``no_weight_decay_parameters()`` (SOC filters, the LLN weight); biases,
-    projection-pool angles and the MLP head get none.
+    exclude (``no_weight_decay_parameters()``: SOC filters and the LLN weight get it; biases,
+    projection-pool angles and the MLP head get none).
     """
-    skip_fn = getattr(model, "no_weight_decay_parameters", None)
-    skip = set(skip_fn()) if callable(skip_fn) else set()
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        (decay if param.dim() >= 2 and name not in skip else no_decay).append(param)
-    groups = [{"params": decay, "weight_decay": weight_decay}]
-    if no_decay:
-        groups.append({"params": no_decay, "weight_decay": 0.0})
-    return torch.optim.SGD(groups, lr=lr, momentum=momentum)
+    from .train import recipe_sgd, weight_decay_groups
+
+    groups = [g for g in weight_decay_groups(model, weight_decay) if g["params"]]
+    return recipe_sgd(groups, lr=lr, momentum=momentum)
 
 
 def synthetic_batch(
@@ -832,7 +825,10 @@ def bench_certify(
 # ------------------------------------------------------------------------------------------
 # lip bench profile
 # ------------------------------------------------------------------------------------------
-_CONV_OP = re.compile(r"^aten::.*conv(?!ert)", re.IGNORECASE)
+_CONV_OP = re.compile(r"^(aten|mkldnn)::.*conv(?!ert)", re.IGNORECASE)
+#: record_function label the SOC layers put around each convolution they compute (conv2d,
+#: the fused convolution-plus-add of a Horner step, 1×1 convolutions done as matrix products)
+_CONV_LABELS = frozenset({"lipcli::soc_convolution"})
 _POWER_OPS = frozenset({
     "aten::mv", "aten::mm", "aten::matmul", "aten::addmv", "aten::addmv_", "aten::dot",
     "aten::vdot", "aten::bmm", "aten::linalg_vector_norm", "aten::norm", "aten::addmm",
@@ -918,7 +914,8 @@ def _ancestors(evt: Any) -> Iterator[Any]:
 def classify_event(evt: Any) -> str:
     """Category key (see :data:`CATEGORY_LABELS`) of one profiler event's self time."""
     chain = list(_ancestors(evt))
-    if any(_CONV_OP.match(e.name) for e in chain):
+    # a label's own self time is Python/profiler overhead around the convolution: not counted
+    if any(_CONV_OP.match(e.name) for e in chain) or any(e.name in _CONV_LABELS for e in chain[1:]):
         return "convolution"
     label = next((e.name for e in chain if e.name.startswith("bench::")), None)
     in_autograd = any(e.name.startswith("autograd::engine::evaluate_function") for e in chain)
@@ -1086,8 +1083,12 @@ def bench_profile(
             ),
             "convolution_rule": (
                 "an operator counts as convolution when it or an operator it was called "
-                "from is an aten:: convolution op (conv2d, convolution, "
-                "convolution_backward, mkldnn/cudnn/slow conv)"
+                "from is a convolution op (aten:: conv2d, convolution, "
+                "convolution_backward, mkldnn/cudnn/slow conv; mkldnn:: fused "
+                "convolution-plus-add) or lies inside a SOC layer's "
+                "'lipcli::soc_convolution' range (its convolutions, including the Horner "
+                "add fused into them and 1x1 convolutions on 1x1 images computed as "
+                "matrix products)"
             ),
         },
         "step_ms_unprofiled_median": statistics.median(plain) * 1e3,

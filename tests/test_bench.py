@@ -158,6 +158,13 @@ def test_classify_event_rules():
     wgrad = _evt("aten::convolution_backward", _evt("bench::backward"))
     assert bench.classify_event(_evt("aten::sum", wgrad)) == "convolution"
     assert bench.classify_event(_evt("aten::_foreach_add_", _evt("bench::optimizer"))) == "optimizer"
+    # the fused oneDNN convolution-plus-add, and whatever a SOC layer runs inside its
+    # convolution label (a 1x1 convolution as addmm); the label's own self time does not
+    assert bench.classify_event(_evt("mkldnn::_convolution_pointwise", conv_mod)) == "convolution"
+    label = _evt("lipcli::soc_convolution", conv_mod)
+    assert bench.classify_event(_evt("aten::addmm", label)) == "convolution"
+    assert bench.classify_event(label) == "conv_other"
+    assert bench.classify_event(_evt("lipcli::soc_convolution", engine)) == "backward"
     # names containing "conv" that are not aten convolutions do not count
     assert bench.classify_event(_evt("aten::_convert_indices_from_coo_to_csr")) == "unlabelled"
     assert bench.classify_event(_evt("MyConvThing", _evt("bench::loss"))) == "loss"

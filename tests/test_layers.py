@@ -184,6 +184,28 @@ def test_max_layers_gradient_norms(layer) -> None:
         assert torch.allclose(norm, torch.ones_like(norm))
 
 
+@pytest.mark.parametrize("layer", [MaxMin(8), ChannelMaxPool(8)])
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
+def test_max_layers_route_gradients_exactly(layer, fmt) -> None:
+    """The hand-written backward equals autograd of the plain ``where`` formulation bit for
+    bit (ties go to the first half), keeps the memory format, and double backward works."""
+    z = _pair_inputs(5, 8).contiguous(memory_format=fmt).requires_grad_(True)
+    out = layer(z)
+    g = torch.randn(out.shape, dtype=DT, generator=_gen(4)).contiguous(memory_format=fmt)
+    (got,) = torch.autograd.grad(out, z, g)
+    zr = z.detach().clone().requires_grad_(True)
+    a, b = zr[:, :4], zr[:, 4:]
+    ref = torch.where(a >= b, a, b)
+    if isinstance(layer, MaxMin):
+        ref = torch.cat((ref, torch.where(a >= b, b, a)), 1)
+    (want,) = torch.autograd.grad(ref, zr, g)
+    assert torch.equal(got, want)
+    assert got.is_contiguous(memory_format=fmt)
+    assert out.is_contiguous(memory_format=fmt)
+    zz = torch.randn(3, 8, 2, 2, dtype=DT, generator=_gen(6)).requires_grad_(True)  # no ties
+    assert torch.autograd.gradgradcheck(layer, (zz,))
+
+
 # ---------------------------------------------------------------------------------------------
 # projection pooling
 

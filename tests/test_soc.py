@@ -179,11 +179,17 @@ def pair(c_in, c_out, k, s, dtype, **kw) -> tuple[SOC, SOC]:
     return fast, exact
 
 
-@pytest.mark.parametrize("c_in,c_out,k,s", [(3, 8, 3, 1), (4, 16, 3, 2), (8, 8, 1, 1)])
-def test_fast_forward_bit_identical_and_input_grad_exact(c_in, c_out, k, s):
+@pytest.mark.parametrize("c_in,c_out,k,s,hw", [
+    (3, 8, 3, 1, 8),    # activations outnumber the filter: 1/i on the filter, fused add
+    (4, 16, 3, 2, 8),   # filter larger: 1/i on the convolution output
+    (8, 8, 1, 1, 8),    # 1×1 filter, fused add
+    (8, 8, 1, 1, 1),    # 1×1 filter on 1×1 images: matrix products (addmm)
+    (16, 64, 1, 2, 2),  # 1×1, stride 2 onto 1×1 images
+])
+def test_fast_forward_bit_identical_and_input_grad_exact(c_in, c_out, k, s, hw):
     fast, exact = pair(c_in, c_out, k, s, torch.float32)
     gen = torch.Generator().manual_seed(5)
-    x = torch.randn(4, c_in, 8, 8, generator=gen)
+    x = torch.randn(4, c_in, hw, hw, generator=gen)
     for mode in ("train", "eval"):
         fast.train(mode == "train")
         exact.train(mode == "train")
@@ -199,6 +205,53 @@ def test_fast_forward_bit_identical_and_input_grad_exact(c_in, c_out, k, s):
             assert torch.equal(getattr(fast, name), getattr(exact, name))
     with torch.no_grad():  # eval under no_grad uses the cache: still the same values
         assert torch.equal(fast(x), exact(x))
+
+
+@pytest.mark.skipif(not soc_module.FUSED_CONV_ADD, reason="no oneDNN fused convolution here")
+@pytest.mark.parametrize("sign", [1, -1])
+@pytest.mark.parametrize("k,fmt", [(3, torch.channels_last), (3, torch.contiguous_format),
+                                   (1, torch.channels_last)])
+def test_fused_convolution_add_equals_convolution_then_add(sign, k, fmt):
+    """The fused oneDNN ``other ± conv(u, K)`` gives the very values of ``conv2d`` followed
+    by the add/sub (this is what keeps the two gradient modes bit-identical)."""
+    gen = torch.Generator().manual_seed(11)
+    u = torch.randn(6, 16, 9, 9, generator=gen).contiguous(memory_format=fmt)
+    other = torch.randn(6, 16, 9, 9, generator=gen).contiguous(memory_format=fmt)
+    K = torch.randn(16, 16, k, k, generator=gen) / 7
+    y = F.conv2d(u, K, padding=k // 2)
+    want = other + y if sign > 0 else y - other
+    got = soc_module._conv_plus(u, K, other, k // 2, sign=sign)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("c,k,hw", [(8, 3, 8), (8, 1, 8), (16, 3, 2), (8, 1, 1)])
+def test_fused_and_plain_fast_gradients_agree(monkeypatch, c, k, hw):
+    """float32: the fast gradient computed with fused convolution-plus-add steps equals the
+    one computed with separate convolutions and adds (values, input and filter gradients)."""
+    S = make_layer(c, c, k, 1, dtype=torch.float32).skew_filter().clone()
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(5, c, hw, hw, generator=gen)
+    g = torch.randn(5, c, hw, hw, generator=gen)
+    results = []
+    for fused in (True, False):
+        monkeypatch.setattr(soc_module, "FUSED_CONV_ADD", fused and soc_module.FUSED_CONV_ADD)
+        xr, Sr = x.clone().requires_grad_(True), S.clone().requires_grad_(True)
+        z = soc_series_fast(xr, Sr, 6)
+        (z * g).sum().backward()
+        results.append((z.detach(), xr.grad, Sr.grad))
+    (z1, gx1, gS1), (z2, gx2, gS2) = results
+    assert torch.equal(z1, z2)
+    torch.testing.assert_close(gx1, gx2, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gS1, gS2, rtol=1e-5, atol=1e-5)
+
+
+def test_blocked_minus_transpose_is_bit_identical():
+    gen = torch.Generator().manual_seed(13)
+    X = torch.randn(512, 512, 1, 1, generator=gen)
+    assert X.numel() >= soc_module._TILE_MIN_ENTRIES  # the blocked path is taken
+    want = X - transpose_filter(X)
+    assert torch.equal(soc_module._minus_transpose(X), want)
+    assert torch.equal(soc_module._minus_transpose(X, 0.25), want * 0.25)
 
 
 def test_fast_input_gradient_float64_matches_autograd():

@@ -206,6 +206,32 @@ def test_curvature_penalty_lower_estimate_converges_and_has_gradients():
     assert torch.allclose(got.double(), expected, rtol=1e-3)
 
 
+def test_recipe_sgd_is_fused_where_available_and_matches_plain_sgd():
+    from lipcli.train import recipe_sgd
+
+    gen = torch.Generator().manual_seed(0)
+    init = [torch.randn(64, 32, generator=gen), torch.randn(32, generator=gen)]
+    grads = [[torch.randn(t.shape, generator=gen) for t in init] for _ in range(3)]
+    results = []
+    for make in (
+        lambda groups: recipe_sgd(groups, lr=0.1, momentum=0.9),
+        lambda groups: torch.optim.SGD(groups, lr=0.1, momentum=0.9),
+    ):
+        params = [torch.nn.Parameter(t.clone()) for t in init]
+        opt = make([{"params": [params[0]], "weight_decay": 5e-4},
+                    {"params": [params[1]], "weight_decay": 0.0}])
+        for step in grads:
+            for p, g in zip(params, step):
+                p.grad = g.clone()
+            opt.step()
+        results.append((opt, [p.detach() for p in params]))
+    (fused_opt, got), (_, want) = results
+    assert fused_opt.param_groups[0].get("fused") is True  # CPU float32: fused since torch 2.4
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    assert not torch.equal(got[0], init[0])
+
+
 def test_state_flattening_roundtrip_is_exact():
     from collections import Counter
 

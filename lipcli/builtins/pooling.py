@@ -27,6 +27,38 @@ def _halves(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return z[:, : c // 2], z[:, c // 2 :]
 
 
+class _PairMax(torch.autograd.Function):
+    """``max(a, b)`` of the channel halves of ``z``; the gradient goes to ``a`` where
+    ``a ≥ b``, else to ``b``.  Backward writes ``∂a = g·m`` and ``∂b = g − ∂a`` (``m ∈ {0, 1}``:
+    exact for finite gradients) straight into one gradient tensor of ``z``'s shape and
+    memory format (``torch.maximum``'s own backward splits ties and recomputes
+    comparisons; slicing's backward zero-fills two full-size tensors and adds them).  Under
+    ``create_graph`` the backward is built from differentiable ops."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor) -> torch.Tensor:
+        a, b = _halves(z)
+        ctx.save_for_backward(a >= b)
+        ctx.channels_last = z.dim() == 4 and not z.is_contiguous() and z.is_contiguous(
+            memory_format=torch.channels_last
+        )
+        return torch.maximum(a, b)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
+        (take_a,) = ctx.saved_tensors
+        h = take_a.shape[1]
+        if torch.is_grad_enabled():  # create_graph: differentiable form
+            zero = torch.zeros((), dtype=g.dtype, device=g.device)
+            return torch.cat((torch.where(take_a, g, zero), torch.where(take_a, zero, g)), dim=1)
+        shape = (g.shape[0], 2 * h, *g.shape[2:])
+        fmt = torch.channels_last if ctx.channels_last else torch.contiguous_format
+        grad = torch.empty(shape, dtype=g.dtype, device=g.device, memory_format=fmt)
+        torch.mul(g, take_a, out=grad[:, :h])
+        torch.sub(g, grad[:, :h], out=grad[:, h:])
+        return grad
+
+
 class ChannelMaxPool(nn.Module):
     """Baseline pooling ``max(z[:, :C/2], z[:, C/2:])`` (SPEC §2, "Max pooling")."""
 
@@ -37,10 +69,8 @@ class ChannelMaxPool(nn.Module):
         self.channels = channels
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        a, b = _halves(z)
-        # where(a >= b, a, b) = max(a, b); its backward is a cheap routing by the saved mask
-        # (torch.maximum's backward also splits ties and recomputes comparisons)
-        return torch.where(a >= b, a, b)
+        _halves(z)  # checks the channel count
+        return _PairMax.apply(z)
 
     def extra_repr(self) -> str:
         return "" if self.channels is None else f"channels={self.channels}"

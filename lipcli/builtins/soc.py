@@ -28,6 +28,7 @@ Maths (SPEC §1; Singla & Feizi 2021, and the paper §4, eqs. (1)–(4)):
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -60,10 +61,29 @@ def transpose_filter(kernel: Tensor) -> Tensor:
     return kernel.transpose(0, 1).flip(2, 3)
 
 
-def _minus_transpose(X: Tensor, scale: Tensor | None = None) -> Tensor:
-    """``X − T(X)`` (times ``scale`` if given), contiguous.  (A cache-blocked variant was
-    tried; on the shared 2-core test machine it was not reliably faster.)"""
-    out = torch.sub(X, transpose_filter(X))
+#: tile size of the cache-blocked ``X − T(X)`` for large 1×1 filters on CPU
+_TILE = 32
+#: smallest ``C·C`` for which the blocked form is used (a 2048×2048 1×1 filter: about 4 ms
+#: instead of 20–30 ms on the 2-core test machine; 3×3 filters gain nothing from it)
+_TILE_MIN_ENTRIES = 1 << 18
+
+
+def _minus_transpose(X: Tensor, scale: float | Tensor | None = None) -> Tensor:
+    """``X − T(X)`` (times ``scale`` if given), contiguous.
+
+    For a large 1×1 filter on CPU, ``T(X) = Xᵀ`` is read through a tile-transposed copy
+    (``32×32`` tiles made contiguous first), so that neither read walks the matrix with a
+    stride of a whole row; the values are the same subtractions, bit for bit."""
+    C, C2, kh, kw = X.shape
+    if (
+        kh == 1 and kw == 1 and C == C2 and C % _TILE == 0 and C * C >= _TILE_MIN_ENTRIES
+        and X.device.type == "cpu" and X.is_contiguous()
+    ):
+        nb = C // _TILE
+        tiles = X.view(nb, _TILE, nb, _TILE).permute(0, 2, 3, 1).contiguous()  # (I, O, o, i)
+        out = torch.sub(X.view(nb, _TILE, nb, _TILE), tiles.permute(1, 2, 0, 3)).view(X.shape)
+    else:
+        out = torch.sub(X, transpose_filter(X))
     return out if scale is None else out.mul_(scale)
 
 
@@ -131,45 +151,184 @@ def _working_format(x: Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
+def _is_matmul_case(u: Tensor, S: Tensor) -> bool:
+    """A ``1×1`` filter on ``1×1`` images: the convolution is a plain matrix product
+    (``addmm`` is several times faster than the convolution backend there)."""
+    return S.shape[-1] == 1 and S.shape[-2] == 1 and u.shape[-1] == 1 and u.shape[-2] == 1
+
+
+def _mat(S: Tensor) -> Tensor:
+    return S.view(S.shape[0], S.shape[1])
+
+
 def _apply_filter(u: Tensor, S: Tensor, padding: int) -> Tensor:
-    """``conv2d(u, S, padding)``; a 1×1 filter on 1×1 images is a plain matrix product
-    (``F.linear`` is several times faster than the convolution backend there)."""
-    if S.shape[-1] == 1 and S.shape[-2] == 1 and u.shape[-1] == 1 and u.shape[-2] == 1:
-        n = u.shape[0]
-        return F.linear(u.reshape(n, -1), S.view(S.shape[0], S.shape[1])).view(n, -1, 1, 1)
-    return F.conv2d(u, S, padding=padding)
+    """``conv2d(u, S, padding)`` (a matrix product for a 1×1 filter on 1×1 images)."""
+    with _conv_region():
+        if _is_matmul_case(u, S):
+            n = u.shape[0]
+            return F.linear(u.reshape(n, -1), _mat(S)).view(n, -1, 1, 1)
+        return F.conv2d(u, S, padding=padding)
+
+
+# --------------------------------------------------------------------------------------
+# Fused "convolution + add" (the Horner step) and profiler labels
+# --------------------------------------------------------------------------------------
+#: label put around every convolution the series computes (conv2d, the fused
+#: convolution-plus-add, and 1×1 convolutions computed as matrix products) while a profiler
+#: is running, so that ``lip bench profile`` counts them as convolutions
+CONV_LABEL = "lipcli::soc_convolution"
+
+
+def _conv_region() -> Any:
+    if torch._C._autograd._profiler_enabled():
+        return torch.autograd.profiler.record_function(CONV_LABEL)
+    return contextlib.nullcontext()
+
+
+def _has_fused_conv_add() -> bool:
+    try:
+        return bool(torch.backends.mkldnn.is_available()) and hasattr(
+            torch.ops.mkldnn._convolution_pointwise, "binary"
+        )
+    except (AttributeError, RuntimeError):  # pragma: no cover - builds without oneDNN
+        return False
+
+
+#: use oneDNN's convolution with a fused elementwise post-op for the Horner steps on CPU
+#: (float32): ``other ± conv(u, K)`` in one pass instead of a convolution and a separate add
+#: over the activations.  Same values as ``conv2d`` then ``add`` (checked bit for bit by the
+#: test suite).  Set to ``False`` to disable.
+FUSED_CONV_ADD: bool = _has_fused_conv_add()
+
+
+def _fusable(u: Tensor, S: Tensor) -> bool:
+    return (
+        FUSED_CONV_ADD
+        and u.device.type == "cpu"
+        and u.dtype == torch.float32
+        and S.dtype == torch.float32
+        and not (torch.is_grad_enabled() and (u.requires_grad or S.requires_grad))
+    )
+
+
+def _conv_plus(u: Tensor, K: Tensor, other: Tensor, padding: int, sign: int = 1) -> Tensor:
+    """``other + conv(u, K)`` (``sign = 1``) or ``conv(u, K) − other`` (``sign = −1``), fused
+    into the convolution where oneDNN allows it (no autograd through the fused form)."""
+    if _fusable(u, K):
+        with _conv_region():
+            return torch.ops.mkldnn._convolution_pointwise.binary(
+                u, other, K, None, [padding, padding], [1, 1], [1, 1], 1,
+                "add" if sign > 0 else "sub", None, None, [], None,
+            )
+    y = _apply_filter(u, K, padding)
+    return other + y if sign > 0 else y - other
+
+
+def _scales_filter(x: Tensor, S: Tensor) -> bool:
+    """Where the Horner factor ``1/i`` is applied (SPEC §1.4: ``u ← x + S(u)/i``).
+
+    ``True``: on the filter, ``x + conv(u, S/i)`` — the add then fuses into the
+    convolution; chosen when the activations outnumber the filter entries (early layers).
+    ``False``: on the convolution output, ``x + conv(u, S)·(1/i)`` — cheaper when the
+    filter is the larger tensor (deep layers with few pixels).  A function of the shapes
+    only, so both gradient modes (and every evaluation) take the same path and compute
+    the same floating-point values."""
+    return x.numel() >= S.numel()
 
 
 # --------------------------------------------------------------------------------------
 # Horner evaluation of the truncated exponential (SPEC §1.4) and the fast gradient (§1.6)
 # --------------------------------------------------------------------------------------
-def _horner_step(x: Tensor, u: Tensor, S: Tensor, i: int, padding: int) -> Tensor:
-    """One Horner step ``x + S(u)/i`` (shared by both gradient modes: bit-identical)."""
-    return torch.add(x, _apply_filter(u, S, padding), alpha=1.0 / i)
+def _series_forward(x: Tensor, S: Tensor, terms: int, keep_u1: bool = False) -> tuple[Tensor, Tensor | None]:
+    """``z = Σ_{j<terms} S^j x/j!`` by Horner, ``u ← x + S(u)/i`` for ``i = terms−1 … 1``;
+    also returns ``u¹`` (the state before the last step) when ``keep_u1``.  One code path
+    for both gradient modes (differentiable by autograd; fused convolution-plus-add when
+    no gradient is recorded), so their values are identical."""
+    padding = S.shape[-1] // 2
+    u = x
+    u1: Tensor | None = None
+    if _is_matmul_case(x, S) and not torch.is_autocast_enabled(x.device.type):
+        # (under autocast the generic path below keeps the state in full precision)
+        n = x.shape[0]
+        x2, M = x.reshape(n, -1), _mat(S)
+        u2 = x2
+        with _conv_region():
+            for i in range(terms - 1, 0, -1):
+                if i == 1 and keep_u1:
+                    u1 = u2.view(x.shape)
+                u2 = torch.addmm(x2, u2, M.T, alpha=1.0 / i)
+        return u2.view(x.shape), u1
+    if _scales_filter(x, S):
+        for i in range(terms - 1, 0, -1):
+            if i == 1 and keep_u1:
+                u1 = u
+            u = _conv_plus(u, S if i == 1 else S * (1.0 / i), x, padding)
+        return u, u1
+    for i in range(terms - 1, 0, -1):
+        if i == 1 and keep_u1:
+            u1 = u
+        u = torch.add(x, _apply_filter(u, S, padding), alpha=1.0 / i)
+    return u, u1
 
 
 def soc_series(x: Tensor, S: Tensor, terms: int) -> Tensor:
     """``Σ_{j<terms} S^j x / j!`` by Horner, differentiable by plain autograd (exact
     gradient, SPEC §1.5).  ``S`` is a square ``(C, C, k, k)`` filter, ``x`` is ``(N, C, H, W)``."""
-    padding = S.shape[-1] // 2
-    u = x
-    for i in range(terms - 1, 0, -1):
-        u = _horner_step(x, u, S, i, padding)
-    return u
+    return _series_forward(x, S, terms)[0]
 
 
 def _conv_weight_grad(inp: Tensor, grad_out: Tensor, weight: Tensor, padding: int) -> Tensor:
     """``∂⟨grad_out, conv2d(inp, W)⟩/∂W``: a single convolution weight gradient (only the
     weight branch of the backend's convolution backward is computed; a matrix product for
     1×1 filters on 1×1 images, matching :func:`_apply_filter`)."""
-    if weight.shape[-1] == 1 and weight.shape[-2] == 1 and inp.shape[-1] == 1 and inp.shape[-2] == 1:
-        n = inp.shape[0]
-        return (grad_out.reshape(n, -1).T @ inp.reshape(n, -1)).view(weight.shape)
-    _, grad_w, _ = torch.ops.aten.convolution_backward(
-        grad_out, inp, weight, None, [1, 1], [padding, padding], [1, 1], False, [0, 0], 1,
-        [False, True, False],
-    )
-    return grad_w
+    with _conv_region():
+        if _is_matmul_case(inp, weight):
+            n = inp.shape[0]
+            return (grad_out.reshape(n, -1).T @ inp.reshape(n, -1)).view(weight.shape)
+        _, grad_w, _ = torch.ops.aten.convolution_backward(
+            grad_out, inp, weight, None, [1, 1], [padding, padding], [1, 1], False, [0, 0], 1,
+            [False, True, False],
+        )
+        return grad_w
+
+
+def _adjoint_series(
+    g: Tensor, S: Tensor, terms: int, need_x: bool
+) -> tuple[Tensor, int, Tensor | None]:
+    """Backward Horner loop of the fast gradient with ``Sᵀ = −S`` (SPEC §1.6):
+    ``v ← g − S(v)/i`` for ``i = terms−1 … 2`` gives ``v¹ = Σ_{j≤T−2} (Sᵀ)^j g/(j+1)!``;
+    the input gradient is ``g − S(v¹)`` (exact).  Returns ``(s·v¹, s, grad_x or None)``
+    with a sign ``s = ±1`` (the fused loop may end holding ``−v¹``)."""
+    padding = S.shape[-1] // 2
+    if _is_matmul_case(g, S):
+        n = g.shape[0]
+        g2, M = g.reshape(n, -1), _mat(S)
+        v2 = g2
+        with _conv_region():
+            for i in range(terms - 1, 1, -1):
+                v2 = torch.addmm(g2, v2, M.T, alpha=-1.0 / i)
+            gx = torch.addmm(g2, v2, M.T, alpha=-1.0).view(g.shape) if need_x else None
+        return v2.view(g.shape), 1, gx
+    if _scales_filter(g, S):
+        # conv(v, S/i) − g = −(g − S(v)/i): alternate "sub" and "add" so that no filter or
+        # activation needs negating; ``sign`` is the sign of the held state relative to v.
+        v, sign = g, 1
+        for i in range(terms - 1, 1, -1):
+            K = S * (1.0 / i)
+            if sign > 0:
+                v = _conv_plus(v, K, g, padding, sign=-1)   # = −v_new
+            else:
+                v = _conv_plus(v, K, g, padding, sign=1)    # g + S(−v)/i = v_new
+            sign = -sign
+        gx = None
+        if need_x:
+            gx = _conv_plus(v, S, g, padding) if sign < 0 else _conv_plus(v, -S, g, padding)
+        return v, sign, gx
+    v = g
+    for i in range(terms - 1, 1, -1):
+        v = torch.add(g, _apply_filter(v, S, padding), alpha=-1.0 / i)
+    gx = torch.add(g, _apply_filter(v, S, padding), alpha=-1.0) if need_x else None
+    return v, 1, gx
 
 
 class _FastSOCSeries(torch.autograd.Function):
@@ -177,12 +336,8 @@ class _FastSOCSeries(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, S: Tensor, terms: int) -> Tensor:  # type: ignore[override]
-        padding = S.shape[-1] // 2
-        u = x
-        for i in range(terms - 1, 1, -1):
-            u = _horner_step(x, u, S, i, padding)
-        z = _horner_step(x, u, S, 1, padding)  # u is now u¹
-        ctx.save_for_backward(u, S)
+        z, u1 = _series_forward(x, S, terms, keep_u1=True)
+        ctx.save_for_backward(u1, S)
         ctx.terms = terms
         return z
 
@@ -190,15 +345,14 @@ class _FastSOCSeries(torch.autograd.Function):
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, Tensor | None, None]:  # type: ignore[override]
         u1, S = ctx.saved_tensors
         g = g.contiguous(memory_format=_working_format(u1))
-        terms: int = ctx.terms
         padding = S.shape[-1] // 2
         need_x, need_S = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        # v¹ = Σ_{j≤T−2} (Sᵀ)^j g/(j+1)!, Sᵀ = −S: v ← g − S(v)/i for i = T−1…2.
-        v = g
-        for i in range(terms - 1, 1, -1):
-            v = torch.add(g, _apply_filter(v, S, padding), alpha=-1.0 / i)
-        grad_x = torch.add(g, _apply_filter(v, S, padding), alpha=-1.0) if need_x else None
-        grad_S = _conv_weight_grad(u1, v, S, padding) if need_S else None
+        v, sign, grad_x = _adjoint_series(g, S, ctx.terms, need_x)
+        grad_S = None
+        if need_S:
+            grad_S = _conv_weight_grad(u1, v, S, padding)
+            if sign < 0:
+                grad_S = grad_S.neg_()
         return grad_x, grad_S, None
 
 
