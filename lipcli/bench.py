@@ -57,6 +57,7 @@ from torch import nn
 
 from . import __version__
 from .errors import LipUsageError
+from .precision import in_full_float32_precision, tf32_state
 
 #: LipConvnet depths of paper Table 1 (SOC layers = depth + 1)
 DEFAULT_DEPTHS: tuple[int, ...] = (5, 10, 15, 20, 25, 30, 35, 40)
@@ -170,8 +171,9 @@ def environment(device: torch.device) -> dict[str, Any]:
             cuda=torch.version.cuda,
             cudnn=torch.backends.cudnn.version(),
             cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
-            tf32_conv=bool(torch.backends.cudnn.allow_tf32),
-            tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
+            # (convolution, matmul) float32 precision: "tf32"/"ieee"/"none" (torch >= 2.9) or
+            # the legacy allow_tf32 flags
+            fp32_precision=list(tf32_state()),
             gpu_memory_gib=round(props.total_memory / 2**30, 1),
         )
     return env
@@ -674,6 +676,7 @@ def _quantiles(values: torch.Tensor) -> dict[str, float]:
     }
 
 
+@in_full_float32_precision
 def bench_certify(
     model: nn.Module,
     *,

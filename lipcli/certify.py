@@ -50,6 +50,7 @@ import torch
 from torch import nn
 
 from .errors import LipError, LipUsageError
+from .precision import in_full_float32_precision
 from .specs import SOUND
 
 #: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=..."
@@ -249,6 +250,7 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+@in_full_float32_precision
 def run_certification(
     model_path: str | os.PathLike,
     options: CertifyOptions,
@@ -258,7 +260,8 @@ def run_certification(
 ) -> CertifyOutcome:
     """Certify the model in ``model_path`` (see the module docstring). Writes the summary to
     the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
-    ``options.write`` is false or an attack found a soundness violation."""
+    ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
+    disabled (:mod:`lipcli.precision`)."""
     from .lipschitz import BOUND_LABEL, guaranteed_upper_bound, lipschitz_report, weights_fingerprint
     from .modelfile import update_metadata
     from .models import load_model

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from .errors import LipError
+from .precision import in_full_float32_precision
 from .specs import ONE_LIPSCHITZ
 
 #: names used in reports
@@ -221,6 +222,7 @@ def empirical_lower_bound(
     }
 
 
+@in_full_float32_precision
 def lipschitz_report(
     model: nn.Module,
     *,

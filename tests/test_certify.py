@@ -330,3 +330,33 @@ def test_model_trained_by_lip_train_certifies_from_its_metadata(tiny_model_file:
     assert stored["certify"]["total"] == 16
     for key, value in training_results.items():  # what `lip train` stored is kept
         assert stored[key] == value
+
+
+def test_certification_runs_without_tf32():
+    """TF32 (cuDNN's default for float32 convolutions on GPUs) would change the margins
+    being certified; certification turns it off and restores the setting afterwards."""
+    import lipcli.certify as certify_module
+    from lipcli import precision
+    from lipcli.lipschitz import lipschitz_report
+
+    seen = []
+
+    @precision.in_full_float32_precision
+    def probe():
+        seen.append(precision.tf32_state())
+
+    before = precision.tf32_state()
+    allowing = ("tf32", "tf32") if precision._new_api() else (True, True)
+    precision._set_tf32_state(*allowing)
+    try:
+        probe()
+        assert seen == [precision.FULL_PRECISION[precision._new_api()]]
+        assert precision.tf32_state() == allowing
+        with pytest.raises(RuntimeError), precision.full_float32_precision():
+            raise RuntimeError("restored on errors too")
+        assert precision.tf32_state() == allowing
+    finally:
+        precision._set_tf32_state(*before)
+    # the drivers are wrapped
+    assert certify_module.run_certification.__wrapped__ is not None
+    assert lipschitz_report.__wrapped__ is not None
