@@ -228,12 +228,18 @@ def _scales_filter(x: Tensor, S: Tensor) -> bool:
     """Where the Horner factor ``1/i`` is applied (SPEC §1.4: ``u ← x + S(u)/i``).
 
     ``True``: on the filter, ``x + conv(u, S/i)`` — the add then fuses into the
-    convolution; chosen when the activations outnumber the filter entries (early layers).
-    ``False``: on the convolution output, ``x + conv(u, S)·(1/i)`` — cheaper when the
-    filter is the larger tensor (deep layers with few pixels).  A function of the shapes
-    only, so both gradient modes (and every evaluation) take the same path and compute
-    the same floating-point values."""
-    return x.numel() >= S.numel()
+    convolution (oneDNN, CPU float32); chosen when the activations outnumber the filter
+    entries (early layers).  ``False``: on the convolution output, ``x + conv(u, S)·(1/i)``
+    — cheaper when the filter is the larger tensor (deep layers with few pixels), and
+    always on GPUs (no fusion there; fewer kernel launches).  A function of the shapes,
+    device and dtype only, so both gradient modes (and every evaluation) take the same path
+    and compute the same floating-point values."""
+    return (
+        FUSED_CONV_ADD
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and x.numel() >= S.numel()
+    )
 
 
 # --------------------------------------------------------------------------------------
