@@ -832,6 +832,9 @@ _CONV_OP = re.compile(r"^(aten|mkldnn)::.*conv(?!ert)", re.IGNORECASE)
 #: record_function label the SOC layers put around each convolution they compute (conv2d,
 #: the fused convolution-plus-add of a Horner step, 1×1 convolutions done as matrix products)
 _CONV_LABELS = frozenset({"lipcli::soc_convolution"})
+#: names of cuDNN/CUTLASS convolution kernels (forward, data and weight gradients), used only
+#: for kernels whose launching operator the profiler did not record
+_CONV_KERNEL = re.compile(r"conv|fprop|dgrad|wgrad|implicit_?gemm|cudnn", re.IGNORECASE)
 _POWER_OPS = frozenset({
     "aten::mv", "aten::mm", "aten::matmul", "aten::addmv", "aten::addmv_", "aten::dot",
     "aten::vdot", "aten::bmm", "aten::linalg_vector_norm", "aten::norm", "aten::addmm",
@@ -852,7 +855,7 @@ CATEGORY_LABELS: dict[str, str] = {
     "optimizer": "optimizer (zero_grad, clipping, SGD step)",
     "unlabelled": "operators outside the labelled phases",
     "untracked": "time outside profiled operators (Python, launch gaps)",
-    "unattributed_kernels": "device kernels not linked to a launching operator",
+    "unattributed_kernels": "device kernels without a recorded launch, not named as convolutions",
 }
 
 
@@ -962,6 +965,34 @@ def _self_device_us(evt: Any) -> float:
     return 0.0
 
 
+def _kernel_us(kernel: Any) -> float:
+    return float(kernel.time_range.end - kernel.time_range.start) or _self_device_us(kernel)
+
+
+def attribute_kernels(
+    kernels: Sequence[Any], launchers: dict[int, Any]
+) -> list[tuple[str, str, str | None, float]]:
+    """``(category, operator, autograd node or None, µs)`` for each device kernel, counted
+    once.  A kernel is attributed through the CPU event that launched it (``launchers`` maps
+    the profiler's correlation ids to the launch events, e.g. ``cudaLaunchKernel`` inside an
+    aten operator); kernels whose launch the profiler did not record are classified by name
+    (cuDNN/CUTLASS convolution kernels → convolution, anything else → unattributed)."""
+    out = []
+    for k in kernels:
+        d_us = _kernel_us(k)
+        launcher = launchers.get(getattr(k, "linked_correlation_id", 0) or -1)
+        if launcher is not None:
+            cat = classify_event(launcher)
+            op = next((e.name for e in _ancestors(launcher)
+                       if e.name.startswith(("aten::", "mkldnn::"))), launcher.name)
+            node = _autograd_node(launcher) if cat == "backward" else None
+        else:
+            cat = "convolution" if _CONV_KERNEL.search(k.name) else "unattributed_kernels"
+            op, node = f"[kernel] {k.name[:60]}", None
+        out.append((cat, op, node, d_us))
+    return out
+
+
 def bench_profile(
     arch: str = "lipconvnet-20",
     *,
@@ -1021,32 +1052,37 @@ def bench_profile(
     dev_us: dict[str, float] = {k: 0.0 for k in CATEGORY_LABELS}
     per_op: dict[tuple[str, str], list[float]] = {}
     per_node: dict[str, list[float]] = {}
-    device_events_us = 0.0  # cross-check: all device-side kernel/memcpy events
-    for evt in prof.events():
+    device_events_us = 0.0  # all device-side kernel/memcpy events
+    events = list(prof.events())
+    cpu_by_id: dict[int, Any] = {}
+    kernels: list[Any] = []
+    for evt in events:
         if getattr(evt, "device_type", None) is not None and "CPU" not in str(evt.device_type):
-            # device-side copies of kernels (counted via their launching operator below);
             # user-annotation ranges mirrored on the GPU timeline are not kernels
             if not evt.name.startswith("bench::"):
-                device_events_us += _self_device_us(evt)
+                kernels.append(evt)
             continue
+        if not getattr(evt, "linked_correlation_id", 0):  # as torch links kernels to events
+            cpu_by_id.setdefault(getattr(evt, "id", -1), evt)
         cat = classify_event(evt)
         c_us = float(evt.self_cpu_time_total)
-        d_us = _self_device_us(evt) if device.type == "cuda" else 0.0
         cpu_us[cat] += c_us
-        dev_us[cat] += d_us
         acc = per_op.setdefault((evt.name, cat), [0.0, 0.0])
         acc[0] += c_us
-        acc[1] += d_us
         if cat == "backward":
-            node = _autograd_node(evt)
-            acc = per_node.setdefault(node, [0.0, 0.0])
-            acc[0] += c_us
-            acc[1] += d_us
+            per_node.setdefault(_autograd_node(evt), [0.0, 0.0])[0] += c_us
+    for cat, op, node, d_us in attribute_kernels(kernels, cpu_by_id):
+        device_events_us += d_us
+        dev_us[cat] += d_us
+        per_op.setdefault((op, cat), [0.0, 0.0])[1] += d_us
+        if node is not None:
+            per_node.setdefault(node, [0.0, 0.0])[1] += d_us
+    unlinked: dict[str, float] = {}
+    for k in kernels:
+        if cpu_by_id.get(getattr(k, "linked_correlation_id", 0) or -1) is None:
+            unlinked[k.name] = unlinked.get(k.name, 0.0) + _kernel_us(k)
     use_device = device.type == "cuda"
     times_us = dev_us if use_device else cpu_us
-    if use_device and device_events_us > sum(dev_us.values()):
-        # kernels the profiler did not link to a launching operator
-        times_us["unattributed_kernels"] = device_events_us - sum(dev_us.values())
     tracked = sum(times_us.values())
     if not use_device:
         times_us["untracked"] = max(0.0, wall_us - tracked)
@@ -1108,4 +1144,9 @@ def bench_profile(
         result["gpu_idle_ms_per_step"] = max(0.0, wall_us - tracked) / 1e3 / steps
         result["cpu_operator_ms_per_step"] = sum(cpu_us.values()) / 1e3 / steps
         result["device_events_ms_per_step"] = device_events_us / 1e3 / steps
+        result["kernels_without_launch_record"] = [
+            {"kernel": name, "ms_per_step": us / 1e3 / steps,
+             "category": "convolution" if _CONV_KERNEL.search(name) else "unattributed_kernels"}
+            for name, us in sorted(unlinked.items(), key=lambda kv: -kv[1])[:top_ops]
+        ]
     return result

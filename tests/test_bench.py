@@ -269,3 +269,26 @@ def test_fit_head_stops_at_target_loss(one_thread):
     before = {k: v.clone() for k, v in head.state_dict().items()}
     bench.fit_head(head, feats, 3, steps=0)
     assert all(torch.equal(before[k], v) for k, v in head.state_dict().items())
+
+
+def test_attribute_kernels_through_launch_events_and_names():
+    """CUDA profiles: each kernel counted once, via the event that launched it, or by its name
+    when the profiler recorded no launch (cuDNN often launches through the driver API)."""
+    rng = SimpleNamespace
+    conv_op = _evt("aten::cudnn_convolution", _evt("bench::fwd::conv", _evt("bench::forward")))
+    launch_conv = _evt("cudaLaunchKernel", conv_op)
+    add_op = _evt("aten::add", _evt("autograd::engine::evaluate_function: AddBackward0"))
+    launch_add = _evt("cudaLaunchKernel", add_op)
+    kernels = [
+        rng(name="sm90_xmma_fprop_implicit_gemm", linked_correlation_id=7, time_range=rng(start=0, end=30)),
+        rng(name="vectorized_elementwise_kernel", linked_correlation_id=8, time_range=rng(start=0, end=5)),
+        rng(name="sm90_xmma_wgrad_implicit_gemm_unlinked", linked_correlation_id=0, time_range=rng(start=0, end=20)),
+        rng(name="some_reduce_kernel", linked_correlation_id=99, time_range=rng(start=0, end=2)),
+    ]
+    got = bench.attribute_kernels(kernels, {7: launch_conv, 8: launch_add})
+    assert got == [
+        ("convolution", "aten::cudnn_convolution", None, 30.0),
+        ("backward", "aten::add", "AddBackward0", 5.0),
+        ("convolution", "[kernel] sm90_xmma_wgrad_implicit_gemm_unlinked", None, 20.0),
+        ("unattributed_kernels", "[kernel] some_reduce_kernel", None, 2.0),
+    ]
