@@ -38,6 +38,7 @@ Three measurements:
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import gc
 import math
@@ -969,27 +970,43 @@ def _kernel_us(kernel: Any) -> float:
     return float(kernel.time_range.end - kernel.time_range.start) or _self_device_us(kernel)
 
 
+def _is_annotation(evt: Any) -> bool:
+    """A ``record_function`` range (mirrored on the GPU timeline), not a kernel."""
+    return bool(getattr(evt, "is_user_annotation", False)) or evt.name.startswith(
+        ("bench::", "lipcli::", "layer::")
+    )
+
+
 def attribute_kernels(
-    kernels: Sequence[Any], launchers: dict[int, Any]
+    cpu_events: Sequence[Any], device_events: Sequence[Any]
 ) -> list[tuple[str, str, str | None, float]]:
     """``(category, operator, autograd node or None, µs)`` for each device kernel, counted
-    once.  A kernel is attributed through the CPU event that launched it (``launchers`` maps
-    the profiler's correlation ids to the launch events, e.g. ``cudaLaunchKernel`` inside an
-    aten operator); kernels whose launch the profiler did not record are classified by name
-    (cuDNN/CUTLASS convolution kernels → convolution, anything else → unattributed)."""
-    out = []
-    for k in kernels:
-        d_us = _kernel_us(k)
-        launcher = launchers.get(getattr(k, "linked_correlation_id", 0) or -1)
-        if launcher is not None:
-            cat = classify_event(launcher)
-            op = next((e.name for e in _ancestors(launcher)
-                       if e.name.startswith(("aten::", "mkldnn::"))), launcher.name)
-            node = _autograd_node(launcher) if cat == "backward" else None
-        else:
-            cat = "convolution" if _CONV_KERNEL.search(k.name) else "unattributed_kernels"
-            op, node = f"[kernel] {k.name[:60]}", None
-        out.append((cat, op, node, d_us))
+    once.  A kernel the profiler linked to the CPU operator that launched it (the operator's
+    ``kernels``) is classified through that operator; every other device event (cuDNN often
+    launches through the driver API, which the profiler may not link) is classified by its
+    name: cuDNN/CUTLASS convolution kernels → convolution, anything else → unattributed."""
+    out: list[tuple[str, str, str | None, float]] = []
+    linked: collections.Counter = collections.Counter()
+    for evt in cpu_events:
+        launched = getattr(evt, "kernels", None) or ()
+        if not launched:
+            continue
+        cat = classify_event(evt)
+        op = next((e.name for e in _ancestors(evt) if e.name.startswith(("aten::", "mkldnn::"))),
+                  evt.name)
+        node = _autograd_node(evt) if cat == "backward" else None
+        for k in launched:
+            out.append((cat, op, node, float(k.duration)))
+            linked[(k.name, float(k.duration))] += 1
+    for d in device_events:
+        if _is_annotation(d):
+            continue
+        key = (d.name, _kernel_us(d))
+        if linked[key] > 0:
+            linked[key] -= 1
+            continue
+        cat = "convolution" if _CONV_KERNEL.search(d.name) else "unattributed_kernels"
+        out.append((cat, f"[kernel] {d.name[:100]}", None, key[1]))
     return out
 
 
@@ -1054,33 +1071,28 @@ def bench_profile(
     per_node: dict[str, list[float]] = {}
     device_events_us = 0.0  # all device-side kernel/memcpy events
     events = list(prof.events())
-    cpu_by_id: dict[int, Any] = {}
+    cpu_events: list[Any] = []
     kernels: list[Any] = []
     for evt in events:
         if getattr(evt, "device_type", None) is not None and "CPU" not in str(evt.device_type):
-            # user-annotation ranges mirrored on the GPU timeline are not kernels
-            if not evt.name.startswith("bench::"):
-                kernels.append(evt)
+            kernels.append(evt)
             continue
-        if not getattr(evt, "linked_correlation_id", 0):  # as torch links kernels to events
-            cpu_by_id.setdefault(getattr(evt, "id", -1), evt)
+        cpu_events.append(evt)
         cat = classify_event(evt)
         c_us = float(evt.self_cpu_time_total)
         cpu_us[cat] += c_us
-        acc = per_op.setdefault((evt.name, cat), [0.0, 0.0])
-        acc[0] += c_us
+        per_op.setdefault((evt.name, cat), [0.0, 0.0])[0] += c_us
         if cat == "backward":
             per_node.setdefault(_autograd_node(evt), [0.0, 0.0])[0] += c_us
-    for cat, op, node, d_us in attribute_kernels(kernels, cpu_by_id):
+    unlinked: dict[tuple[str, str], list[float]] = {}
+    for cat, op, node, d_us in attribute_kernels(cpu_events, kernels):
         device_events_us += d_us
         dev_us[cat] += d_us
         per_op.setdefault((op, cat), [0.0, 0.0])[1] += d_us
         if node is not None:
             per_node.setdefault(node, [0.0, 0.0])[1] += d_us
-    unlinked: dict[str, float] = {}
-    for k in kernels:
-        if cpu_by_id.get(getattr(k, "linked_correlation_id", 0) or -1) is None:
-            unlinked[k.name] = unlinked.get(k.name, 0.0) + _kernel_us(k)
+        if op.startswith("[kernel] "):
+            unlinked.setdefault((op[9:], cat), [0.0])[0] += d_us
     use_device = device.type == "cuda"
     times_us = dev_us if use_device else cpu_us
     tracked = sum(times_us.values())
@@ -1145,8 +1157,7 @@ def bench_profile(
         result["cpu_operator_ms_per_step"] = sum(cpu_us.values()) / 1e3 / steps
         result["device_events_ms_per_step"] = device_events_us / 1e3 / steps
         result["kernels_without_launch_record"] = [
-            {"kernel": name, "ms_per_step": us / 1e3 / steps,
-             "category": "convolution" if _CONV_KERNEL.search(name) else "unattributed_kernels"}
-            for name, us in sorted(unlinked.items(), key=lambda kv: -kv[1])[:top_ops]
+            {"kernel": name, "ms_per_step": us / 1e3 / steps, "category": cat}
+            for (name, cat), (us,) in sorted(unlinked.items(), key=lambda kv: -kv[1][0])[:top_ops]
         ]
     return result

@@ -272,23 +272,26 @@ def test_fit_head_stops_at_target_loss(one_thread):
 
 
 def test_attribute_kernels_through_launch_events_and_names():
-    """CUDA profiles: each kernel counted once, via the event that launched it, or by its name
-    when the profiler recorded no launch (cuDNN often launches through the driver API)."""
-    rng = SimpleNamespace
+    """CUDA profiles: each kernel counted once, via the operator that launched it, or by its
+    name when the profiler did not link it (cuDNN often launches through the driver API);
+    profiler ranges mirrored on the GPU timeline are not kernels."""
+    ns = SimpleNamespace
     conv_op = _evt("aten::cudnn_convolution", _evt("bench::fwd::conv", _evt("bench::forward")))
-    launch_conv = _evt("cudaLaunchKernel", conv_op)
+    conv_op.kernels = [ns(name="sm90_xmma_fprop_implicit_gemm", duration=30.0)]
     add_op = _evt("aten::add", _evt("autograd::engine::evaluate_function: AddBackward0"))
-    launch_add = _evt("cudaLaunchKernel", add_op)
-    kernels = [
-        rng(name="sm90_xmma_fprop_implicit_gemm", linked_correlation_id=7, time_range=rng(start=0, end=30)),
-        rng(name="vectorized_elementwise_kernel", linked_correlation_id=8, time_range=rng(start=0, end=5)),
-        rng(name="sm90_xmma_wgrad_implicit_gemm_unlinked", linked_correlation_id=0, time_range=rng(start=0, end=20)),
-        rng(name="some_reduce_kernel", linked_correlation_id=99, time_range=rng(start=0, end=2)),
+    add_op.kernels = [ns(name="vectorized_elementwise_kernel", duration=5.0)]
+    device = [
+        ns(name="sm90_xmma_fprop_implicit_gemm", time_range=ns(start=10, end=40)),
+        ns(name="vectorized_elementwise_kernel", time_range=ns(start=50, end=55)),
+        ns(name="sm90_xmma_wgrad_implicit_gemm", time_range=ns(start=60, end=80)),
+        ns(name="some_reduce_kernel", time_range=ns(start=90, end=92)),
+        ns(name="lipcli::soc_convolution", time_range=ns(start=0, end=100)),
+        ns(name="bench::forward", time_range=ns(start=0, end=100)),
     ]
-    got = bench.attribute_kernels(kernels, {7: launch_conv, 8: launch_add})
+    got = bench.attribute_kernels([conv_op, add_op, _evt("aten::empty")], device)
     assert got == [
         ("convolution", "aten::cudnn_convolution", None, 30.0),
         ("backward", "aten::add", "AddBackward0", 5.0),
-        ("convolution", "[kernel] sm90_xmma_wgrad_implicit_gemm_unlinked", None, 20.0),
+        ("convolution", "[kernel] sm90_xmma_wgrad_implicit_gemm", None, 20.0),
         ("unattributed_kernels", "[kernel] some_reduce_kernel", None, 2.0),
     ]
