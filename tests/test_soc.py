@@ -406,7 +406,7 @@ def test_normalised_skew_gradient_for_each_reshape(r):
     D = soc_module._skew_difference(W.detach())
     rho = u @ conv_reshape(D, r) @ v
     eu, ev = soc_module._rank_one_factors(r, u, v, C, k)
-    S = soc_module._NormalisedSkew.apply(W, D, rho, eu, ev)
+    S = soc_module._NormalisedSkew.apply(W, D, rho, [(eu, ev)])
     torch.testing.assert_close(S, S_ref.detach(), rtol=1e-12, atol=1e-12)
     (got,) = torch.autograd.grad((S * G).sum(), W)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
@@ -547,3 +547,19 @@ def test_freshly_built_layer_evaluates_sensibly():
         assert torch.isfinite(y).all()
         ratio = (y.norm() / x.norm()).item()
         assert 0.9 < ratio < 1.1, ratio
+
+
+def test_device_side_sigma_selection_gives_the_same_values_and_gradients(monkeypatch):
+    """The GPU branch of the σ selection (argmin on the device, one-hot rank-one terms) gives
+    the host branch's filter and weight gradient exactly (run here on CPU by forcing it)."""
+    results = []
+    for on_host in (True, False):
+        monkeypatch.setattr(soc_module, "_select_on_host", lambda device, v=on_host: v)
+        for k in (1, 3):
+            layer = make_layer(6, 6, k, 1, seed=3, dtype=torch.float32).train()
+            x = torch.randn(2, 6, 5, 5, generator=torch.Generator().manual_seed(1))
+            y = layer(x)
+            y.square().sum().backward()
+            results.append((y.detach(), layer.weight.grad.clone(), layer.last_sigma_reshape))
+    for (y0, g0, r0), (y1, g1, r1) in zip(results[:2], results[2:]):
+        assert torch.equal(y0, y1) and torch.equal(g0, g1) and r0 == r1

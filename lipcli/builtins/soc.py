@@ -113,24 +113,31 @@ class _NormalisedSkew(torch.autograd.Function):
     ``E = ∂ρ/∂D = eu·ev``, and since ``T`` is a self-adjoint involution,
     ``∂ℓ/∂W = H − T(H)`` with ``H = ∂ℓ/∂D``.  Exact — the same gradient autograd would give
     through ``A = ½(W − T(W))``, ``σ = uᵀR_r(A)v``, ``S = A/σ`` — with fewer passes over the
-    filter.
+    filter.  ``E`` is given as a list of broadcastable factor pairs whose products are
+    summed: one pair on CPU; on GPUs all four reshapes' pairs with the non-selected ones
+    scaled by exactly 0 (so the reshape can be chosen on the device, without a host sync).
     """
 
     @staticmethod
-    def forward(ctx: Any, weight: Tensor, D: Tensor, rho: Tensor, eu: Tensor, ev: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, weight: Tensor, D: Tensor, rho: Tensor,  # type: ignore[override]
+                factors: list[tuple[Tensor, Tensor]]) -> Tensor:
         S = D * (1.0 / rho)
-        ctx.save_for_backward(S, rho, eu, ev)
+        ctx.save_for_backward(S, rho)
+        ctx.factors = factors
         return S
 
     @staticmethod
-    def backward(ctx: Any, G: Tensor) -> tuple[Tensor | None, None, None, None, None]:  # type: ignore[override]
-        S, rho, eu, ev = ctx.saved_tensors
+    def backward(ctx: Any, G: Tensor) -> tuple[Tensor | None, None, None, None]:  # type: ignore[override]
+        S, rho = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
-            return None, None, None, None, None
+            return None, None, None, None
         G = G.contiguous()
         c = torch.dot(G.reshape(-1), S.reshape(-1))
+        (eu, ev), *rest = ctx.factors
         H = torch.addcmul(G, eu * (-c), ev)
-        return _minus_transpose(H, 1.0 / rho), None, None, None, None
+        for eu, ev in rest:
+            H.addcmul_(eu * (-c), ev)
+        return _minus_transpose(H, 1.0 / rho), None, None, None
 
 
 #: CPU inputs with at least this many pixels per channel run the series in channels-last
@@ -399,6 +406,11 @@ def truncated_exp_norm_bound(b: float, terms: int) -> float:
 # --------------------------------------------------------------------------------------
 # The layer
 # --------------------------------------------------------------------------------------
+def _select_on_host(device: torch.device) -> bool:
+    """Whether the σ-giving reshape is read on the host (free on CPU, a sync on a GPU)."""
+    return device.type == "cpu"
+
+
 #: power-iteration steps run when a layer is built (so a fresh model evaluates sensibly)
 INIT_POWER_STEPS = 10
 
@@ -473,8 +485,7 @@ class SOC(nn.Module):
         self._cache_key: tuple | None = None
         self._cache_S: Tensor | None = None
         self._bound_cache: tuple[tuple, float] | None = None
-        #: index of the reshape that gave σ in the last filter computation (diagnostics)
-        self.last_sigma_reshape: int = -1
+        self._last_reshape: int | Tensor = -1  # see last_sigma_reshape
         # Random start vectors can give a tiny or negative Rayleigh quotient σ, i.e. a
         # useless S in eval mode: a freshly built layer starts from converged-ish vectors.
         self.refresh(INIT_POWER_STEPS)
@@ -516,7 +527,8 @@ class SOC(nn.Module):
         """
         M0, M2 = self._matrices(D)
         f1, f2 = self._flip1, self._flip2
-        signs = torch.tensor([1.0, -1.0], dtype=D.dtype, device=D.device)
+        signs = torch.ones(2, dtype=D.dtype, device=D.device)  # (1, −1), no host→device copy
+        signs[1] = -1.0
         X0 = torch.stack([self.power_u0, f1(self.power_v1)], 1)
         X2 = torch.stack([self.power_u2, self.power_v3], 1)
         pairs = [(M0, X0), (M2, X2)]
@@ -583,19 +595,42 @@ class SOC(nn.Module):
     # ------------------------------------------------------------------ filters
     def _compute_S(self, power_steps: int) -> Tensor:
         """``S = A/σ`` (SPEC §1.2): ``power_steps`` power steps (0: use the stored vectors),
-        ``σ = min_r u_rᵀ R_r(A) v_r``, differentiable in ``weight`` with the vectors fixed."""
+        ``σ = min_r u_rᵀ R_r(A) v_r``, differentiable in ``weight`` with the vectors fixed.
+
+        On CPU the minimising reshape is read on the host; elsewhere it is selected on the
+        device (``ρ = min_r ρ_r``; the gradient's rank-one term weights the four reshapes by
+        an exact one-hot vector), so a training step needs no GPU→host synchronisation."""
         W = self.weight
+        C, k = self.channels, self.kernel_size
         with torch.no_grad():
             D = _skew_difference(W.detach())
             if power_steps > 0:
                 quotients = self._power_iterate(D, power_steps)
             else:
                 quotients = self._rayleigh_quotients(D)
-            r = int(torch.argmin(torch.stack([q[0] for q in quotients])))
-            self.last_sigma_reshape = r
-        rho, u, v = quotients[r]
-        eu, ev = _rank_one_factors(r, u, v, self.channels, self.kernel_size)
-        return _NormalisedSkew.apply(W, D, rho, eu, ev)
+            rhos = torch.stack([q[0] for q in quotients])
+            if _select_on_host(D.device):
+                r = int(torch.argmin(rhos))
+                self._last_reshape = r
+                rho, u, v = quotients[r]
+                factors = [_rank_one_factors(r, u, v, C, k)]
+            else:
+                index = torch.argmin(rhos)
+                self._last_reshape = index
+                rho = rhos.min()
+                onehot = (torch.arange(CONV_RESHAPES, device=D.device) == index).to(D.dtype)
+                factors = []
+                for r, (_, u, v) in enumerate(quotients):
+                    eu, ev = _rank_one_factors(r, u, v, C, k)
+                    factors.append((eu * onehot[r], ev))
+        return _NormalisedSkew.apply(W, D, rho, factors)
+
+    @property
+    def last_sigma_reshape(self) -> int:
+        """Index of the reshape that gave σ in the last filter computation (diagnostics;
+        reading it synchronises with the device)."""
+        r = self._last_reshape
+        return int(r) if isinstance(r, Tensor) else r
 
     def _cache_token(self) -> tuple:
         w = self.weight
