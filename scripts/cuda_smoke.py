@@ -71,6 +71,18 @@ def main() -> None:
     losses = [float(step(*synthetic_batch(128, 10, gen, dev))) for _ in range(5)]
     check("LipConvnet-5 trains on CUDA (finite losses)", all(map(lambda v: v == v, losses)),
           " ".join(f"{v:.3f}" for v in losses))
+    if dev.type == "cuda":  # a training step should not wait for the GPU
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                step(*synthetic_batch(128, 10, gen, dev))
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = [str(w.message).splitlines()[0] for w in caught]
+        check("training step without GPU->host synchronisation", not syncs, "; ".join(syncs[:3]))
     before = tf32_state()
     with full_float32_precision():
         inside = tf32_state()
