@@ -360,3 +360,20 @@ def test_certification_runs_without_tf32():
     # the drivers are wrapped
     assert certify_module.run_certification.__wrapped__ is not None
     assert lipschitz_report.__wrapped__ is not None
+
+
+def test_machine_json_is_strict_even_with_infinite_radii(capsys):
+    """An infinite certified radius (e.g. all other classes share the predicted class's
+    weights) must not produce ``Infinity`` (invalid JSON) on stdout."""
+    from lipcli.cli.common import print_json, strict_json
+
+    print_json({"radius": float("inf"), "rows": [1.0, float("-inf"), float("nan")], "n": 3})
+    text = capsys.readouterr().out
+
+    def reject(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    data = json.loads(text, parse_constant=reject)
+    assert data == {"radius": "inf", "rows": [1.0, "-inf", "nan"], "n": 3}
+    assert float(data["radius"]) == float("inf")
+    assert strict_json((0.5, {"a": 2})) == [0.5, {"a": 2}]

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import cli_errors, print_json, stderr_console, stdout_console
+from .common import cli_errors, dumps_json, print_json, stderr_console, stdout_console
 
 bench_app = typer.Typer(
     help=(
@@ -57,12 +57,11 @@ def _check_components(**choices: str) -> None:
 def _save(report: dict[str, Any], path: Optional[str]) -> None:
     if path is None:
         return
-    import json
     from pathlib import Path
 
     target = Path(path)
     tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(dumps_json(report) + "\n", encoding="utf-8")
     tmp.replace(target)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from typing import Any, Callable, TypeVar
 
@@ -68,7 +69,25 @@ def cli_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def strict_json(data: Any) -> Any:
+    """Copy of ``data`` that is valid strict JSON: non-finite floats become the strings
+    ``"inf"``, ``"-inf"`` and ``"nan"`` (e.g. an infinite certified radius), which
+    ``float()`` in any language reads back."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return "nan" if math.isnan(data) else ("inf" if data > 0 else "-inf")
+    if isinstance(data, dict):
+        return {k: strict_json(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict_json(v) for v in data]
+    return data
+
+
+def dumps_json(data: Any) -> str:
+    """Strict JSON text (see :func:`strict_json`), indented."""
+    return json.dumps(strict_json(data), indent=2, sort_keys=False, default=str, allow_nan=False)
+
+
 def print_json(data: Any) -> None:
-    """Machine output on stdout (no rich markup, no wrapping)."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """Machine output on stdout (no rich markup, no wrapping), strict JSON."""
+    sys.stdout.write(dumps_json(data) + "\n")
     sys.stdout.flush()
