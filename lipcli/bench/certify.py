@@ -1,0 +1,232 @@
+"""``lip bench certify``: inputs/s of feature extraction and of each certificate method, and
+the time of the Lipschitz bound."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import LipUsageError
+from ..precision import in_full_float32_precision
+from .common import (
+    Progress,
+    _check_positive,
+    count_parameters,
+    environment,
+    _no_progress,
+    _timed,
+)
+
+
+def fit_head(
+    head: nn.Module,
+    features: torch.Tensor,
+    num_classes: int,
+    steps: int,
+    target_loss: float = 0.7,
+    seed: int = 0,
+    lr: float = 1e-5,
+) -> dict[str, Any]:
+    """Give a random head trained-like margins: full-batch Adam on cross-entropy with labels
+    from a random linear teacher ``argmax(y Vᵀ)``, for at most ``steps`` steps, stopping as
+    soon as the loss is ``<= target_loss`` (default 0.7, the order of a trained CIFAR-10
+    model's training loss; fitting further makes margins, and radii, unrealistically large).
+    The learning rate starts at ``lr`` and grows by 2 % per step (capped at 1e-2), so that
+    easy fits stop close to the target and hard ones still get there.  Only the head moves
+    (features fixed).  For benchmarking only: the labels mean nothing.  Returns the steps
+    taken, the final loss and the fraction of teacher labels fitted.
+    """
+    gen = torch.Generator().manual_seed(seed + 17)
+    teacher = torch.randn(num_classes, features.shape[1], generator=gen).to(features)
+    labels = (features @ teacher.T).argmax(dim=1)
+    opt = torch.optim.Adam(head.parameters(), lr=lr)
+    head.train()
+    taken, last = 0, float("nan")
+    with torch.enable_grad():
+        for taken in range(1, steps + 1):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(head(features), labels)
+            last = loss.item()
+            if last <= target_loss:
+                taken -= 1
+                break
+            loss.backward()
+            opt.step()
+            for group in opt.param_groups:
+                group["lr"] = min(group["lr"] * 1.02, 1e-2)
+    head.eval()
+    with torch.no_grad():
+        final = F.cross_entropy(head(features), labels).item()
+        acc = float((head(features).argmax(1) == labels).float().mean())
+    return {"max_steps": steps, "steps_taken": taken, "target_loss": target_loss,
+            "final_loss": final, "teacher_agreement": acc}
+
+
+def _quantiles(values: torch.Tensor) -> dict[str, float]:
+    v = values.double().flatten().cpu()
+    finite = v[torch.isfinite(v)]
+    if finite.numel() == 0:
+        return {"min": float("nan"), "median": float("nan"), "max": float("nan")}
+    return {
+        "min": float(finite.min()),
+        "median": float(finite.median()),
+        "max": float(finite.max()),
+    }
+
+
+@in_full_float32_precision
+def bench_certify(
+    model: nn.Module,
+    *,
+    batch_size: int = 256,
+    n: int = 1024,
+    device: torch.device | str = "cpu",
+    top_k: int | None = None,
+    fit_head_steps: int = 0,
+    fit_loss: float = 0.7,
+    lipschitz_iters: int = 50,
+    refresh_steps: int = 50,
+    source: str = "random weights (untrained)",
+    seed: int = 0,
+    progress: Progress = _no_progress,
+) -> dict[str, Any]:
+    """Throughput of feature extraction, the head's certificate(s) and the Lipschitz numbers.
+
+    ``model`` follows the lipcli module protocol (``features``, ``head``, ``lipcli_config``,
+    ``refresh_power_iteration``).  ``n`` synthetic inputs in batches of ``batch_size``.
+    """
+    from ..lipschitz import lipschitz_report, model_input_shape
+    from ..plugins import get_registry
+
+    _check_positive(batch_size=batch_size, n=n)
+    if top_k is not None and top_k < 1:
+        raise LipUsageError(f"top-k must be at least 1, got {top_k}")
+    device = torch.device(device)
+    registry = get_registry()
+    config = getattr(model, "lipcli_config", None) or {}
+    head_name = (config.get("head") or {}).get("name")
+    if head_name is None:
+        raise LipUsageError("model has no lipcli_config head entry; build it with lipcli")
+    head_spec = registry.get("head", head_name)
+    num_classes = int(config.get("num_classes", 10))
+    shape = model_input_shape(model)
+    model = model.to(device)
+    env = environment(device)
+    gen = torch.Generator().manual_seed(seed)
+    notes: list[str] = []
+
+    # power-iteration refresh: required before evaluating a freshly built model (SPEC §1.2)
+    if refresh_steps < 0:
+        raise LipUsageError(f"refresh-steps must be >= 0, got {refresh_steps}")
+    t_refresh, _ = _timed(lambda: model.refresh_power_iteration(refresh_steps), device)
+    model.eval()
+
+    # -- feature extraction ------------------------------------------------------------
+    progress(f"features: {n} inputs in batches of {batch_size}")
+    batches = [min(batch_size, n - i) for i in range(0, n, batch_size)]
+    with torch.no_grad():
+        model.features(torch.rand((batches[0], *shape), generator=gen).to(device))  # warm-up
+        feats: list[torch.Tensor] = []
+        t_feat = 0.0
+        for b in batches:
+            x = torch.rand((b, *shape), generator=gen).to(device)
+            dt, y = _timed(lambda x=x: model.features(x), device)
+            t_feat += dt
+            feats.append(y)
+    features = torch.cat(feats)
+    head = model.head
+    fit = None
+    if fit_head_steps > 0:
+        progress(f"fitting the head (<= {fit_head_steps} steps, to loss {fit_loss})")
+        fit = fit_head(head, features, num_classes, fit_head_steps, fit_loss, seed)
+        notes.append(
+            f"head fitted {fit['steps_taken']} Adam steps (to cross-entropy "
+            f"{fit['final_loss']:.3f}) to a random linear teacher's labels on the synthetic "
+            "features, to give it trained-like margins (benchmark only)"
+        )
+
+    # -- Lipschitz numbers -------------------------------------------------------------
+    progress(f"Lipschitz: guaranteed bound and {lipschitz_iters}-step power estimate")
+    t0 = time.perf_counter()
+    lip = lipschitz_report(model, estimate=True, iters=lipschitz_iters)
+    t_lip = time.perf_counter() - t0
+    lip_bound = float(lip["upper_bound"])
+
+    # -- certificates ------------------------------------------------------------------
+    variants: list[tuple[str, int | None]] = [(head_spec.certificate, None)]
+    if top_k is not None:
+        variants.append((head_spec.certificate, top_k))
+    certs = []
+    for cert_name, k in variants:
+        label = cert_name if k is None else f"{cert_name} (top-{k})"
+        progress(f"certificate {label}: prepare + {n} inputs")
+        certifier = registry.component("certificate", cert_name).build()
+        t_prep, _ = _timed(lambda c=certifier: c.prepare(head, None), device)
+        parts = []
+        t_cert = 0.0
+        for i in range(0, n, batch_size):
+            chunk = features[i:i + batch_size]
+            dt, res = _timed(lambda c=certifier, y=chunk: c.certify(head, y, top_k=k), device)
+            t_cert += dt
+            parts.append(res)
+        from ..certificates import CertifyResult
+
+        res = CertifyResult.concatenate(parts)
+        radius_input = res.radius / lip_bound
+        certs.append({
+            "method": cert_name,
+            "top_k": k,
+            "exact_classes": bool(res.exact_classes),
+            "prepare_s": t_prep,
+            "certify_s": t_cert,
+            "inputs_per_s": n / t_cert if t_cert > 0 else None,
+            "feature_radius": _quantiles(res.radius),
+            "input_radius": _quantiles(radius_input),
+            "nonzero_fraction": float((res.radius > 0).double().mean()),
+            "notes": list(res.notes),
+            "stats": res.stats,
+        })
+    return {
+        "benchmark": "certify",
+        "environment": env,
+        "settings": {
+            "arch": (config.get("arch") or {}).get("name"),
+            "conv": (config.get("conv") or {}).get("name"),
+            "pool": (config.get("pool") or {}).get("name"),
+            "head": head_name,
+            "num_classes": num_classes,
+            "input_shape": list(shape),
+            "n": n, "batch_size": batch_size, "top_k": top_k,
+            "weights": source,
+            "inputs": "synthetic: uniform [0,1] images",
+            "fit_head": fit,
+        },
+        "parameters": count_parameters(model),
+        "power_refresh_s": t_refresh,
+        "power_refresh_steps": refresh_steps,
+        "features": {
+            "seconds": t_feat,
+            "inputs_per_s": n / t_feat,
+            "feature_dim": int(features.shape[1]),
+            "mode": "eval (evaluation terms), no_grad",
+        },
+        "lipschitz": {
+            "upper_bound": lip_bound,
+            "upper_bound_s": lip["time_s"]["upper_bound"],
+            "estimate": lip["estimate"],
+            "estimate_s": lip["time_s"]["estimate"],
+            "estimate_iters": lipschitz_iters,
+            "report_total_s": t_lip,
+        },
+        "certificates": certs,
+        "notes": notes,
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# lip bench profile
+# ------------------------------------------------------------------------------------------

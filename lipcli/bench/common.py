@@ -1,0 +1,310 @@
+"""Shared pieces of ``lip bench``: constants, architecture parsing, device and environment
+report, model twins, the recipe training step and synthetic batches."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import __version__
+from ..errors import LipUsageError
+from ..precision import tf32_state
+
+
+#: LipConvnet depths of paper Table 1 (SOC layers = depth + 1)
+DEFAULT_DEPTHS: tuple[int, ...] = (5, 10, 15, 20, 25, 30, 35, 40)
+#: images in one CIFAR-10 / CIFAR-100 training epoch
+EPOCH_IMAGES = 50_000
+#: the two convolutions compared in Table 1
+FAST_CONV, EXACT_CONV = "soc-fast", "soc"
+#: input shape of the CIFAR data sets
+CIFAR_SHAPE: tuple[int, int, int] = (3, 32, 32)
+#: recipe optimiser (SPEC §6)
+RECIPE_LR, RECIPE_MOMENTUM, RECIPE_WEIGHT_DECAY = 0.1, 0.9, 5e-4
+
+Progress = Callable[[str], None]
+
+
+def _no_progress(_msg: str) -> None:
+    return None
+
+
+# ------------------------------------------------------------------------------------------
+# inputs: architectures, devices, environment
+# ------------------------------------------------------------------------------------------
+def parse_archs(text: str | Sequence[str], available: Sequence[str]) -> list[str]:
+    """``"5,10"`` / ``"lipconvnet-5,lipconvnet-10"`` (mixed is fine) -> full names.
+
+    A bare integer ``n`` means ``lipconvnet-n``.  Every name must be in ``available`` (the
+    registered architectures); otherwise :class:`LipUsageError` names the valid ones.
+    Duplicates are dropped, order kept.
+    """
+    items = text.split(",") if isinstance(text, str) else list(text)
+    names: list[str] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        name = f"lipconvnet-{int(item)}" if item.isdigit() else item
+        if name not in available:
+            valid = sorted(available, key=_natural_key)
+            raise LipUsageError(
+                f"unknown architecture {item!r}; valid: {', '.join(valid) or 'none installed'}"
+                " (a bare number n means lipconvnet-n)"
+            )
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise LipUsageError("no architecture given")
+    return names
+
+
+def _natural_key(name: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def soc_layers(arch: str) -> int | None:
+    """SOC layers of ``lipconvnet-n`` (``n + 1``, the paper's Table 1 row label)."""
+    m = re.fullmatch(r"lipconvnet-(\d+)", arch)
+    return int(m.group(1)) + 1 if m else None
+
+
+def resolve_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` (or ``cuda:N``) or ``auto`` (CUDA when available)."""
+    key = name.strip().lower()
+    if key == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if key == "cpu":
+        return torch.device("cpu")
+    if key.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise LipUsageError(f"device {name!r} requested but CUDA is not available here")
+        dev = torch.device(key)
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise LipUsageError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s)")
+        return dev
+    raise LipUsageError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """Where the numbers were measured: device, threads, versions, current load."""
+    env: dict[str, Any] = {
+        "device": str(device),
+        "device_name": (
+            torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
+        ),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "lipcli": __version__,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    try:
+        env["load_average_1m_5m_15m"] = [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        env["load_average_1m_5m_15m"] = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(
+            cuda=torch.version.cuda,
+            cudnn=torch.backends.cudnn.version(),
+            cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
+            # (convolution, matmul) float32 precision: "tf32"/"ieee"/"none" (torch >= 2.9) or
+            # the legacy allow_tf32 flags
+            fp32_precision=list(tf32_state()),
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+        )
+    return env
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _check_positive(**values: int) -> None:
+    for key, value in values.items():
+        if value < 1:
+            raise LipUsageError(f"{key.replace('_', '-')} must be at least 1, got {value}")
+
+
+# ------------------------------------------------------------------------------------------
+# models, optimiser, batches, one training step
+# ------------------------------------------------------------------------------------------
+def build_model(
+    arch: str,
+    *,
+    conv: str,
+    head: str = "lln",
+    pool: str = "max",
+    width: int = 32,
+    num_classes: int = 10,
+    seed: int = 0,
+) -> nn.Module:
+    """A freshly initialised model (global RNG seeded with ``seed``; CPU)."""
+    from ..models import create_model
+
+    torch.manual_seed(seed)
+    return create_model(
+        arch, conv=conv, head=head, pool=pool, num_classes=num_classes, width=width
+    )
+
+
+def state_dicts_identical(a: nn.Module, b: nn.Module) -> bool:
+    """True iff ``a`` and ``b`` have the same state-dict keys and bit-identical tensors."""
+    sa, sb = a.state_dict(), b.state_dict()
+    if sa.keys() != sb.keys():
+        return False
+    for key, ta in sa.items():
+        tb = sb[key]
+        if ta.shape != tb.shape or ta.dtype != tb.dtype:
+            return False
+        if not torch.equal(ta.detach().cpu(), tb.detach().cpu()):
+            return False
+    return True
+
+
+def build_twins(
+    arch: str,
+    *,
+    fast_conv: str = FAST_CONV,
+    exact_conv: str = EXACT_CONV,
+    head: str = "lln",
+    pool: str = "max",
+    width: int = 32,
+    num_classes: int = 10,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> tuple[nn.Module, nn.Module, bool]:
+    """``(fast_model, exact_model, identical)``: the exact model carries the fast one's weights.
+
+    Both are built (the exact one with a different seed, so a failed copy could not go
+    unnoticed), then ``exact.load_state_dict(fast.state_dict(), strict=True)``; ``identical``
+    is :func:`state_dicts_identical` after the copy (checked before moving to ``device``).
+    """
+    fast = build_model(arch, conv=fast_conv, head=head, pool=pool, width=width,
+                       num_classes=num_classes, seed=seed)
+    exact = build_model(arch, conv=exact_conv, head=head, pool=pool, width=width,
+                        num_classes=num_classes, seed=seed + 1)
+    try:
+        exact.load_state_dict(fast.state_dict(), strict=True)
+    except RuntimeError as exc:
+        raise LipUsageError(
+            f"convolutions {fast_conv!r} and {exact_conv!r} do not share a state dict: {exc}"
+        ) from None
+    identical = state_dicts_identical(fast, exact)
+    return fast.to(device), exact.to(device), identical
+
+
+def recipe_optimizer(
+    model: nn.Module,
+    *,
+    lr: float = RECIPE_LR,
+    momentum: float = RECIPE_MOMENTUM,
+    weight_decay: float = RECIPE_WEIGHT_DECAY,
+) -> torch.optim.SGD:
+    """SGD of the reference recipe (SPEC §6), built exactly as ``lip train`` builds it.
+
+    Weight decay applies to every parameter that is at least 2-D and that the model does not
+    exclude (``no_weight_decay_parameters()``: SOC filters and the LLN weight get it; biases,
+    projection-pool angles and the MLP head get none).
+    """
+    from ..train import recipe_sgd, weight_decay_groups
+
+    groups = [g for g in weight_decay_groups(model, weight_decay) if g["params"]]
+    return recipe_sgd(groups, lr=lr, momentum=momentum)
+
+
+def synthetic_batch(
+    batch: int,
+    num_classes: int,
+    generator: torch.Generator,
+    device: torch.device,
+    shape: tuple[int, int, int] = CIFAR_SHAPE,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images uniform in ``[0, 1]`` of ``shape`` and uniform random labels."""
+    x = torch.rand((batch, *shape), generator=generator)
+    y = torch.randint(0, num_classes, (batch,), generator=generator)
+    return x.to(device), y.to(device)
+
+
+class TrainStep:
+    """One recipe training step of ``model``: zero_grad, forward, CE, backward, SGD step.
+
+    Gradient clipping (norm 1.0) is applied for MLP heads, as in the reference's CRC-Lip
+    runs (SPEC §6); the CRC-Lip feature attack and curvature penalty (SPEC §4) are not
+    part of this step (Table 1 times plain LLN training).
+    """
+
+    def __init__(self, model: nn.Module, clip_grad: float | None = None) -> None:
+        self.model = model.train()
+        self.optimizer = recipe_optimizer(model)
+        self.clip_grad = clip_grad
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, labels: bool = False) -> torch.Tensor:
+        rf = torch.autograd.profiler.record_function if labels else _null_label
+        with rf("bench::optimizer"):
+            self.optimizer.zero_grad(set_to_none=True)
+        with rf("bench::forward"):
+            logits = self.model(x)
+        with rf("bench::loss"):
+            loss = F.cross_entropy(logits, y)
+        with rf("bench::backward"):
+            loss.backward()
+        with rf("bench::optimizer"):
+            if self.clip_grad is not None:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad)
+            self.optimizer.step()
+        return loss.detach()
+
+
+@contextmanager
+def _null_label(_name: str) -> Iterator[None]:
+    yield
+
+
+def _clip_for(head: str) -> float | None:
+    return 1.0 if head.split(":", 1)[0] == "mlp" else None
+
+
+# ------------------------------------------------------------------------------------------
+# memory of one step
+# ------------------------------------------------------------------------------------------
+
+
+def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[float, Any]:
+    _sync(device)
+    t0 = time.perf_counter()
+    result = fn()
+    _sync(device)
+    return time.perf_counter() - t0, result
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+

@@ -1,0 +1,191 @@
+"""``lip bench train``: the paper's Table 1, fast (``soc-fast``) versus exact (``soc``) SOC
+training steps, interleaved from identical weights."""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..errors import LipUsageError
+from .common import (
+    CIFAR_SHAPE,
+    EPOCH_IMAGES,
+    EXACT_CONV,
+    FAST_CONV,
+    RECIPE_LR,
+    RECIPE_MOMENTUM,
+    RECIPE_WEIGHT_DECAY,
+    Progress,
+    TrainStep,
+    build_twins,
+    _check_positive,
+    _clip_for,
+    count_parameters,
+    environment,
+    _no_progress,
+    soc_layers,
+    synthetic_batch,
+    _timed,
+)
+from .memory import measure_step_memory
+
+
+def _summary(times: Sequence[float], batch: int) -> dict[str, Any]:
+    med = statistics.median(times)
+    steps_per_epoch = math.ceil(EPOCH_IMAGES / batch)
+    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
+    return {
+        "step_times_s": list(times),
+        "median_step_s": med,
+        "min_step_s": min(times),
+        "max_step_s": max(times),
+        "iqr_step_s": q[2] - q[0],
+        "images_per_s": batch / med,
+        "epoch_s": med * steps_per_epoch,
+    }
+
+
+def bench_train_arch(
+    arch: str,
+    *,
+    batch_size: int = 128,
+    steps: int = 10,
+    warmup: int = 2,
+    device: torch.device | str = "cpu",
+    width: int = 32,
+    head: str = "lln",
+    pool: str = "max",
+    num_classes: int = 10,
+    seed: int = 0,
+    fast_conv: str = FAST_CONV,
+    exact_conv: str = EXACT_CONV,
+    measure_memory: bool = True,
+    progress: Progress = _no_progress,
+) -> dict[str, Any]:
+    """Fast vs exact SOC training step on one architecture (see the module docstring)."""
+    _check_positive(batch_size=batch_size, steps=steps, width=width)
+    if warmup < 0:
+        raise LipUsageError(f"warmup must be >= 0, got {warmup}")
+    device = torch.device(device)
+    fast, exact, identical = build_twins(
+        arch, fast_conv=fast_conv, exact_conv=exact_conv, head=head, pool=pool, width=width,
+        num_classes=num_classes, seed=seed, device=device,
+    )
+    clip = _clip_for(head)
+    runners = {"fast": TrainStep(fast, clip), "exact": TrainStep(exact, clip)}
+    gen = torch.Generator().manual_seed(seed)
+    times: dict[str, list[float]] = {"fast": [], "exact": []}
+    losses: dict[str, list[float]] = {"fast": [], "exact": []}
+    rounds = warmup + steps
+    gc.collect()
+    for r in range(rounds):
+        x, y = synthetic_batch(batch_size, num_classes, gen, device)
+        order = ("fast", "exact") if r % 2 == 0 else ("exact", "fast")
+        for key in order:
+            dt, loss = _timed(lambda key=key: runners[key](x, y), device)
+            losses[key].append(float(loss))
+            if r >= warmup:
+                times[key].append(dt)
+        phase = "warm-up" if r < warmup else "timed"
+        last = {k: (f"{times[k][-1] * 1e3:.0f} ms" if r >= warmup else "-") for k in times}
+        progress(
+            f"{arch}: round {r + 1}/{rounds} ({phase}) fast {last['fast']}, exact {last['exact']}"
+        )
+    result: dict[str, Any] = {
+        "arch": arch,
+        "soc_layers": soc_layers(arch),
+        "parameters": count_parameters(fast),
+        "initial_state_identical": identical,
+        "first_step_loss": {"fast": losses["fast"][0], "exact": losses["exact"][0]},
+        "first_step_loss_abs_diff": abs(losses["fast"][0] - losses["exact"][0]),
+        "final_loss": {"fast": losses["fast"][-1], "exact": losses["exact"][-1]},
+    }
+    for key, conv in (("fast", fast_conv), ("exact", exact_conv)):
+        result[key] = {"conv": conv, **_summary(times[key], batch_size)}
+    ratios = [f / e for f, e in zip(times["fast"], times["exact"])]
+    result["reduction_pct"] = 100.0 * (
+        1.0 - result["fast"]["median_step_s"] / result["exact"]["median_step_s"]
+    )
+    result["reduction_pct_paired"] = 100.0 * (1.0 - statistics.median(ratios))
+    if measure_memory:
+        progress(f"{arch}: measuring peak memory of one step per model")
+        x, y = synthetic_batch(batch_size, num_classes, gen, device)
+        for key in ("fast", "exact"):
+            result[key]["memory"] = measure_step_memory(runners[key], x, y, device)
+    del runners, fast, exact
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def bench_train(
+    archs: Sequence[str],
+    *,
+    batch_size: int = 128,
+    steps: int = 10,
+    warmup: int = 2,
+    device: torch.device | str = "cpu",
+    width: int = 32,
+    head: str = "lln",
+    pool: str = "max",
+    num_classes: int = 10,
+    seed: int = 0,
+    measure_memory: bool = True,
+    progress: Progress = _no_progress,
+) -> dict[str, Any]:
+    """:func:`bench_train_arch` for every architecture, with environment and settings."""
+    _check_positive(batch_size=batch_size, steps=steps, width=width)
+    if warmup < 0:
+        raise LipUsageError(f"warmup must be >= 0, got {warmup}")
+    device = torch.device(device)
+    env = environment(device)
+    results = []
+    for arch in archs:
+        progress(f"{arch}: building fast ({FAST_CONV}) and exact ({EXACT_CONV}) models")
+        results.append(
+            bench_train_arch(
+                arch, batch_size=batch_size, steps=steps, warmup=warmup, device=device,
+                width=width, head=head, pool=pool, num_classes=num_classes, seed=seed,
+                measure_memory=measure_memory, progress=progress,
+            )
+        )
+    try:
+        env["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        pass
+    return {
+        "benchmark": "train",
+        "environment": env,
+        "settings": {
+            "batch_size": batch_size, "steps": steps, "warmup": warmup, "width": width,
+            "head": head, "pool": pool, "num_classes": num_classes, "seed": seed,
+            "input_shape": list(CIFAR_SHAPE),
+            "epoch_images": EPOCH_IMAGES,
+            "steps_per_epoch": math.ceil(EPOCH_IMAGES / batch_size),
+            "fast_conv": FAST_CONV, "exact_conv": EXACT_CONV,
+            "optimizer": (
+                f"SGD lr {RECIPE_LR}, momentum {RECIPE_MOMENTUM}, weight decay "
+                f"{RECIPE_WEIGHT_DECAY} on >=2-D non-head-excluded parameters (SPEC §6)"
+            ),
+            "schedule": (
+                "interleaved: each round both models take one step on the same synthetic "
+                "batch, order alternating between rounds; warm-up rounds not timed"
+            ),
+            "step": "zero_grad + forward + cross-entropy + backward + optimizer step",
+            "epoch_time": "median step time x ceil(50000 / batch); data loading excluded",
+            "inputs": "synthetic: uniform [0,1] images, uniform random labels; random init",
+        },
+        "results": results,
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# lip bench certify
+# ------------------------------------------------------------------------------------------
