@@ -1,0 +1,160 @@
+"""Processes and devices: :class:`DistContext` (torchrun environment, process group, collectives)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import LipError, LipUsageError
+
+
+@dataclass
+class DistContext:
+    """This process's place in a (possibly single-process) run."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    #: launched by torchrun (or with RANK/WORLD_SIZE > 1): use a process group and DDP
+    distributed: bool = False
+    backend: str | None = None
+    initialized: bool = False
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls) -> "DistContext":
+        """Read torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``.
+
+        Distributed (process group + DDP) when ``WORLD_SIZE > 1`` or when torchrun launched
+        the process (``TORCHELASTIC_RUN_ID`` set), even with one process; else one plain process.
+        """
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        launched = "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
+        if world <= 1 and not launched:
+            return cls()
+        return cls(
+            rank=int(os.environ.get("RANK", "0")),
+            world_size=world,
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(world))),
+            distributed=True,
+        )
+
+    def resolve_device(self, name: str) -> torch.device:
+        if name == "auto":
+            name = "cuda" if torch.cuda.is_available() else "cpu"
+        if name.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise LipUsageError(f"--device {name}: CUDA is not available on this machine")
+            if name == "cuda":
+                index = self.local_rank if self.distributed else torch.cuda.current_device()
+            else:
+                index = int(name[5:])
+            if index >= torch.cuda.device_count():
+                raise LipUsageError(
+                    f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible"
+                )
+            return torch.device("cuda", index)
+        return torch.device("cpu")
+
+    def init(self, device: torch.device) -> None:
+        self.device = device
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        if not self.distributed:
+            return
+        import torch.distributed as dist
+
+        self.backend = "nccl" if device.type == "cuda" else "gloo"
+        if not dist.is_initialized():
+            kwargs: dict[str, Any] = {}
+            if device.type == "cuda":
+                kwargs["device_id"] = device
+            dist.init_process_group(backend=self.backend, **kwargs)
+        self.initialized = True
+
+    def destroy(self) -> None:
+        if self.initialized:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self.initialized = False
+
+    def barrier(self) -> None:
+        if self.initialized:
+            import torch.distributed as dist
+
+            if self.device.type == "cuda":
+                dist.barrier(device_ids=[self.device.index])
+            else:
+                dist.barrier()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.initialized:
+            import torch.distributed as dist
+
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def broadcast_(self, tensor: torch.Tensor) -> None:
+        if self.initialized:
+            import torch.distributed as dist
+
+            dist.broadcast(tensor, src=0)
+
+    def broadcast_json(self, obj: Any) -> Any:
+        """Rank 0's JSON-serialisable ``obj`` on every rank (tensors, no pickle)."""
+        if not self.initialized:
+            return obj
+        data = json.dumps(obj).encode() if self.is_main else b""
+        length = torch.tensor([len(data)], dtype=torch.int64, device=self.device)
+        self.broadcast_(length)
+        buf = torch.zeros(int(length.item()), dtype=torch.uint8, device=self.device)
+        if self.is_main:
+            buf.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device))
+        self.broadcast_(buf)
+        return json.loads(bytes(buf.cpu().tolist()).decode())
+
+    def check_consistent(self, module: nn.Module) -> None:
+        """Raise :class:`LipError` unless every rank holds bit-identical parameters and buffers.
+
+        Compares per-tensor fingerprints (sums of the raw bit patterns) with MAX and MIN
+        all-reduces: the weights rank 0 saves must be the weights every rank trained.
+        """
+        if not self.initialized:
+            return
+        import torch.distributed as dist
+
+        prints = []
+        for t in list(module.parameters()) + list(module.buffers()):
+            raw = t.detach().contiguous().view(-1)
+            if raw.is_floating_point():
+                bits = raw.view(torch.int32) if raw.element_size() == 4 else raw.double().view(torch.int64)
+            else:
+                bits = raw
+            b = bits.to(torch.int64)
+            prints.extend([b.sum(), (b % 65521).sum()])
+        local = torch.stack(prints)
+        high, low = local.clone(), local.clone()
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
+        if not torch.equal(high, low):
+            raise LipError("processes ended with different weights or buffers (DDP out of sync)")
+
+    def sync_module_state(self, module: nn.Module) -> None:
+        """Copy rank 0's buffers (SOC power-iteration vectors, ...) to every rank."""
+        if not self.initialized:
+            return
+        for buf in module.buffers():
+            self.broadcast_(buf.data)

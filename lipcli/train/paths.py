@@ -1,0 +1,101 @@
+"""Run directory and model path: :class:`RunPaths`, :func:`plan_paths` (validated before any write)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from ..errors import LipError, LipUsageError
+from .checkpoint import read_checkpoint
+from .config import BEST_NAME, CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, MODEL_NAME, TrainConfig
+
+
+@dataclass
+class RunPaths:
+    run_dir: Path
+    out: Path
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.run_dir / CHECKPOINT_NAME
+
+    @property
+    def log(self) -> Path:
+        return self.run_dir / LOG_NAME
+
+    @property
+    def config(self) -> Path:
+        return self.run_dir / CONFIG_NAME
+
+    @property
+    def best(self) -> Path:
+        return self.run_dir / BEST_NAME
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _check_writable_dir(path: Path, what: str) -> None:
+    """``path`` is, or can be created as, a writable directory (nothing is created here)."""
+    if path.exists():
+        if not path.is_dir():
+            raise LipUsageError(f"{what} {path} exists and is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise LipUsageError(f"{what} {path} is not writable")
+        return
+    anchor = _nearest_existing(path)
+    if not anchor.is_dir():
+        raise LipUsageError(f"cannot create {what} {path}: {anchor} is not a directory")
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise LipUsageError(f"cannot create {what} {path}: {anchor} is not writable")
+
+
+def plan_paths(cfg: TrainConfig, *, run_dir: str | None, out: str | None) -> RunPaths:
+    """Decide the run directory and model path; validate them without writing anything.
+
+    * ``run_dir`` given: used as is; else derived from ``out`` (``<out dir>/<out stem>-run``);
+      else ``runs/<arch>-<head>-<YYYYmmdd-HHMMSS>``.
+    * ``out`` defaults to ``<run dir>/model.safetensors``.
+    * A run directory holding an unfinished run's checkpoint is refused (resume it instead);
+      a finished run's directory may be reused.
+    """
+    if out is not None:
+        out_path = Path(out).expanduser()
+        if out_path.exists() and out_path.is_dir():
+            raise LipUsageError(f"--out {out_path} is a directory; give a file name (e.g. model.safetensors)")
+    else:
+        out_path = None
+    if run_dir is not None:
+        rd = Path(run_dir).expanduser()
+    elif out_path is not None:
+        rd = out_path.parent / f"{out_path.stem}-run"
+    else:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        arch = cfg.arch.split(":", 1)[0]
+        head = cfg.head.split(":", 1)[0]
+        rd = Path("runs") / f"{arch}-{head}-{stamp}"
+    if out_path is None:
+        out_path = rd / MODEL_NAME
+    _check_writable_dir(rd, "run directory")
+    _check_writable_dir(out_path.parent, "output directory")
+    if out_path.exists() and not os.access(out_path, os.W_OK):
+        raise LipUsageError(f"--out {out_path} is not writable")
+    ckpt = rd / CHECKPOINT_NAME
+    if ckpt.exists():
+        try:
+            _, meta = read_checkpoint(ckpt)
+            finished = meta.get("status") == "complete"
+        except LipError:
+            finished = False
+        if not finished:
+            raise LipUsageError(
+                f"{rd} holds an unfinished run; resume it with `lip train --resume {rd}` "
+                "or choose another --run-dir"
+            )
+    return RunPaths(run_dir=rd, out=out_path)
