@@ -527,8 +527,9 @@ class SOC(nn.Module):
         """
         M0, M2 = self._matrices(D)
         f1, f2 = self._flip1, self._flip2
-        signs = torch.ones(2, dtype=D.dtype, device=D.device)  # (1, −1), no host→device copy
-        signs[1] = -1.0
+        # (1, −1) built on the device (indexed assignment or torch.tensor would copy from
+        # the host, a synchronisation on GPUs)
+        signs = 1.0 - 2.0 * torch.arange(2, dtype=D.dtype, device=D.device)
         X0 = torch.stack([self.power_u0, f1(self.power_v1)], 1)
         X2 = torch.stack([self.power_u2, self.power_v3], 1)
         pairs = [(M0, X0), (M2, X2)]
