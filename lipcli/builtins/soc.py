@@ -18,8 +18,18 @@ Maths (SPEC §1; Singla & Feizi 2021, and the paper §4, eqs. (1)–(4)):
   ``v¹ = Σ_{j≤T−2} (Sᵀ)^j g/(j+1)!`` by the same Horner loop with ``Sᵀ = −S``; exact input
   gradient ``g − S(v¹)``; filter gradient = ONE convolution weight gradient of
   (input ``u¹``, grad-output ``v¹``), i.e. ``Σ_{a,b≤T−2} (Sᵀ)^a g (S^b x)ᵀ/((a+1)!(b+1)!)``
-  instead of the exact ``Σ_{a+b≤T−2} (Sᵀ)^a g (S^b x)ᵀ/(a+b+1)!``.  The forward is the very
-  same sequence of floating-point operations as the exact mode, hence bit-identical.
+  instead of the exact ``Σ_{a+b≤T−2} (Sᵀ)^a g (S^b x)ᵀ/(a+b+1)!``.  The forward computes
+  the same values as the exact mode, bit for bit (checked by the tests).
+
+Implementation (speed, same values): on CPU in float32 a Horner step runs as ONE oneDNN
+convolution with the add fused in, ``x + conv(u, S/i)``, when the activations outnumber the
+filter entries (the scaled filters ``S/i`` are cheap there); otherwise, and on GPUs,
+``x + conv(u, S)·(1/i)``.  A 1×1 filter on 1×1 images is a matrix product (``addmm``).  The
+exact mode evaluates the same expressions with ``conv2d`` and a separate add under autograd,
+which gives the same floating-point values.  The fast backward reuses the forward
+convolution (``Sᵀ = −S``), alternating the fused ``add``/``sub`` so nothing is negated.  On
+GPUs the reshape giving σ is selected on the device, so a training step never waits for
+the GPU.
 * Lipschitz constant (SPEC §5): with ``b ≥ ‖S‖₂`` (guaranteed, :mod:`lipcli.spectral`)
   and ``exp(S)`` orthogonal, ``‖P_T(S)‖ ≤ 1 + b^T/T! · 1/(1 − b/(T+1))`` (``b < T+1``) and
   always ``‖P_T(S)‖ ≤ Σ_{j<T} b^j/j!``.  Floating-point rounding inside the convolutions of a
