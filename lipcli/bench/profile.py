@@ -331,7 +331,7 @@ def bench_profile(
             "batch_size": batch_size, "steps": steps, "warmup": warmup,
             "num_classes": num_classes, "input_shape": list(CIFAR_SHAPE),
             "time_basis": (
-                "CUDA kernel time (self device time of launching operators)" if use_device
+                "CUDA kernel time, each kernel once via the operator that launched it" if use_device
                 else "operator self CPU time; shares are of profiled wall time"
             ),
             "convolution_rule": (
