@@ -357,9 +357,29 @@ def test_certification_runs_without_tf32():
         assert precision.tf32_state() == allowing
     finally:
         precision._set_tf32_state(*before)
-    # the drivers are wrapped
-    assert certify_module.run_certification.__wrapped__ is not None
-    assert lipschitz_report.__wrapped__ is not None
+    # the drivers really run inside it: record the setting from within each of them
+    class Seen(Exception):
+        pass
+
+    def record(*_args, **_kwargs):
+        seen.append(precision.tf32_state())
+        raise Seen
+
+    seen.clear()
+    precision._set_tf32_state(*allowing)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(certify_module, "resolve_device", record)
+            with pytest.raises(Seen):
+                certify_module.run_certification("unused.safetensors", certify_module.CertifyOptions(radii=[0.1]))
+            import lipcli.lipschitz as lipschitz_module
+
+            mp.setattr(lipschitz_module, "layer_input_shapes", record)
+            with pytest.raises(Seen):
+                lipschitz_report(torch.nn.Identity(), estimate=False)
+    finally:
+        precision._set_tf32_state(*before)
+    assert seen == [precision.FULL_PRECISION[precision._new_api()]] * 2
 
 
 def test_machine_json_is_strict_even_with_infinite_radii(capsys):
