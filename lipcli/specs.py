@@ -38,6 +38,11 @@ ORTHOGONAL = "orthogonal"
 #: Promise: the certificate method never over-claims (sound lower bound on the true radius).
 SOUND = "sound"
 
+#: ``torch.profiler`` range name under which a convolution component may run the
+#: convolutions it computes in another form (a fused convolution-plus-add, a matrix product
+#: for 1×1 filters on 1×1 images), so that ``lip bench profile`` counts them as convolution
+CONVOLUTION_PROFILE_LABEL = "lipcli::soc_convolution"
+
 _PARAM_TYPES = (int, float, str, bool)
 
 

@@ -76,7 +76,9 @@ __all__ = [
 ]
 
 #: Unit roundoff of float64.
-_U = 2.0**-53
+#: unit roundoff of float64 (shared with the certificate modules)
+UNIT_ROUNDOFF = 2.0**-53
+_U = UNIT_ROUNDOFF
 #: Smallest positive subnormal float64 (Rump's underflow unit).
 _ETA = 2.0**-1074
 #: Relative margin covering the last few scalar roundings of every bound.

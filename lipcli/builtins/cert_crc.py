@@ -80,9 +80,9 @@ from lipcli.certificates import (
     make_cache,
 )
 from lipcli.hookspecs import hookimpl
+from lipcli.spectral import UNIT_ROUNDOFF as _U64  # float64
 from lipcli.specs import SOUND, CertificateSpec, Param
 
-_U64 = 2.0**-53  # unit roundoff of float64
 _METHOD = "crc-lip"
 
 
@@ -1010,36 +1010,12 @@ class CRCCertifier:
         stats["newton_iters"] += int(res.iterations.sum())
 
 
-def _crc_factory(
-    curvature: str = "lazy",
-    dual: bool = True,
-    grad_tol: float = 1e-6,
-    dual_rtol: float = 1e-7,
-    boundary: float = 1e-3,
-    max_iter: int = 40,
-    cg_rtol: float = 1e-4,
-    solver_dtype: str = "float32",
-    chunk_size: int = 256,
-) -> CRCCertifier:
-    return CRCCertifier(
-        curvature=curvature,
-        dual=dual,
-        grad_tol=grad_tol,
-        dual_rtol=dual_rtol,
-        boundary=boundary,
-        max_iter=max_iter,
-        cg_rtol=cg_rtol,
-        solver_dtype=solver_dtype,
-        chunk_size=chunk_size,
-    )
-
-
 @hookimpl
 def lip_certificates() -> list[CertificateSpec]:
     return [
         CertificateSpec(
             name=_METHOD,
-            factory=_crc_factory,
+            factory=CRCCertifier,
             description="curvature certificate of a softplus MLP head: closed form + dual (CRC), "
             "guaranteed curvature bounds, all classes",
             promises=(SOUND,),

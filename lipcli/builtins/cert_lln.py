@@ -30,9 +30,9 @@ from lipcli.certificates import (
     make_cache,
 )
 from lipcli.hookspecs import hookimpl
+from lipcli.spectral import UNIT_ROUNDOFF as _U64  # float64
 from lipcli.specs import SOUND, CertificateSpec
 
-_U64 = 2.0**-53  # unit roundoff of float64
 
 
 def linear_head_weights(head: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:

@@ -270,32 +270,12 @@ class LipConvnet(nn.Module):
         return rows
 
 
-def lipconvnet_factory(
-    *,
-    depth: int,
-    conv: Component,
-    activation: Component,
-    pool: Component,
-    head: Component,
-    num_classes: int,
-    in_channels: int = 3,
-    mean: Sequence[float] = CIFAR_MEAN,
-    std: Sequence[float] = CIFAR_STD,
-    width: int = 32,
-) -> LipConvnet:
-    """ArchSpec factory (``depth`` is bound per registered name)."""
-    return LipConvnet(
-        depth=depth, conv=conv, activation=activation, pool=pool, head=head,
-        num_classes=num_classes, in_channels=in_channels, mean=mean, std=std, width=width,
-    )
-
-
 @hookimpl
 def lip_architectures() -> list[ArchSpec]:
     return [
         ArchSpec(
             name=f"lipconvnet-{n}",
-            factory=partial(lipconvnet_factory, depth=n),
+            factory=partial(LipConvnet, depth=n),  # depth bound per name
             description=f"LipConvnet-{n}: {n + 1} convolutions in 5 blocks of {n // 5} (SPEC §3)",
             params=(Param(name="width", type=int, default=32, help="channels after the stem"),),
         )

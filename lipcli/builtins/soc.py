@@ -39,6 +39,7 @@ the GPU.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from typing import Any
 
@@ -47,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..hookspecs import hookimpl
-from ..specs import ORTHOGONAL, ConvSpec, Param
+from ..specs import CONVOLUTION_PROFILE_LABEL, ORTHOGONAL, ConvSpec, Param
 from ..spectral import CONV_RESHAPES, conv_reshape_shape, conv_spectral_norm_upper_bound
 
 __all__ = [
@@ -193,7 +194,7 @@ def _apply_filter(u: Tensor, S: Tensor, padding: int) -> Tensor:
 #: label put around every convolution the series computes (conv2d, the fused
 #: convolution-plus-add, and 1×1 convolutions computed as matrix products) while a profiler
 #: is running, so that ``lip bench profile`` counts them as convolutions
-CONV_LABEL = "lipcli::soc_convolution"
+CONV_LABEL = CONVOLUTION_PROFILE_LABEL
 
 
 def _conv_region() -> Any:
@@ -218,11 +219,15 @@ def _has_fused_conv_add() -> bool:
 FUSED_CONV_ADD: bool = _has_fused_conv_add()
 
 
+def _onednn_float32(x: Tensor) -> bool:
+    """Whether the fused oneDNN convolution-plus-add exists for tensors like ``x``."""
+    return FUSED_CONV_ADD and x.device.type == "cpu" and x.dtype == torch.float32
+
+
 def _fusable(u: Tensor, S: Tensor) -> bool:
+    """The fused form is used when no autograd graph is recorded through it."""
     return (
-        FUSED_CONV_ADD
-        and u.device.type == "cpu"
-        and u.dtype == torch.float32
+        _onednn_float32(u)
         and S.dtype == torch.float32
         and not (torch.is_grad_enabled() and (u.requires_grad or S.requires_grad))
     )
@@ -251,12 +256,7 @@ def _scales_filter(x: Tensor, S: Tensor) -> bool:
     always on GPUs (no fusion there; fewer kernel launches).  A function of the shapes,
     device and dtype only, so both gradient modes (and every evaluation) take the same path
     and compute the same floating-point values."""
-    return (
-        FUSED_CONV_ADD
-        and x.device.type == "cpu"
-        and x.dtype == torch.float32
-        and x.numel() >= S.numel()
-    )
+    return _onednn_float32(x) and x.numel() >= S.numel()
 
 
 # --------------------------------------------------------------------------------------
@@ -788,16 +788,6 @@ _PARAMS = (
 )
 
 
-def _soc_fast_factory(in_channels: int, out_channels: int, kernel_size: int, stride: int,
-                      **params: Any) -> SOC:
-    return SOC(in_channels, out_channels, kernel_size, stride, fast_grad=True, **params)
-
-
-def _soc_exact_factory(in_channels: int, out_channels: int, kernel_size: int, stride: int,
-                       **params: Any) -> SOC:
-    return SOC(in_channels, out_channels, kernel_size, stride, fast_grad=False, **params)
-
-
 @hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     """``soc-fast`` (default: SOC with the paper's fast filter gradient) and ``soc``
@@ -805,14 +795,14 @@ def lip_convolutions() -> list[ConvSpec]:
     return [
         ConvSpec(
             name="soc-fast",
-            factory=_soc_fast_factory,
+            factory=functools.partial(SOC, fast_grad=True),
             description="Skew orthogonal convolution with the fast one-conv filter gradient",
             params=_PARAMS,
             promises=(ORTHOGONAL,),
         ),
         ConvSpec(
             name="soc",
-            factory=_soc_exact_factory,
+            factory=functools.partial(SOC, fast_grad=False),
             description="Skew orthogonal convolution, exact autograd gradient (baseline)",
             params=_PARAMS,
             promises=(ORTHOGONAL,),
