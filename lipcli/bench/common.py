@@ -152,6 +152,13 @@ def _check_positive(**values: int) -> None:
             raise LipUsageError(f"{key.replace('_', '-')} must be at least 1, got {value}")
 
 
+def _check_step_settings(*, batch_size: int, steps: int, warmup: int, width: int) -> None:
+    """The usage checks shared by ``lip bench train`` and ``lip bench profile``."""
+    _check_positive(batch_size=batch_size, steps=steps, width=width)
+    if warmup < 0:
+        raise LipUsageError(f"warmup must be >= 0, got {warmup}")
+
+
 # ------------------------------------------------------------------------------------------
 # models, optimiser, batches, one training step
 # ------------------------------------------------------------------------------------------

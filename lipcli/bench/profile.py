@@ -14,14 +14,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import LipUsageError
+from ..specs import CONVOLUTION_PROFILE_LABEL
 from .common import (
     CIFAR_SHAPE,
     FAST_CONV,
     Progress,
     TrainStep,
     build_model,
-    _check_positive,
+    _check_step_settings,
     _clip_for,
     environment,
     _no_progress,
@@ -34,7 +34,7 @@ from .common import (
 _CONV_OP = re.compile(r"^(aten|mkldnn)::.*conv(?!ert)", re.IGNORECASE)
 #: record_function label the SOC layers put around each convolution they compute (conv2d,
 #: the fused convolution-plus-add of a Horner step, 1×1 convolutions done as matrix products)
-_CONV_LABELS = frozenset({"lipcli::soc_convolution"})
+_CONV_LABELS = frozenset({CONVOLUTION_PROFILE_LABEL})
 #: names of cuDNN/CUTLASS convolution kernels (forward, data and weight gradients), used only
 #: for kernels whose launching operator the profiler did not record
 _CONV_KERNEL = re.compile(r"conv|fprop|dgrad|wgrad|implicit_?gemm|cudnn", re.IGNORECASE)
@@ -237,9 +237,7 @@ def bench_profile(
     """
     from torch.profiler import ProfilerActivity, profile
 
-    _check_positive(batch_size=batch_size, steps=steps, width=width)
-    if warmup < 0:
-        raise LipUsageError(f"warmup must be >= 0, got {warmup}")
+    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
     device = torch.device(device)
     env = environment(device)
     model = build_model(arch, conv=conv, head=head, pool=pool, width=width,

@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 
-from ..errors import LipUsageError
 from .common import (
     CIFAR_SHAPE,
     EPOCH_IMAGES,
@@ -24,7 +23,7 @@ from .common import (
     Progress,
     TrainStep,
     build_twins,
-    _check_positive,
+    _check_step_settings,
     _clip_for,
     count_parameters,
     environment,
@@ -69,9 +68,7 @@ def bench_train_arch(
     progress: Progress = _no_progress,
 ) -> dict[str, Any]:
     """Fast vs exact SOC training step on one architecture (see the module docstring)."""
-    _check_positive(batch_size=batch_size, steps=steps, width=width)
-    if warmup < 0:
-        raise LipUsageError(f"warmup must be >= 0, got {warmup}")
+    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
     device = torch.device(device)
     fast, exact, identical = build_twins(
         arch, fast_conv=fast_conv, exact_conv=exact_conv, head=head, pool=pool, width=width,
@@ -141,9 +138,7 @@ def bench_train(
     progress: Progress = _no_progress,
 ) -> dict[str, Any]:
     """:func:`bench_train_arch` for every architecture, with environment and settings."""
-    _check_positive(batch_size=batch_size, steps=steps, width=width)
-    if warmup < 0:
-        raise LipUsageError(f"warmup must be >= 0, got {warmup}")
+    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
     device = torch.device(device)
     env = environment(device)
     results = []
