@@ -75,14 +75,35 @@ def test_transpose_filter_is_the_adjoint(shape):
     assert torch.equal(transpose_filter(K)[1, 2, 0, k - 1], K[2, 1, k - 1, 0])
 
 
-@pytest.mark.parametrize("shape", [(40, 40, 3, 3), (30, 30, 1, 1)])
-def test_minus_transpose_matches_direct_formula(shape):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(40, 40, 3, 3), (30, 30, 1, 1), (24, 24, 5, 5)])
+def test_minus_transpose_matches_direct_formula(shape, dtype):
+    """Bit-identical to ``X − T(X)`` (so the skew filter is exactly skew) whichever path
+    is taken; with a scale, equal up to rounding."""
     gen = torch.Generator().manual_seed(2)
-    X = torch.randn(shape, generator=gen)
+    X = torch.randn(shape, generator=gen, dtype=dtype)
     direct = X - transpose_filter(X)
-    assert torch.equal(soc_module._minus_transpose(X), direct)
-    scale = torch.tensor(0.37)
+    got = soc_module._minus_transpose(X)
+    assert torch.equal(got, direct)
+    assert torch.equal(transpose_filter(got), -got)
+    assert got.is_contiguous()
+    assert got._base is None  # not a view: _NormalisedSkew scales it in place
+    scale = torch.tensor(0.37, dtype=dtype)
     torch.testing.assert_close(soc_module._minus_transpose(X, scale), direct * scale)
+
+
+def test_minus_transpose_falls_back_when_matmul_precision_is_reduced():
+    """The batched-product form is exact only for full-precision products: with a reduced
+    float32 matmul precision the plain subtraction is used (still bit-identical)."""
+    X = torch.randn(16, 16, 3, 3, generator=torch.Generator().manual_seed(3))
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        assert not soc_module._exact_cpu_matmul()
+        assert torch.equal(soc_module._minus_transpose(X), X - transpose_filter(X))
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert soc_module._exact_cpu_matmul()
 
 
 @pytest.mark.parametrize("k", [1, 3])

@@ -79,20 +79,74 @@ _TILE = 32
 _TILE_MIN_ENTRIES = 1 << 18
 
 
+def _exact_cpu_matmul() -> bool:
+    """Whether float32 CPU matrix products are computed in full IEEE precision (not the
+    reduced-precision modes ``torch.set_float32_matmul_precision`` or oneDNN's
+    ``fp32_precision`` can select), so that a product with a signed permutation matrix is
+    exact."""
+    if torch.get_float32_matmul_precision() != "highest":
+        return False
+    onednn = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
+    return getattr(onednn, "fp32_precision", "none") in ("none", "ieee")
+
+
+_REVERSALS: dict[tuple[int, torch.dtype], Tensor] = {}
+
+
+def _negated_reversal(n: int, dtype: torch.dtype) -> Tensor:
+    """``−J`` for the ``n×n`` exchange matrix ``J`` (``(x·(−J))_t = −x_{n−1−t}``), CPU."""
+    key = (n, dtype)
+    if key not in _REVERSALS:
+        J = torch.zeros(n, n, dtype=dtype)
+        J[torch.arange(n), torch.arange(n - 1, -1, -1)] = -1.0
+        _REVERSALS[key] = J
+    return _REVERSALS[key]
+
+
 def _minus_transpose(X: Tensor, scale: float | Tensor | None = None) -> Tensor:
     """``X − T(X)`` (times ``scale`` if given), contiguous.
 
-    For a large 1×1 filter on CPU, ``T(X) = Xᵀ`` is read through a tile-transposed copy
-    (``32×32`` tiles made contiguous first), so that neither read walks the matrix with a
-    stride of a whole row; the values are the same subtractions, bit for bit."""
+    On CPU the transpose is never materialised as a strided copy:
+
+    * ``k×k`` filters, ``k > 1``: with ``X`` viewed as ``(C, C, k²)``,
+      ``T(X)[o, i, t] = X[i, o, k²−1−t]`` (the flip of both tap axes reverses the flattened
+      taps), so ``X − T(X) = X + Xᵀ·(−J)`` is one batched product
+      ``baddbmm(X, X.transpose(0, 1), −J)`` over ``o``.  The product with ``−J`` has a single
+      non-zero term ``−x`` per entry (the others are exact zeros), so without ``scale`` the
+      result is bit-identical to ``X − T(X)`` (the test suite checks it) and
+      ``T(D) = −D`` still holds exactly; used only when matrix products run in full
+      precision (:func:`_exact_cpu_matmul`).  With ``scale`` (the gradient, where exact
+      skewness does not matter) the scale is applied inside the same product.
+    * large ``1×1`` filters: ``T(X) = Xᵀ`` is read through a tile-transposed copy (``32×32``
+      tiles made contiguous first), so that neither read walks the matrix with a stride of a
+      whole row; the values are the same subtractions, bit for bit.
+
+    About 2× faster than ``flip`` + ``sub`` for the ``1024×1024×3×3`` filter of
+    LipConvnet-10…40 on the 2-core test machine (20 ms instead of 43 ms)."""
     C, C2, kh, kw = X.shape
+    on_cpu = X.device.type == "cpu" and X.is_contiguous() and C == C2
     if (
-        kh == 1 and kw == 1 and C == C2 and C % _TILE == 0 and C * C >= _TILE_MIN_ENTRIES
-        and X.device.type == "cpu" and X.is_contiguous()
+        on_cpu and kh == 1 and kw == 1 and C % _TILE == 0 and C * C >= _TILE_MIN_ENTRIES
     ):
         nb = C // _TILE
         tiles = X.view(nb, _TILE, nb, _TILE).permute(0, 2, 3, 1).contiguous()  # (I, O, o, i)
-        out = torch.sub(X.view(nb, _TILE, nb, _TILE), tiles.permute(1, 2, 0, 3)).view(X.shape)
+        out = torch.empty_like(X)  # written through a view; returned as a base tensor
+        torch.sub(X.view(nb, _TILE, nb, _TILE), tiles.permute(1, 2, 0, 3),
+                  out=out.view(nb, _TILE, nb, _TILE))
+    elif (
+        on_cpu and kh * kw > 1 and X.dtype in (torch.float32, torch.float64)
+        and _exact_cpu_matmul()
+    ):
+        n = kh * kw
+        X3 = X.view(C, C, n)
+        J = _negated_reversal(n, X.dtype).expand(C, n, n)
+        out = torch.empty_like(X)
+        if scale is None:
+            torch.baddbmm(X3, X3.transpose(0, 1), J, out=out.view(C, C, n))
+        else:
+            s = float(scale)
+            torch.baddbmm(X3, X3.transpose(0, 1), J, beta=s, alpha=s, out=out.view(C, C, n))
+        return out
     else:
         out = torch.sub(X, transpose_filter(X))
     return out if scale is None else out.mul_(scale)
@@ -117,7 +171,7 @@ def _rank_one_factors(r: int, u: Tensor, v: Tensor, C: int, k: int) -> tuple[Ten
 
 
 class _NormalisedSkew(torch.autograd.Function):
-    """``S = D/ρ`` with ``D = W − T(W)`` (given, computed without grad) and
+    """``S = D/ρ`` with ``D = W − T(W)`` (given, computed without grad, overwritten by ``S``) and
     ``ρ = uᵀ R_r(D) v = 2σ`` for power vectors ``u, v`` held constant (SPEC §1.2).
 
     Backward with ``G = ∂ℓ/∂S``: ``∂ℓ/∂D = (G − ⟨G, S⟩·E)/ρ`` with the rank-one
@@ -132,7 +186,9 @@ class _NormalisedSkew(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, weight: Tensor, D: Tensor, rho: Tensor,  # type: ignore[override]
                 factors: list[tuple[Tensor, Tensor]]) -> Tensor:
-        S = D * (1.0 / rho)
+        # D is a temporary of the caller: scaled in place (no second filter-sized buffer)
+        S = D.mul_(1.0 / rho)
+        ctx.mark_dirty(D)
         ctx.save_for_backward(S, rho)
         ctx.factors = factors
         return S
@@ -503,16 +559,43 @@ class SOC(nn.Module):
     # ------------------------------------------------------------------ power iteration
     # For the exactly skew D (T(D) = −D) the four reshapes are tied (F flips the tap index):
     #   R1(D) = −F R0(D)ᵀ F,    R3(D) = −F2 R2(D)ᵀ,
-    # so all products needed by the four power iterations come from two matrices, M0 = R0(D)
-    # (one copy of D) and M2 = R2(D) (a view), two vectors per pass.
+    # so all products needed by the four power iterations come from two matrices,
+    # M0 = R0(D) and M2 = R2(D) (a view of D), two vectors each per pass.  M0 is never
+    # materialised: its products are computed from M2 (see _left_products/_right_products),
+    # so each half-step reads D once.
     def _power_vectors(self, r: int) -> tuple[Tensor, Tensor]:
         return getattr(self, f"power_u{r}"), getattr(self, f"power_v{r}")
 
-    def _matrices(self, D: Tensor) -> tuple[Tensor, Tensor]:
+    def _left_products(self, D: Tensor, X0: Tensor, X2: Tensor) -> tuple[Tensor, Tensor]:
+        """``(R0(D)ᵀ X0, R2(D)ᵀ X2)`` (shapes ``(Ck, n0)`` and ``(Ck², n2)``) from one product
+        with ``M2 = D.view(C, Ck²)``.  With ``R0(D)[(o,a),(i,b)] = D[o,i,a,b]``:
+        ``(R0ᵀX)[(i,b),c] = Σ_a Z[(a,c),(i,a,b)]`` for ``Z = X̃ M2``, ``X̃[(a,c),o] = X[(o,a),c]``."""
         C, k = self.channels, self.kernel_size
         M2 = D.view(C, C * k * k)
-        M0 = M2 if k == 1 else D.permute(0, 2, 1, 3).reshape(C * k, C * k)
-        return M0, M2
+        n0 = X0.shape[1]
+        if k == 1:
+            Z = torch.cat([X0, X2], 1).T @ M2
+            return Z[:n0].T, Z[n0:].T
+        Xt = X0.view(C, k, n0).permute(1, 2, 0).reshape(k * n0, C)
+        Z = torch.cat([Xt, X2.T], 0) @ M2
+        Z0 = Z[: k * n0].view(k, n0, C, k, k)
+        P0 = torch.diagonal(Z0, dim1=0, dim2=3).sum(-1)  # (c, i, b)
+        return P0.reshape(n0, C * k).T, Z[k * n0:].T
+
+    def _right_products(self, D: Tensor, P0: Tensor, P2: Tensor) -> tuple[Tensor, Tensor]:
+        """``(R0(D) P0, R2(D) P2)`` (shapes ``(Ck, n0)`` and ``(C, n2)``) from one product with
+        ``M2``: ``(R0 P)[(o,a),c] = (M2 V)[o,(a,c)]`` with the block-sparse
+        ``V[(i,a',b),(a,c)] = P[(i,b),c]·δ(a',a)`` (exact: the other terms are zeros)."""
+        C, k = self.channels, self.kernel_size
+        M2 = D.view(C, C * k * k)
+        n0 = P0.shape[1]
+        if k == 1:
+            Y = M2 @ torch.cat([P0, P2], 1)
+            return Y[:, :n0], Y[:, n0:]
+        eye = torch.eye(k, dtype=D.dtype, device=D.device)
+        V0 = (P0.view(C, 1, k, 1, n0) * eye.view(1, k, 1, k, 1)).reshape(C * k * k, k * n0)
+        Y = M2 @ torch.cat([V0, P2], 1)
+        return Y[:, : k * n0].reshape(C * k, n0), Y[:, k * n0:]
 
     def _flip1(self, x: Tensor) -> Tensor:  # F on a (channel, tap) index
         k = self.kernel_size
@@ -535,32 +618,25 @@ class SOC(nn.Module):
         ``v0 = P̂₀, u1 = −F P̂₁, u0 = X₀, v1 = F X₁`` and
         ``v2 = P̂₀, u3 = −F2 P̂₁, u2 = X₀, v3 = X₁``.
         """
-        M0, M2 = self._matrices(D)
         f1, f2 = self._flip1, self._flip2
         # (1, −1) built on the device (indexed assignment or torch.tensor would copy from
         # the host, a synchronisation on GPUs)
         signs = 1.0 - 2.0 * torch.arange(2, dtype=D.dtype, device=D.device)
         X0 = torch.stack([self.power_u0, f1(self.power_v1)], 1)
         X2 = torch.stack([self.power_u2, self.power_v3], 1)
-        pairs = [(M0, X0), (M2, X2)]
-        if self.kernel_size == 1:  # M0 is M2: one product of four columns per half-step
-            pairs = [(M0, torch.cat([X0, X2], 1))]
-            signs = signs.repeat(2)
-        results = []
-        for M, X in pairs:
-            P = X
-            rho = X.new_zeros(X.shape[1])
-            for _ in range(steps):
-                P = (X.T @ M).T
-                P = P * (signs / torch.linalg.vector_norm(P, dim=0).clamp_min(1e-30))
-                Q = M @ P
-                rho = torch.linalg.vector_norm(Q, dim=0)
-                X = Q * (signs / rho.clamp_min(1e-30))
-            results.append((P * signs, X, rho))  # P·s = P̂ (unsigned)
-        if self.kernel_size == 1:
-            P, X, rho = results[0]
-            results = [(P[:, :2], X[:, :2], rho[:2]), (P[:, 2:], X[:, 2:], rho[2:])]
-        (P0, X0, r0), (P2, X2, r2) = results
+        P0, P2 = X0, X2
+        r0 = r2 = X0.new_zeros(2)
+
+        def unit(M: Tensor) -> tuple[Tensor, Tensor]:
+            norm = torch.linalg.vector_norm(M, dim=0)
+            return M * (signs / norm.clamp_min(1e-30)), norm
+
+        for _ in range(steps):
+            P0, P2 = self._left_products(D, X0, X2)
+            P0, P2 = unit(P0)[0], unit(P2)[0]
+            Q0, Q2 = self._right_products(D, P0, P2)
+            (X0, r0), (X2, r2) = unit(Q0), unit(Q2)
+        P0, P2 = P0 * signs, P2 * signs  # P·s = P̂ (unsigned)
         new = (
             (X0[:, 0], P0[:, 0]),
             (-f1(P0[:, 1]), f1(X0[:, 1])),
@@ -579,13 +655,13 @@ class SOC(nn.Module):
     @torch.no_grad()
     def _rayleigh_quotients(self, D: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
         """``(u_rᵀ R_r(D) v_r, u_r, v_r)`` for the current buffers (no power step)."""
-        M0, M2 = self._matrices(D)
         (u0, v0), (u1, v1), (u2, v2), (u3, v3) = (
             tuple(t.clone() for t in self._power_vectors(r)) for r in range(CONV_RESHAPES)
         )
         f1, f2 = self._flip1, self._flip2
-        q = M0 @ torch.stack([v0, f1(u1)], 1)
-        q2 = M2 @ torch.stack([v2, f2(u3)], 1)
+        q, q2 = self._right_products(
+            D, torch.stack([v0, f1(u1)], 1), torch.stack([v2, f2(u3)], 1)
+        )
         rho = [
             torch.dot(u0, q[:, 0]),
             -torch.dot(f1(v1), q[:, 1]),
