@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from lipcli.bench import TrainStep, build_model, synthetic_batch
+from lipcli.bench import RecipeStep, build_model, synthetic_batch
 from lipcli.builtins.activations import max_min
 from lipcli.builtins.pooling import ChannelMaxPool
 from lipcli.builtins.soc import SOC
@@ -66,7 +66,7 @@ def main() -> None:
         check(f"{getattr(layer, '__name__', type(layer).__name__)} gradient routing exact",
               torch.equal(got, want) and torch.equal(out, ref.detach()))
     model = build_model("lipconvnet-5", conv="soc-fast", width=32, seed=0).to(dev)
-    step = TrainStep(model)
+    step = RecipeStep(model)
     gen = torch.Generator().manual_seed(0)
     losses = [float(step(*synthetic_batch(128, 10, gen, dev))) for _ in range(5)]
     check("LipConvnet-5 trains on CUDA (finite losses)", all(map(lambda v: v == v, losses)),

@@ -259,7 +259,7 @@ def synthetic_batch(
     return x.to(device), y.to(device)
 
 
-class TrainStep:
+class RecipeStep:
     """One recipe training step of ``model``: zero_grad, forward, CE, backward, SGD step.
 
     Gradient clipping (norm 1.0) is applied for MLP heads, as in the reference's CRC-Lip

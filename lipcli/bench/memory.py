@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .common import TrainStep, _sync
+from .common import RecipeStep, _sync
 
 
 _PROC_STATUS = "/proc/self/status"
@@ -81,7 +81,7 @@ class SavedTensorMeter:
 
 
 def measure_step_memory(
-    step: TrainStep, x: torch.Tensor, y: torch.Tensor, device: torch.device
+    step: RecipeStep, x: torch.Tensor, y: torch.Tensor, device: torch.device
 ) -> dict[str, Any]:
     """Peak memory of ONE training step, measured in isolation (outside the timed rounds).
 

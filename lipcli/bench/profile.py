@@ -19,7 +19,7 @@ from .common import (
     CIFAR_SHAPE,
     FAST_CONV,
     Progress,
-    TrainStep,
+    RecipeStep,
     build_model,
     _check_step_settings,
     _clip_for,
@@ -242,7 +242,7 @@ def bench_profile(
     env = environment(device)
     model = build_model(arch, conv=conv, head=head, pool=pool, width=width,
                         num_classes=num_classes, seed=seed).to(device)
-    step = TrainStep(model, _clip_for(head))
+    step = RecipeStep(model, _clip_for(head))
     gen = torch.Generator().manual_seed(seed)
     batches = [synthetic_batch(batch_size, num_classes, gen, device) for _ in range(warmup + steps)]
     for i in range(warmup):

@@ -21,7 +21,7 @@ from .common import (
     RECIPE_MOMENTUM,
     RECIPE_WEIGHT_DECAY,
     Progress,
-    TrainStep,
+    RecipeStep,
     build_twins,
     _check_step_settings,
     _clip_for,
@@ -75,7 +75,7 @@ def bench_train_arch(
         num_classes=num_classes, seed=seed, device=device,
     )
     clip = _clip_for(head)
-    runners = {"fast": TrainStep(fast, clip), "exact": TrainStep(exact, clip)}
+    runners = {"fast": RecipeStep(fast, clip), "exact": RecipeStep(exact, clip)}
     gen = torch.Generator().manual_seed(seed)
     times: dict[str, list[float]] = {"fast": [], "exact": []}
     losses: dict[str, list[float]] = {"fast": [], "exact": []}
