@@ -85,14 +85,22 @@ class Provided:
 class Registry:
     """All components of all plugins, by kind and name."""
 
-    def __init__(self, pm: pluggy.PluginManager, plugins: dict[str, PluginInfo]) -> None:
+    def __init__(
+        self, pm: pluggy.PluginManager, plugins: dict[str, PluginInfo], *, strict: bool = True
+    ) -> None:
         self.pm = pm
         self.plugins = plugins
+        self.strict = strict
+        #: duplicate-name messages (only collected when ``strict`` is false; a strict
+        #: registry raises :class:`DuplicateComponentError` at the first one)
+        self.conflicts: list[str] = []
         self._by_kind: dict[str, dict[str, Provided]] = {kind: {} for kind in SPEC_KINDS}
         self._collect()
 
     # -- building ---------------------------------------------------------------------------
     def _collect(self) -> None:
+        for info in self.plugins.values():  # recomputed by every registry built from the host
+            info.components.clear()
         for hook_name, kind in hookspecs.HOOK_KINDS.items():
             caller = getattr(self.pm.hook, hook_name)
             for impl in caller.get_hookimpls():
@@ -128,11 +136,15 @@ class Registry:
         table = self._by_kind[kind]
         if spec.name in table:
             other = table[spec.name].plugin
-            raise DuplicateComponentError(
+            message = (
                 f"{kind} {spec.name!r} is provided twice: by plugin {other.name!r} "
                 f"(distribution {other.distribution}) and by plugin {info.name!r} "
                 f"(distribution {info.distribution})"
             )
+            if self.strict:
+                raise DuplicateComponentError(message)
+            self.conflicts.append(message)  # the first provider keeps the name
+            return
         table[spec.name] = Provided(spec, info)
         info.components.setdefault(kind, []).append(spec.name)
 
@@ -282,8 +294,11 @@ class PluginHost:
             except Exception as exc:  # noqa: BLE001
                 self.record_broken(ep.name, dist, version, f"{type(exc).__name__}: {exc}")
 
-    def registry(self) -> Registry:
-        return Registry(self.pm, self.plugins)
+    def registry(self, *, strict: bool = True) -> Registry:
+        """The components of all plugins; ``strict=False`` lists duplicate names in
+        ``Registry.conflicts`` instead of raising (for ``lip plugins``, so that what is
+        installed can still be seen)."""
+        return Registry(self.pm, self.plugins, strict=strict)
 
     @property
     def errors(self) -> list[PluginInfo]:

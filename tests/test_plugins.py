@@ -261,3 +261,84 @@ def test_param_parsing():
         Param(name="n", type=int, default=1).check(True)
     with pytest.raises(TypeError):
         Param(name="bad", type=list, default=[])
+
+
+class _BracketPlugin:
+    """A plugin whose hook fails with rich-markup-looking text, and one with parameters."""
+
+    @lipcli.hookimpl
+    def lip_pools(self):
+        raise RuntimeError("needs extra [gpu] installed [/red]")
+
+
+class _DuplicateMaxPlugin:
+    @lipcli.hookimpl
+    def lip_pools(self):
+        return [PoolSpec(name="max", factory=_factory, description="a second max")]
+
+
+def test_lip_plugins_verbose_shows_parameters_as_plain_text():
+    plugins.reset()
+    try:
+        plugins.get_host().register(_BracketPlugin(), "bracket-plugin")
+        result = CliRunner().invoke(app, ["plugins", "-v"])
+        assert result.exit_code == 0, result.output
+        plain = "".join(result.stdout.replace("│", "").split())
+        # parameters with their defaults (rich used to swallow "[name=default, ...]")
+        assert "train_terms=6" in plain
+        assert "needsextra[gpu]installed[/red]" in plain  # error text verbatim, no markup
+        quiet = CliRunner().invoke(app, ["plugins"])
+        assert quiet.exit_code == 0 and "train_terms=6" not in "".join(quiet.stdout.split())
+    finally:
+        plugins.reset()
+
+
+def test_lip_plugins_still_lists_everything_when_two_plugins_clash():
+    plugins.reset()
+    try:
+        plugins.get_host().register(_DuplicateMaxPlugin(), "dup-max")
+        result = CliRunner().invoke(app, ["plugins", "--json"])
+        assert result.exit_code == 1
+        data = json.loads(result.stdout)
+        assert "dup-max" in {p["name"] for p in data["plugins"]}
+        assert any("'max' is provided twice" in c and "dup-max" in c for c in data["conflicts"])
+        assert "lipcli.pooling" in result.stderr and "dup-max" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        table = CliRunner().invoke(app, ["plugins"])
+        assert table.exit_code == 1 and "projection" in table.stdout
+        # every other command refuses to run with an ambiguous name
+        with pytest.raises(DuplicateComponentError):
+            plugins.get_registry()
+    finally:
+        plugins.reset()
+
+
+def test_command_line_usage_errors_are_one_line_with_exit_2():
+    for args, needle in (
+        (["train", "--width", "abc"], "--width"),
+        (["train", "--nosuchopt"], "--nosuchopt"),
+        (["nosuchcmd"], "nosuchcmd"),
+        (["certify"], "model"),
+    ):
+        out = subprocess.run([sys.executable, "-m", "lipcli", *args], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2, (args, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+        assert "Traceback" not in out.stderr
+
+
+def test_readme_plugin_walkthrough_is_consistent():
+    """Every ``plugin.<name>(`` the README's test snippet calls is defined in the README's
+    ``plugin.py`` listing and in the real example plugin."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    listing = readme[readme.index("`plugin.py` is the whole interface to lipcli"):]
+    listing = listing[: listing.index("`pyproject.toml` declares the entry point")]
+    real = (ROOT / "plugins/lipcli-polygon-pool/src/lipcli_polygon_pool/plugin.py").read_text()
+    called = set(re.findall(r"\bplugin\.(\w+)\(", readme))
+    assert called, "the README's test snippet no longer calls the plugin module"
+    for name in called:
+        assert f"def {name}(" in listing, f"README listing lacks {name}()"
+        assert f"def {name}(" in real, f"example plugin lacks {name}()"

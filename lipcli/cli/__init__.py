@@ -55,5 +55,25 @@ app.add_typer(importlib.import_module(f"{__name__}.bench_cmd").bench_app, name="
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app(prog_name="lip")
+    """Console-script entry point: usage errors found while parsing the command line (an
+    unknown option or command, a value of the wrong type) are one ``error: ...`` line on
+    stderr and exit 2, like the errors the commands report themselves."""
+    import sys
+
+    try:
+        code = app(prog_name="lip", standalone_mode=False)
+    except Exception as exc:  # Typer's (vendored) click exceptions, matched by shape
+        name = type(exc).__name__
+        if name == "NoArgsIsHelpError":  # plain ``lip``: the help was printed already
+            sys.exit(2)
+        if name == "Abort":
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
+        if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+            raise
+        ctx = getattr(exc, "ctx", None)
+        where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        message = " ".join(str(exc.format_message()).split())
+        typer.echo(f"error: {message}{where}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

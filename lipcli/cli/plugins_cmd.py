@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from .common import cli_errors, print_json, stdout_console
+from .common import cli_errors, fail, print_json, stdout_console
 
 
 @cli_errors
@@ -13,10 +13,11 @@ def plugins(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show each component's parameters."),
 ) -> None:
     """List installed plugins (name, distribution, version) and the components they provide."""
-    from ..plugins import KIND_TITLES, get_host, get_registry
+    from ..plugins import KIND_TITLES, get_host
 
-    registry = get_registry()
     host = get_host()
+    # not the process-wide (strict) registry: a duplicate name must not hide what is installed
+    registry = host.registry(strict=False)
     if json_out:
         components = {}
         for kind, title in KIND_TITLES.items():
@@ -36,31 +37,50 @@ def plugins(
                 }
                 for spec in registry.specs(kind)
             ]
-        print_json({"plugins": [p.to_json() for p in host.plugins.values()], "components": components})
-        return
+        print_json({
+            "plugins": [p.to_json() for p in host.plugins.values()],
+            "components": components,
+            "conflicts": registry.conflicts,
+        })
+    else:
+        _print_tables(host, registry, verbose)
+    if registry.conflicts:
+        fail(registry.conflicts[0] + (f" (and {len(registry.conflicts) - 1} more)"
+                                      if len(registry.conflicts) > 1 else ""), 1)
 
+
+def _print_tables(host, registry, verbose: bool) -> None:
+    """Plugins and components as rich tables; every cell is plain text (a plugin's name,
+    description or error message is never read as rich markup)."""
     from rich.table import Table
+    from rich.text import Text
+
+    from ..plugins import KIND_TITLES
 
     console = stdout_console()
     table = Table(title="Plugins", title_justify="left")
     for col in ("plugin", "distribution", "version", "provides"):
         table.add_column(col)
     for info in host.plugins.values():
-        provides = "; ".join(
+        provides = Text("; ".join(
             f"{KIND_TITLES[k]}: {', '.join(v)}" for k, v in info.components.items()
-        )
+        ))
         if info.error:
-            provides = f"[red]BROKEN: {info.error}[/red]"
-        table.add_row(info.name, info.distribution, info.version, provides)
+            provides = Text(f"BROKEN: {info.error}", style="red")
+        table.add_row(Text(info.name), Text(str(info.distribution)), Text(str(info.version)),
+                      provides)
     console.print(table)
     comp = Table(title="Components", title_justify="left")
     for col in ("kind", "name", "plugin", "promises", "description"):
         comp.add_column(col)
-    for kind, title in KIND_TITLES.items():
+    for kind in KIND_TITLES:
         for spec in registry.specs(kind):
             desc = spec.description
             if verbose and spec.params:
                 desc += " [" + ", ".join(f"{p.name}={p.default!r}" for p in spec.params) + "]"
-            comp.add_row(kind, spec.name, registry.provided(kind, spec.name).plugin.name,
-                         ", ".join(spec.promises), desc)
+            comp.add_row(Text(kind), Text(spec.name),
+                         Text(registry.provided(kind, spec.name).plugin.name),
+                         Text(", ".join(spec.promises)), Text(desc))
     console.print(comp)
+    for message in registry.conflicts:
+        console.print(Text(f"conflict: {message}", style="red"))
