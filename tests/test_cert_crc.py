@@ -369,18 +369,47 @@ def test_cache_reuse_and_mismatch():
     first = cert.certify(head, y)
     assert cache["fingerprint"] == head_fingerprint(head)
     stored = json.loads(json.dumps(cache))
-    again = CRCCertifier()
+    again = CRCCertifier(trust_cache=True)
     again.prepare(head, stored)
     second = again.certify(head, y)
     assert first.stats["curvature_bounds_computed"] > 0
     assert second.stats["curvature_bounds_computed"] == 0
     assert torch.allclose(first.radius, second.radius, rtol=1e-6)  # same bounds, other path
+    assert any("trust_cache" in n for n in second.notes)
+    # by default a given cache is not trusted: the bounds are recomputed
+    untrusted = CRCCertifier()
+    untrusted.prepare(head, json.loads(json.dumps(cache)))
+    third_run = untrusted.certify(head, y)
+    assert third_run.stats["curvature_bounds_computed"] > 0
+    assert torch.allclose(first.radius, third_run.radius, rtol=1e-6)
     with torch.no_grad():
         head.fc2.weight[0, 0] += 0.5
     third = CRCCertifier()
     fresh = third.prepare(head, stored)
     assert fresh["fingerprint"] != stored["fingerprint"]
     assert len(fresh["pair_bounds"]) == len(fresh["class_pos"]) == 0
+
+
+def test_forged_cache_cannot_enlarge_radii():
+    """A cache with the head's (public) fingerprint but curvature bounds of 0 -- what anyone
+    can write into a model file -- must not change the certificate unless trusted."""
+    head = MLP(4, 8, 3, scale=3.0, seed=14)
+    y = _random_inputs(12, 4, 14)
+    honest = CRCCertifier()
+    cache = honest.prepare(head)
+    want = honest.certify(head, y).radius
+    forged = json.loads(json.dumps(cache))
+    forged["w1_sq_bound"] = 0.0
+    forged["class_pos"] = {str(k): 0.0 for k in range(3)}
+    forged["class_neg"] = {str(k): 0.0 for k in range(3)}
+    forged["pair_bounds"] = {f"{a},{b}": 0.0 for a in range(3) for b in range(3) if a != b}
+    default = CRCCertifier()
+    default.prepare(head, forged)
+    assert torch.allclose(default.certify(head, y).radius, want, rtol=1e-9)
+    trusting = CRCCertifier(trust_cache=True)
+    trusting.prepare(head, json.loads(json.dumps(forged)))
+    # the opt-in really reuses the stored values (here forged: radii grow)
+    assert bool((trusting.certify(head, y).radius > want * (1 + 1e-6)).any())
 
 
 def test_float32_head_and_solver_dtypes_agree():

@@ -727,6 +727,13 @@ class CRCCertifier:
         grad_tol, dual_rtol, boundary, max_iter, cg_rtol, cg_max_iter, solver_dtype: see
             :class:`DualSettings`.
         chunk_size: inputs certified together.
+        trust_cache: reuse the curvature bounds of a cache given to :meth:`prepare` (one
+            whose fingerprint matches the head) without recomputing them.  Off by default:
+            a cache read from a model file is data anyone can edit (the fingerprint only
+            shows which weights it claims to be for), and a forged bound smaller than the
+            true curvature gives radii larger than the true ones.  With the default the
+            bounds are recomputed (guaranteed by construction); the certifier's own cache is
+            always reused within a process.
     """
 
     name = _METHOD
@@ -744,6 +751,7 @@ class CRCCertifier:
         cg_max_iter: int = 200,
         solver_dtype: str = "float32",
         chunk_size: int = 256,
+        trust_cache: bool = False,
     ) -> None:
         if curvature not in ("lazy", "exact", "global"):
             raise ValueError("curvature must be lazy, exact or global")
@@ -761,6 +769,7 @@ class CRCCertifier:
             solver_dtype=_DTYPES[solver_dtype],
         )
         self.chunk_size = max(1, chunk_size)
+        self.trust_cache = bool(trust_cache)
         self.cache: dict = {}
         self.weights: MLPWeights | None = None
         self.bounds: CurvatureBounds | None = None
@@ -777,13 +786,24 @@ class CRCCertifier:
     def prepare(self, head: nn.Module, cache: dict | None = None) -> dict:
         """Global curvature bounds (and, for ``curvature="exact"``, all pair bounds).
 
-        Reuses ``cache`` when it carries this head's fingerprint.  The returned dict is kept
-        as :attr:`cache` and grows in place when :meth:`certify` computes more exact bounds.
+        Reuses the bounds in ``cache`` only when it carries this head's fingerprint *and* it
+        is trusted: it is this certifier's own cache, or ``trust_cache`` is set (see the
+        class docstring).  The returned dict is kept as :attr:`cache` and grows in place
+        when :meth:`certify` computes more exact bounds.
         """
         start = time.perf_counter()
         self._notes = []
         self.weights = mlp_weights(head, self.settings.solver_dtype)
-        if cache_matches(cache, self.name, head):
+        matches = cache_matches(cache, self.name, head)
+        trusted = matches and (self.trust_cache or (cache is self.cache and bool(cache)))
+        if matches and trusted and cache is not self.cache:
+            self._notes.append(
+                "crc-lip: curvature bounds taken from the given cache without recomputing "
+                "them (trust_cache=true): the certificate is sound only if that cache is"
+            )
+        if matches and not trusted:
+            self._notes.append("crc-lip: stored curvature bounds not trusted; recomputed")
+        if trusted:
             self.cache = cache
             self.weights.w1_sq_bound = float(cache["w1_sq_bound"])
             self.bounds = CurvatureBounds.from_cache(self.weights, cache)
@@ -793,7 +813,7 @@ class CRCCertifier:
             )
         else:
             self.cache = make_cache(self.name, head)
-            if cache is not None:
+            if cache is not None and not matches:
                 self._notes.append("crc-lip: given cache does not match this head; recomputed")
             self.weights.w1_sq_bound = CurvatureBounds.compute_w1_sq_bound(self.weights)
             self.bounds = CurvatureBounds(self.weights, self.weights.w1_sq_bound)
@@ -1045,6 +1065,11 @@ def lip_certificates() -> list[CertificateSpec]:
                     help="precision of CG search directions (certificates are always float64)",
                 ),
                 Param(name="chunk_size", type=int, default=256, help="inputs certified together"),
+                Param(
+                    name="trust_cache", type=bool, default=False,
+                    help="reuse curvature bounds stored in the model file instead of recomputing "
+                    "them (the certificate is then only as sound as that stored data)",
+                ),
             ),
         )
     ]
