@@ -117,6 +117,7 @@ class CertifyOptions:
     attack_restarts: int = 2
     write: bool = True
     seed: int = 0
+    ignore_class_names: bool = False
 
 
 @dataclass
@@ -145,6 +146,105 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise LipUsageError(f"--device {name}: CUDA is not available on this machine")
     return device
+
+
+class ResultsNotWrittenError(LipError):
+    """Certification finished but its results could not be stored in the model file (e.g.
+    disk full).  ``outcome`` holds everything that was computed, so that the caller can still
+    report it before failing."""
+
+    def __init__(self, message: str, outcome: "CertifyOutcome") -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+# -- output paths --------------------------------------------------------------------------------
+def _cannot_create_in(directory: Path) -> str | None:
+    """Why no file can be created in ``directory`` (None if one can): ``os.access`` first
+    (read-only file systems, permissions), then a real probe (a temporary file, removed at
+    once), which also catches what ``access`` does not see (root on special file systems,
+    ACLs)."""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"directory {directory} is not writable (read-only?)"
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=directory, prefix=".lipcli-probe-"):
+            pass
+    except OSError as exc:
+        return f"cannot create files in {directory}: {exc.strerror or exc}"
+    return None
+
+
+def check_output_file(path: str | os.PathLike, option: str) -> Path:
+    """Fail early (:class:`LipUsageError`, exit 2) unless a file can be written at ``path``
+    (the value of ``option``): not a directory, in an existing writable directory, not a
+    read-only file.  Called before any work starts, so that nothing is computed for
+    nothing."""
+    p = Path(path)
+    if p.is_dir():
+        raise LipUsageError(f"{option} {p} is a directory; give a file name")
+    parent = p.parent
+    if not parent.exists():
+        raise LipUsageError(f"cannot write {p} ({option}): directory {parent} does not exist")
+    if not parent.is_dir():
+        raise LipUsageError(f"cannot write {p} ({option}): {parent} is not a directory")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise LipUsageError(f"cannot write {p} ({option}): the file is not writable")
+    reason = _cannot_create_in(parent)
+    if reason:
+        raise LipUsageError(f"cannot write {p} ({option}): {reason}")
+    return p
+
+
+def check_model_writable(path: str | os.PathLike) -> None:
+    """The default write-back of results into the model file needs a writable file in a
+    writable directory (atomic rewrite: temporary file + rename); fail before any work with a
+    hint to pass ``--no-write`` otherwise."""
+    p = Path(path)
+    if not p.is_file():
+        return  # missing / not a file: reported by the loader
+    parent = p.parent
+    reason = "the file is not writable" if not os.access(p, os.W_OK) else _cannot_create_in(parent)
+    if not reason:
+        return
+    raise LipUsageError(
+        f"cannot store the results in {p}: {reason}; pass --no-write to certify without "
+        "modifying the model file"
+    )
+
+
+def _shorten(names: list[str], keep: int = 5) -> str:
+    shown = ", ".join(str(n) for n in names[:keep])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > keep else "")
+
+
+def check_class_names(
+    recorded: Any, dataset: Any, info: dict[str, Any], model_path: Any, ignore: bool
+) -> str | None:
+    """Refuse (:class:`LipUsageError`) a data set whose class names differ from the ones the
+    model file records (same count, different data: accuracy would be meaningless), unless
+    ``ignore``; then return a note.  Nothing is checked when either side has no names."""
+    want = recorded.get("classes") if isinstance(recorded, dict) else None
+    have = getattr(dataset, "classes", None)
+    if not isinstance(want, list) or have is None:
+        return None
+    want = [str(c) for c in want]
+    try:
+        have = [str(c) for c in have]
+    except TypeError:
+        return None
+    if want == have:
+        return None
+    text = (
+        f"data set {info['name']!r} has classes [{_shorten(have)}] but {model_path} was trained "
+        f"on classes [{_shorten(want)}]"
+    )
+    if not ignore:
+        raise LipUsageError(
+            text + "; pass --ignore-class-names to certify on this data anyway"
+        )
+    return text + " (--ignore-class-names)"
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -246,10 +346,6 @@ def _stack(dataset: Any, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor
     return torch.stack(images), torch.tensor(labels, dtype=torch.long)
 
 
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
 @in_full_float32_precision
 def run_certification(
     model_path: str | os.PathLike,
@@ -278,9 +374,13 @@ def run_certification(
         raise LipUsageError("--top-k must be >= 1")
     if options.attack and (options.attack_steps < 1 or options.attack_restarts < 1):
         raise LipUsageError("--attack-steps and --attack-restarts must be >= 1")
+    if options.lipschitz_iters < 1:
+        raise LipUsageError(f"--lipschitz-iters must be >= 1, got {options.lipschitz_iters}")
     if not options.radii:
         raise LipUsageError("no radii given")
     device = resolve_device(options.device)
+    if options.write:
+        check_model_writable(model_path)
     reg = registry or get_registry()
     times: dict[str, float] = {}
     t_start = time.perf_counter()
@@ -302,6 +402,9 @@ def run_certification(
     ):
         notes.append(f"model was trained on {recorded.get('name')!r}, evaluated on {ds_info['name']!r}")
     check_compatible(model, dataset, ds_info, model_path)
+    class_note = check_class_names(recorded, dataset, ds_info, model_path, options.ignore_class_names)
+    if class_note:
+        notes.append(class_note)
     n = len(dataset) if options.limit is None else min(options.limit, len(dataset))
     ds_info["size"] = n
     ds_info["limit"] = options.limit
@@ -393,7 +496,11 @@ def run_certification(
             )
     if not (math.isfinite(lip_value) and lip_value > 0):
         raise LipError(f"invalid Lipschitz constant {lip_value!r}")
-    radius = torch.nextafter(feature_radius / lip_value, torch.zeros_like(feature_radius))
+    quotient = feature_radius / lip_value
+    # rounded down by one ulp; an infinite certificate stays infinite (not the largest double)
+    radius = torch.where(
+        torch.isinf(quotient), quotient, torch.nextafter(quotient, torch.zeros_like(quotient))
+    )
 
     correct = predictions == labels
     n_correct = int(correct.sum())
@@ -463,8 +570,8 @@ def run_certification(
         "radius_unit": options.radius_unit,
         "radii": rows,
         "mean_certified_radius": {
-            "all": _finite_or_none(mean_all),
-            "correct": _finite_or_none(mean_correct),
+            "all": mean_all,  # may be inf: --json writes "inf" (strict JSON)
+            "correct": mean_correct,
             "definition": (
                 "input-space l2; 'all': mean over all points of the certified radius, 0 for "
                 "misclassified points; 'correct': mean over correctly classified points"
@@ -494,7 +601,16 @@ def run_certification(
         stored_results = dict(stored_results) if isinstance(stored_results, dict) else {}
         stored_results[RESULTS_KEY] = _jsonable(summary)
         updates["results"] = stored_results
-        update_metadata(model_path, updates)
+        summary["written"] = []
+        try:
+            update_metadata(model_path, updates)
+        except (LipError, OSError) as exc:
+            text = str(exc) if isinstance(exc, LipError) else f"cannot write {model_path}: {exc.strerror or exc}"
+            raise ResultsNotWrittenError(
+                f"{text} (the results were not stored in the model file)",
+                CertifyOutcome(summary=summary, labels=labels, predictions=predictions,
+                               radius=radius, violations=violations),
+            ) from None
         summary["written"] = sorted(updates)
     else:
         summary["written"] = []
@@ -505,9 +621,12 @@ def run_certification(
 
 
 def _jsonable(obj: Any) -> Any:
-    """Copy with non-finite floats replaced by ``None`` (model-file JSON forbids NaN/inf)."""
+    """Copy with non-finite floats replaced by the strings ``"inf"``, ``"-inf"``, ``"nan"``
+    (model-file JSON forbids NaN/inf; the same convention as ``--json``)."""
     if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
+        if math.isfinite(obj):
+            return obj
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from .errors import LipError
+from .errors import LipError, LipUsageError
 
 INSTALL_HINT = "pip install 'lipcli[plot]'"
 
@@ -24,6 +24,30 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise LipError(f"--plot needs matplotlib, which is not installed: {INSTALL_HINT}") from None
+
+
+def supported_formats() -> dict[str, str]:
+    """File formats matplotlib can write (suffix without the dot -> description)."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return dict(FigureCanvasBase.get_supported_filetypes())
+
+
+def plot_format(path: str | os.PathLike) -> str:
+    """The format ``--plot PATH`` is written in: its suffix (``.png``, ``.pdf``, ``.svg``,
+    ...), PNG when it has none.  An unsupported suffix is a usage error (exit 2), raised
+    before any work starts."""
+    suffix = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    if not suffix:
+        return "png"
+    formats = supported_formats()
+    if suffix not in formats:
+        raise LipUsageError(
+            f"--plot {os.fspath(path)}: format {suffix!r} is not supported; use one of "
+            + ", ".join(f".{f}" for f in sorted(formats))
+        )
+    return suffix
 
 
 def certified_accuracy_curve(
@@ -66,13 +90,15 @@ def plot_certified_accuracy(
     title: str | None = None,
     label: str | None = None,
 ) -> None:
-    """Write the curve to ``path`` (format from the suffix, e.g. ``.png``, ``.pdf``).
+    """Write the curve to ``path`` (format from the suffix, e.g. ``.png``, ``.pdf``; PNG when
+    there is none: see :func:`plot_format`).
 
     ``radius``: per-input certified input-space radii; ``correct``: bool per input;
     ``marks``: requested radii (absolute), drawn as points; the x axis is in units of
     ``1/unit`` (``unit`` 255: pixel levels).
     """
     require_matplotlib()
+    fmt = plot_format(path)
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -100,7 +126,7 @@ def plot_certified_accuracy(
         if title:
             ax.set_title(title, fontsize=9)
         try:
-            fig.savefig(os.fspath(path), bbox_inches="tight", dpi=120)
+            fig.savefig(os.fspath(path), format=fmt, bbox_inches="tight", dpi=120)
         except (OSError, ValueError) as exc:
             raise LipError(f"cannot write plot {path}: {exc}") from None
     finally:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import cli_errors, dumps_json, print_json, stderr_console, stdout_console
+from .common import cli_errors, dumps_json, fail, print_json, stderr_console, stdout_console
 
 bench_app = typer.Typer(
     help=(
@@ -54,15 +54,44 @@ def _check_components(**choices: str) -> None:
         registry.component(kind, choice)
 
 
-def _save(report: dict[str, Any], path: Optional[str]) -> None:
+def _check_output(path: Optional[str]) -> None:
+    """``--output``: fail (exit 2) before the benchmark runs if the file cannot be written."""
+    if path is not None:
+        from ..certify import check_output_file
+
+        check_output_file(path, "--output")
+
+
+def _save(report: dict[str, Any], path: Optional[str]) -> Optional[str]:
+    """Write the JSON report; returns an error message instead of raising, so that the
+    caller prints the results first (the benchmark is not lost)."""
     if path is None:
-        return
+        return None
     from pathlib import Path
 
     target = Path(path)
     tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(dumps_json(report) + "\n", encoding="utf-8")
-    tmp.replace(target)
+    try:
+        tmp.write_text(dumps_json(report) + "\n", encoding="utf-8")
+        tmp.replace(target)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        return f"cannot write {target} (--output): {exc.strerror or exc}"
+    return None
+
+
+def _finish(report: dict[str, Any], output: Optional[str], json_out: bool, printer) -> None:
+    """Save ``--output``, print the report (JSON or table), then report a failed save."""
+    error = _save(report, output)
+    if json_out:
+        print_json(report)
+    else:
+        printer(report)
+    if error:
+        fail(error, 1)
 
 
 def _one_arch(text: str) -> str:
@@ -146,16 +175,13 @@ def train(
     names = parse_archs(archs, get_registry().names("arch"))
     _check_components(head=head, pool=pool, conv="soc-fast")
     _check_components(conv="soc")
+    _check_output(output)
     report = bench_train(
         names, batch_size=batch_size, steps=steps, warmup=warmup, device=dev, width=width,
         head=head, pool=pool, num_classes=classes, seed=seed, measure_memory=memory,
         progress=_progress(quiet),
     )
-    _save(report, output)
-    if json_out:
-        print_json(report)
-        return
-    _print_train(report)
+    _finish(report, output, json_out, _print_train)
 
 
 def _print_train(report: dict[str, Any]) -> None:
@@ -214,9 +240,14 @@ def _print_train(report: dict[str, Any]) -> None:
     )
 
 
+#: ``lip bench certify`` options that describe the random model to build (not a model file)
+_MODEL_OPTIONS = ("arch", "head", "conv", "pool", "width", "classes")
+
+
 @bench_app.command("certify")
 @cli_errors
 def certify(
+    ctx: typer.Context,
     model_path: Optional[str] = typer.Argument(
         None, metavar="[MODEL]", help="A lipcli model file (default: a random model)."
     ),
@@ -255,8 +286,25 @@ def certify(
     """Inputs/s of feature extraction and of the head's certificate(s), and the time of the
     guaranteed Lipschitz bound and of the power estimate."""
     from ..bench import bench_certify, build_model
+    from ..errors import LipUsageError
 
+    if model_path is not None:
+        from pathlib import Path
+
+        if not Path(model_path).exists():
+            raise LipUsageError(f"model file not found: {model_path}")
+        # options that describe a model to build mean nothing for a model file
+        given = [
+            f"--{name}" for name in _MODEL_OPTIONS
+            if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
+        ]
+        if given:
+            raise LipUsageError(
+                f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to a random "
+                f"model built from --arch, not to the model file {model_path}"
+            )
     dev = _setup(device, threads)
+    _check_output(output)
     if model_path is not None:
         from ..models import load_model
 
@@ -273,11 +321,7 @@ def certify(
         fit_loss=fit_loss, lipschitz_iters=lipschitz_iters, refresh_steps=refresh_steps,
         source=source, seed=seed, progress=_progress(quiet),
     )
-    _save(report, output)
-    if json_out:
-        print_json(report)
-        return
-    _print_certify(report)
+    _finish(report, output, json_out, _print_certify)
 
 
 def _print_certify(report: dict[str, Any]) -> None:
@@ -355,6 +399,9 @@ def profile(
     dev = _setup(device, threads, cudnn_benchmark)
     name = _one_arch(arch)
     _check_components(conv=conv, head=head, pool=pool)
+    _check_output(output)
+    if quiet:
+        _quiet_profiler()
     report = bench_profile(
         name, conv=conv, batch_size=batch_size, steps=steps, warmup=warmup, device=dev,
         width=width, head=head, pool=pool, num_classes=classes, seed=seed,
@@ -362,11 +409,18 @@ def profile(
     )
     report["target_pct"] = target
     report["target_met"] = report["convolution_share_pct"] >= target
-    _save(report, output)
-    if json_out:
-        print_json(report)
-        return
-    _print_profile(report)
+    _finish(report, output, json_out, _print_profile)
+
+
+def _quiet_profiler() -> None:
+    """``-q``: silence kineto (torch.profiler's tracer), which otherwise writes its own
+    ``USDT ... profiler_start/stop`` lines and, on a machine without CUDA, ``ERROR ...
+    gpuGetDeviceCount failed`` to stderr.  kineto reads ``KINETO_LOG_LEVEL`` once, when the
+    profiler is first used in the process (0 verbose ... 5 errors; 6: nothing); a level the
+    user set is kept."""
+    import os
+
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 
 def _print_profile(report: dict[str, Any]) -> None:

@@ -38,7 +38,9 @@ def certify(
         help="bound: GUARANTEED upper bound of Lip(g) (default, sound). estimate: the paper's product "
         "of power-method estimates (NOT guaranteed; output is labelled).",
     ),
-    lipschitz_iters: int = typer.Option(50, "--lipschitz-iters", help="Power iterations for --lipschitz estimate."),
+    lipschitz_iters: int = typer.Option(
+        50, "--lipschitz-iters", help="Power iterations for --lipschitz estimate (>= 1)."
+    ),
     top_k: Optional[int] = typer.Option(
         None, "--top-k",
         help="Only check the K highest other logits (reference heuristic; NOT sound unless K >= classes-1; labelled).",
@@ -56,6 +58,11 @@ def certify(
     plot: Optional[Path] = typer.Option(
         None, "--plot", help="Write the certified accuracy vs radius curve (needs matplotlib: pip install 'lipcli\\[plot]')."
     ),
+    ignore_class_names: bool = typer.Option(
+        False, "--ignore-class-names",
+        help="Certify even if the data set's class names differ from those recorded in the "
+        "model file (by default that is refused: same class count, different data).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable summary on stdout."),
     no_write: bool = typer.Option(
         False, "--no-write",
@@ -70,46 +77,76 @@ def certify(
     input-space radius >= eps; radius = feature-space certificate / Lip(g), Lip(g) the
     guaranteed bound of the feature map including input normalisation.
     """
-    from ..certify import CertifyOptions, parse_radii, run_certification
-    from ..errors import LipUsageError
+    from ..certify import (
+        CertifyOptions,
+        ResultsNotWrittenError,
+        check_model_writable,
+        check_output_file,
+        parse_radii,
+        run_certification,
+    )
+    from ..errors import LipError, LipUsageError
 
     radii_list = parse_radii(radii, radius_unit)
     if not model.exists():
         raise LipUsageError(f"model file not found: {model}")
     if lipschitz not in ("bound", "estimate"):
         raise LipUsageError(f"--lipschitz must be 'bound' or 'estimate', got {lipschitz!r}")
+    if lipschitz_iters < 1:
+        raise LipUsageError(f"--lipschitz-iters must be >= 1, got {lipschitz_iters}")
+    # every output is checked before the work starts (nothing computed for nothing)
     if plot is not None:
-        from ..plot import require_matplotlib
+        from ..plot import plot_format, require_matplotlib
 
         require_matplotlib()
-    for out in (per_sample, plot):
-        if out is not None and not out.parent.exists():
-            raise LipUsageError(f"cannot write {out}: directory {out.parent} does not exist")
+        plot_format(plot)
+        check_output_file(plot, "--plot")
+    if per_sample is not None:
+        check_output_file(per_sample, "--per-sample")
+    if per_sample is not None and plot is not None and per_sample.resolve() == plot.resolve():
+        raise LipUsageError(f"--per-sample and --plot name the same file {plot}")
+    if not no_write:
+        check_model_writable(model)
     options = CertifyOptions(
         radii=radii_list, radius_unit=radius_unit, dataset=dataset,
         data_dir=None if data_dir is None else str(data_dir), download=download, split=split,
         limit=limit, batch_size=batch_size, device=device, lipschitz=lipschitz,
         lipschitz_iters=lipschitz_iters, top_k=top_k, attack=attack, attack_steps=attack_steps,
-        attack_restarts=attack_restarts, write=not no_write,
+        attack_restarts=attack_restarts, write=not no_write, ignore_class_names=ignore_class_names,
     )
+    # a write that still fails at the end (disk full, ...) is reported AFTER the results are
+    # printed, so that the work is not lost
+    write_errors: list[str] = []
     with _ProgressBars(enabled=not quiet) as bars:
-        outcome = run_certification(model, options, progress=bars.update)
+        try:
+            outcome = run_certification(model, options, progress=bars.update)
+        except ResultsNotWrittenError as exc:
+            outcome = exc.outcome
+            write_errors.append(str(exc))
     summary = outcome.summary
     if per_sample is not None:
-        write_per_sample_csv(per_sample, outcome)
-        summary["per_sample"] = str(per_sample)
+        try:
+            write_per_sample_csv(per_sample, outcome)
+            summary["per_sample"] = str(per_sample)
+        except LipError as exc:
+            write_errors.append(str(exc))
     if plot is not None:
         from ..plot import plot_certified_accuracy
 
-        plot_certified_accuracy(
-            plot, outcome.radius, outcome.correct, radii_list, unit=radius_unit,
-            title=f"{model.name}: {summary['certificate']['name']}, Lip {summary['lipschitz']['label']}",
-        )
-        summary["plot"] = str(plot)
+        try:
+            plot_certified_accuracy(
+                plot, outcome.radius, outcome.correct, radii_list, unit=radius_unit,
+                title=f"{model.name}: {summary['certificate']['name']}, Lip {summary['lipschitz']['label']}",
+            )
+            summary["plot"] = str(plot)
+        except LipError as exc:
+            write_errors.append(str(exc))
     if json_out:
         print_json(summary)
     else:
         print_summary(summary)
+    if write_errors and not outcome.violations:
+        fail("; ".join(write_errors), 1)
     if outcome.violations:
         first = outcome.violations[0]
         if summary["sound"]:
@@ -121,7 +158,8 @@ def certify(
             f"SOUNDNESS VIOLATION: PGD broke {len(outcome.violations)} certified prediction(s) "
             f"within their certified radius (e.g. point {first['index']}: certified "
             f"{first['certified_radius']:.6g}, attacked at distance {first['attack_distance']:.6g}); "
-            + blame,
+            + blame
+            + ("; also " + "; ".join(write_errors) if write_errors else ""),
             1,
         )
 
@@ -182,7 +220,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     cls_style = "green" if cert["exact_classes"] else "bold yellow"
     say(f"certificate: {cert['name']}, [{cls_style}]{cert['classes']}[/{cls_style}]")
     mcr = summary["mean_certified_radius"]
-    fmt = lambda v: "inf" if v is None else f"{v:.4f}"  # noqa: E731
+    fmt = lambda v: "inf" if v is None or v == float("inf") else f"{v:.4f}"  # noqa: E731
     say(f"mean certified radius: {fmt(mcr['all'])} over all points (0 if misclassified), "
                   f"{fmt(mcr['correct'])} over correctly classified points")
     t = summary["time_s"]
