@@ -25,8 +25,11 @@ certified radius of the *predicted* class):
 Floating point: the certificates are statements about the network in exact arithmetic with
 the stored float32 weights. The head's certificate is computed in float64 with its rounding
 accounted for by the certifier, and ``r_y / Lip`` is rounded down; the float32 rounding of
-the features themselves (relative ~1e-6 of ``||y||``) is not, which matters only for
-radii within that relative distance of a requested radius.
+the features themselves is not (measured: features within about 1e-6·``||y||`` of a float64
+evaluation of the same network, i.e. radii uncertain by roughly 1e-6·``||y||``/``Lip`` in
+input units, an absolute amount, a few 1e-6 on the digits models), which matters only for
+radii that close to a requested radius.  The same holds for projection pooling, whose
+``cos``/``sin`` of the angle are float32 numbers (unit length up to ~1e-7).
 
 Optional PGD check (:mod:`lipcli.attacks`) at each radius ``eps``: every point whose
 prediction is certified at ``eps`` is attacked at ``eps``; a success within its certified
