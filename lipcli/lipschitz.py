@@ -293,3 +293,47 @@ def lipschitz_report(
         "weights_sha256": weights_fingerprint(model),
         "time_s": {"shapes": t_shapes, "upper_bound": t_bound, "estimate": t_est, "empirical": t_emp},
     }
+
+
+def merge_stored_record(record: dict[str, Any], stored: Any) -> dict[str, Any]:
+    """The ``lipschitz`` slot to write: ``record`` (a fresh :func:`lipschitz_report` without
+    ``model``) plus what it did not recompute, kept from the ``stored`` slot.
+
+    A fresh report made without the power estimate (``--no-estimate``) or without the
+    empirical search has ``None`` there; the stored estimate (with its per-layer values and
+    iteration count) and empirical lower bound are kept instead, but only when ``stored``
+    belongs to the same weights (equal ``weights_sha256``): a value for other weights is
+    dropped, never relabelled.  The guaranteed bound is always the fresh one, and the labels
+    are this lipcli's (:data:`BOUND_LABEL`, :data:`ESTIMATE_LABEL`, :data:`EMPIRICAL_LABEL`);
+    ``carried_over`` lists the kept fields.
+    """
+    out = dict(record)
+    out["upper_bound_label"] = BOUND_LABEL
+    out["estimate_label"] = ESTIMATE_LABEL
+    if not isinstance(stored, dict) or stored.get("weights_sha256") != record.get("weights_sha256"):
+        return out
+    kept: list[str] = []
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    if out.get("estimate") is None and number(stored.get("estimate")):
+        out["estimate"] = float(stored["estimate"])
+        out["estimate_iters"] = stored.get("estimate_iters")
+        old_rows = {row.get("name"): row for row in stored.get("layers") or [] if isinstance(row, dict)}
+        layers = []
+        for row in out.get("layers") or []:
+            row = dict(row)
+            old = old_rows.get(row.get("name"), {}).get("estimate")
+            if row.get("estimate") is None and number(old):
+                row["estimate"] = float(old)
+            layers.append(row)
+        out["layers"] = layers
+        kept.append("estimate")
+    emp = stored.get("empirical_lower")
+    if out.get("empirical_lower") is None and isinstance(emp, dict) and number(emp.get("value")):
+        out["empirical_lower"] = {**emp, "label": EMPIRICAL_LABEL}
+        kept.append("empirical_lower")
+    if kept:
+        out["carried_over"] = kept
+    return out

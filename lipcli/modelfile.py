@@ -170,7 +170,12 @@ def _decode(path: str | os.PathLike, raw: dict[str, str]) -> dict[str, Any]:
             raise ModelFileError(f"{path}: metadata key {PREFIX}{key} is missing")
     if meta["format"] != FORMAT_NAME:
         raise ModelFileError(f"{path}: unknown format {meta['format']!r}")
-    if not isinstance(meta["format_version"], int) or meta["format_version"] > FORMAT_VERSION:
+    version = meta["format_version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ModelFileError(
+            f"{path}: metadata: format_version must be a positive integer, got {version!r}"
+        )
+    if version > FORMAT_VERSION:
         raise ModelFileError(
             f"{path}: format version {meta['format_version']!r} is newer than this lipcli "
             f"supports ({FORMAT_VERSION}); upgrade lipcli"

@@ -13,6 +13,7 @@ file can be rebuilt from its metadata alone, or name the package to install when
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import MissingPluginError, ModelFileError, UnknownComponentError
+from .errors import LipUsageError, MissingPluginError, ModelFileError, UnknownComponentError
 from .modelfile import ModelFile, read_model_file, save_model_file
 from .plugins import Registry, get_registry
+from .specs import Component
 
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 #: the reference uses one std for every channel (SPEC §2)
@@ -66,16 +68,86 @@ def make_config(
     return config
 
 
+def _format_params(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def non_default_params(component: Component) -> dict[str, Any]:
+    """The parameters of ``component`` that differ from its spec's defaults (what was chosen)."""
+    defaults = {p.name: p.default for p in component.spec.params}
+    return {k: v for k, v in component.params.items() if k not in defaults or defaults[k] != v}
+
+
+class ComponentParameterError(LipUsageError, ValueError):
+    """A component's factory rejected the parameters it was built with (exit 2).
+
+    Raised by :func:`build_model` when a factory raises ``ValueError`` or ``TypeError`` while
+    the network is constructed: the choices (``--width 3``, ``pool polygon:radius=0``) are
+    bad input, not a bug.  Also a ``ValueError`` for Python callers of :func:`create_model`.
+    Attributes: ``kind``, ``name``, ``params`` (the failing component's non-default
+    parameters), ``reason`` (the factory's message) and, when the failing component was
+    built inside another one (e.g. an activation inside the architecture), ``context``:
+    ``(kind, name, non-default params)`` of the architecture.
+    """
+
+    def __init__(
+        self, kind: str, name: str, params: dict[str, Any], reason: str,
+        context: tuple[str, str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.kind, self.name, self.params, self.reason, self.context = kind, name, params, reason, context
+        if params:
+            text = f"{kind} {name!r} rejected {_format_params(params)}: {reason}"
+        elif context is not None and context[2]:
+            text = f"{context[0]} {context[1]!r} with {_format_params(context[2])}: {kind} {name!r}: {reason}"
+        else:
+            text = f"{kind} {name!r}: {reason}"
+        super().__init__(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class _CheckedComponent(Component):
+    """A :class:`Component` whose ``build`` reports a factory's ``ValueError``/``TypeError`` as
+    a :class:`ComponentParameterError` naming the component (only the construction step)."""
+
+    context: Component | None = None
+
+    def build(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().build(*args, **kwargs)
+        except ComponentParameterError:
+            raise
+        except (ValueError, TypeError) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            ctx = self.context
+            raise ComponentParameterError(
+                self.spec.kind, self.name, non_default_params(self), reason,
+                None if ctx is None else (ctx.spec.kind, ctx.name, non_default_params(ctx)),
+            ) from exc
+
+
+def _checked(component: Component, context: Component | None = None) -> _CheckedComponent:
+    return _CheckedComponent(
+        spec=component.spec, params=component.params, provider=component.provider,
+        distribution=component.distribution, context=context,
+    )
+
+
 def build_model(config: dict[str, Any], registry: Registry | None = None) -> nn.Module:
-    """Instantiate the network described by ``config`` (components resolved by name)."""
+    """Instantiate the network described by ``config`` (components resolved by name).
+
+    A factory that rejects its parameters (``ValueError``/``TypeError`` while the network is
+    constructed) raises :class:`ComponentParameterError` naming the component.
+    """
     reg = registry or get_registry()
-    comps = {kind: reg.component(kind, config[kind]) for kind in COMPONENT_KINDS}
+    resolved = {kind: reg.component(kind, config[kind]) for kind in COMPONENT_KINDS}
+    comps = {kind: _checked(comp, None if kind == "arch" else resolved["arch"])
+             for kind, comp in resolved.items()}
     model = comps["arch"].build(
         conv=comps["conv"], activation=comps["activation"], pool=comps["pool"],
         head=comps["head"], num_classes=config["num_classes"],
         in_channels=config["in_channels"], mean=tuple(config["mean"]), std=tuple(config["std"]),
     )
-    model.lipcli_config = {**config, **{k: comps[k].to_config() for k in COMPONENT_KINDS}}
+    model.lipcli_config = {**config, **{k: resolved[k].to_config() for k in COMPONENT_KINDS}}
     return model
 
 
@@ -165,6 +237,8 @@ def load_model(
             f"{path}: model needs {exc.kind} {exc.name!r} from distribution {dist!r}, which is "
             f"not installed ({hint})"
         ) from None
+    except LipUsageError as exc:  # e.g. a parameter the component does not have: the file is bad
+        raise ModelFileError(f"{path}: metadata: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelFileError(f"{path}: model config is invalid: {exc}") from None
     expected = model.state_dict()
@@ -208,3 +282,34 @@ def _check_config(path: str | os.PathLike, config: dict[str, Any]) -> None:
             raise ModelFileError(f"{path}: model config {key!r} must list one number per channel")
     if min(config["std"]) <= 0:
         raise ModelFileError(f"{path}: model config 'std' must be positive")
+
+
+def recorded_dataset(
+    path: str | os.PathLike, recorded: Any, registry: Registry | None = None
+) -> Component | None:
+    """The data-set component named by a model file's ``dataset`` slot (``None`` if null).
+
+    ``recorded`` is ``ModelFile.metadata["dataset"]``.  A defective slot is a defect of the
+    file, reported as one line naming it: not an object with a string ``name``, or parameters
+    the data set does not have (:class:`ModelFileError`); a data set that no installed plugin
+    provides (:class:`MissingPluginError`, with the distribution to install when recorded).
+    Both exit 1; callers that take ``--dataset NAME`` should only call this without one.
+    """
+    if recorded is None:
+        return None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("name"), str):
+        raise ModelFileError(f"{path}: metadata: 'dataset' must be an object with a string 'name'")
+    params = recorded.get("params") or {}
+    if not isinstance(params, dict):
+        raise ModelFileError(f"{path}: metadata: dataset 'params' must be an object")
+    reg = registry or get_registry()
+    try:
+        return reg.component("dataset", {"name": recorded["name"], "params": params})
+    except UnknownComponentError as exc:
+        dist = recorded.get("distribution")
+        hint = (f"pip install {dist}, or pass --dataset NAME"
+                if isinstance(dist, str) and dist and dist not in ("lipcli", "(in-process)")
+                else "pass --dataset NAME")
+        raise MissingPluginError(f"{path}: metadata: {exc} ({hint})") from None
+    except LipUsageError as exc:
+        raise ModelFileError(f"{path}: metadata: {exc}") from None

@@ -176,3 +176,51 @@ def test_written_file_has_normal_permissions(saved):
     umask = os.umask(0)
     os.umask(umask)
     assert (saved.stat().st_mode & 0o777) == (0o666 & ~umask)
+
+
+def test_defective_metadata_is_a_runtime_error_naming_the_file(saved):
+    """Bad values in a model file are the file's defect (exit 1), never a usage error."""
+    from typer.testing import CliRunner
+
+    from lipcli.cli import app
+
+    cfg = modelfile.read_metadata(saved)["config"]
+    bad = json.loads(json.dumps(cfg))
+    bad["conv"]["params"]["zzz"] = 1
+    _rewrite_meta(saved, **{"lipcli.config": json.dumps(bad)})
+    with pytest.raises(ModelFileError, match=r"m\.safetensors: metadata: conv 'soc-fast' has no parameter 'zzz'"):
+        load_model(saved)
+    r = CliRunner().invoke(app, ["lipschitz", str(saved), "--no-estimate"])
+    assert r.exit_code == 1, r.output
+    lines = r.stderr.strip().splitlines()
+    assert lines == [f"error: {saved}: metadata: conv 'soc-fast' has no parameter 'zzz' "
+                     "(valid: train_terms, eval_terms, power_iters)"]
+
+    bad = json.loads(json.dumps(cfg))
+    bad["conv"]["params"]["train_terms"] = 1  # the factory rejects it: still the file's fault
+    _rewrite_meta(saved, **{"lipcli.config": json.dumps(bad)})
+    with pytest.raises(ModelFileError, match=r"m\.safetensors: .*train_terms"):
+        load_model(saved)
+
+    for version in ('"1"', "true", "0", "1.5"):
+        _rewrite_meta(saved, **{"lipcli.config": json.dumps(cfg), "lipcli.format_version": version})
+        with pytest.raises(ModelFileError, match=r"m\.safetensors: metadata: format_version must be a positive integer"):
+            load_model(saved)
+    r = CliRunner().invoke(app, ["lipschitz", str(saved)])
+    assert r.exit_code == 1 and r.stderr.strip().splitlines() == [
+        f"error: {saved}: metadata: format_version must be a positive integer, got 1.5"]
+
+
+def test_recorded_dataset_defects_name_the_file(saved):
+    from lipcli.models import recorded_dataset
+
+    assert recorded_dataset(saved, None) is None
+    assert recorded_dataset(saved, {"name": "digits", "params": {}}).name == "digits"
+    with pytest.raises(MissingPluginError, match=r"m\.safetensors: metadata: unknown dataset 'nope'.*--dataset NAME"):
+        recorded_dataset(saved, {"name": "nope", "distribution": "lipcli"})
+    with pytest.raises(MissingPluginError, match="pip install lipcli-extra-data"):
+        recorded_dataset(saved, {"name": "nope", "distribution": "lipcli-extra-data"})
+    with pytest.raises(ModelFileError, match=r"m\.safetensors: metadata: dataset 'digits' has no parameter 'zzz'"):
+        recorded_dataset(saved, {"name": "digits", "params": {"zzz": 1}})
+    with pytest.raises(ModelFileError, match="string 'name'"):
+        recorded_dataset(saved, {"name": 3})

@@ -21,7 +21,10 @@ def lipschitz(
         False, "--empirical",
         help="Also search for an empirical LOWER bound (largest output/input distance ratio at a few random images).",
     ),
-    write: bool = typer.Option(False, "--write", help="Store the report in the model file's 'lipschitz' slot (atomic rewrite)."),
+    write: bool = typer.Option(
+        False, "--write", help="Store the report in the model file's 'lipschitz' slot (atomic rewrite); "
+        "an estimate or empirical bound not recomputed now (--no-estimate, no --empirical) keeps the "
+        "stored one when it belongs to the same weights."),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or auto."),
 ) -> None:
     """Lipschitz constant of MODEL's feature map (input normalisation included).
@@ -32,7 +35,7 @@ def lipschitz(
     """
     from ..certify import resolve_device
     from ..errors import LipUsageError
-    from ..lipschitz import lipschitz_report
+    from ..lipschitz import lipschitz_report, merge_stored_record
     from ..modelfile import update_metadata
     from ..models import load_model
 
@@ -40,12 +43,17 @@ def lipschitz(
         raise LipUsageError(f"model file not found: {model}")
     if iters < 1:
         raise LipUsageError("--iters must be >= 1")
-    net, _ = load_model(model, device=resolve_device(device))
+    net, mf = load_model(model, device=resolve_device(device))
     report = lipschitz_report(net, estimate=not no_estimate, iters=iters, empirical=empirical)
     report["model"] = str(model)
     if write:
-        update_metadata(model, {"lipschitz": {k: v for k, v in report.items() if k != "model"}})
+        record = merge_stored_record(
+            {k: v for k, v in report.items() if k != "model"}, mf.metadata.get("lipschitz")
+        )
+        update_metadata(model, {"lipschitz": record})
         report["written"] = True
+        if record.get("carried_over"):
+            report["carried_over"] = record["carried_over"]
     if json_out:
         print_json(report)
     else:
@@ -78,4 +86,6 @@ def print_report(report: dict[str, Any]) -> None:
     t = report["time_s"]
     say("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
     if report.get("written"):
-        say(f"stored in {report['model']}: lipschitz")
+        kept = report.get("carried_over")
+        say(f"stored in {report['model']}: lipschitz"
+            + (f" (kept the file's {' and '.join(kept)} for these weights: not recomputed)" if kept else ""))

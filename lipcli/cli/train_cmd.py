@@ -69,6 +69,9 @@ def train(
         None, "--config", help="Settings file (.toml, .json, .yaml) with TrainConfig keys; options given here win."),
     resume: Optional[Path] = typer.Option(
         None, "--resume", help="Continue the run in this run directory from its last checkpoint."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace an existing model file (--out) and a finished run in the "
+        "run directory (its log and checkpoint); without it lip train refuses to replace them."),
     json_out: bool = typer.Option(False, "--json", help="Final summary as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output on stderr."),
 ) -> None:
@@ -101,14 +104,16 @@ def train(
             raise LipUsageError("--resume uses the run's stored settings; drop --config")
         if run_dir is not None:
             raise LipUsageError("--resume RUN_DIR already names the run directory; drop --run-dir")
-        summary = run_training(resume=str(resume), resume_overrides=given, out=out_s, quiet=quiet)
+        summary = run_training(resume=str(resume), resume_overrides=given, out=out_s, quiet=quiet,
+                               overwrite=overwrite)
     else:
         cfg = TrainConfig()
         if config is not None:
             cfg = cfg.updated(load_config_file(config), source=str(config))
         cfg = cfg.updated(given, source="command line")
         summary = run_training(
-            cfg, run_dir=None if run_dir is None else str(run_dir), out=out_s, quiet=quiet
+            cfg, run_dir=None if run_dir is None else str(run_dir), out=out_s, quiet=quiet,
+            overwrite=overwrite,
         )
     if json_out and summary:
         print_json(summary)

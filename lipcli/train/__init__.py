@@ -42,6 +42,8 @@ Nothing is lost: a run directory holds ``config.json`` (resolved config), ``trai
 (one JSON object per epoch), ``checkpoint.safetensors`` (model, optimizer, scheduler, AMP
 scaler, RNG states and CRC state, all as tensors, plus JSON metadata; no pickle) written
 atomically at the start and after every epoch, and ``best.safetensors`` (``keep_best``).
+An existing model file or a finished run's directory is replaced only with ``overwrite``
+(``--overwrite``); an unfinished run's directory is always refused (resume it instead).
 ``resume`` continues a killed or interrupted run from its last checkpoint; on one CPU
 process it ends bit-identical to an uninterrupted run, because every epoch re-derives its
 random state from ``(seed, epoch, rank)`` (:func:`lipcli.data.epoch_seed`).

@@ -53,6 +53,55 @@ def _component_names(cfg: TrainConfig) -> dict[str, str]:
 
 
 RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir"})
+COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset")
+
+
+def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Any) -> bool:
+    """Whether ``given`` (a resume override) equals the stored value of setting ``key``."""
+    try:
+        value = getattr(stored.updated({key: given}, source="--resume"), key)
+    except LipError:
+        return False
+    old = getattr(stored, key)
+    if value == old:
+        return True
+    if key in COMPONENT_SETTINGS and isinstance(value, str) and isinstance(old, str):
+        try:  # "mlp:hidden=32" and "mlp: hidden = 32" are the same choice
+            a, b = reg.component(key, value), reg.component(key, old)
+        except LipError:
+            return False
+        return a.name == b.name and a.params == b.params
+    return False
+
+
+def _arch_component(cfg: TrainConfig, reg: Any) -> Any:
+    """The architecture with ``--width`` applied; the same width given twice (``--arch
+    NAME:width=W`` and ``--width W``) is fine, two different widths are a usage error."""
+    from ..plugins import parse_component_choice
+
+    inline = parse_component_choice(cfg.arch)[1]
+    if cfg.width is None:
+        return reg.component("arch", cfg.arch)
+    if "width" in inline:
+        own = reg.component("arch", cfg.arch).params.get("width")
+        if own != cfg.width:
+            raise LipUsageError(
+                f"conflicting widths: --arch {cfg.arch} sets width {own} but --width is "
+                f"{cfg.width}; give the width once"
+            )
+    return reg.component("arch", cfg.arch, {"width": cfg.width})
+
+
+def _component_error_message(exc: Any, cfg: TrainConfig) -> str:
+    """The CLI wording of a :class:`~lipcli.models.ComponentParameterError`: the option that
+    set the rejected value when that is ``--width``, else the component and its values."""
+    width_only = cfg.width is not None and (
+        (exc.kind == "arch" and set(exc.params) == {"width"})
+        or (not exc.params and exc.context is not None and set(exc.context[2]) == {"width"})
+    )
+    if width_only:
+        return f"--width {cfg.width}: {exc.reason}"
+    return str(exc)
 
 
 def train(
@@ -64,15 +113,18 @@ def train(
     resume_overrides: dict[str, Any] | None = None,
     quiet: bool = False,
     registry: Any = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Train (or resume) a model; returns the JSON summary.  See the :mod:`lipcli.train` docstring.
 
     For a new run pass ``config``; for ``resume`` (a run directory) the stored config is used
-    and only ``resume_overrides`` in :data:`RESUME_CHANGEABLE` (and ``out``) may change it.
+    and only ``resume_overrides`` in :data:`RESUME_CHANGEABLE` (and ``out``) may change it
+    (an override equal to the stored value is accepted).  An existing model file or finished
+    run directory is replaced only with ``overwrite`` (see :func:`plan_paths`).
     Every argument is validated before anything is written.
     """
     from ..data import check_data_dir, eval_loader, load_data, resolve_dataset, train_loader
-    from ..models import build_model, make_config
+    from ..models import ComponentParameterError, build_model, make_config
     from ..plugins import get_registry
 
     reg = registry or get_registry()
@@ -88,17 +140,29 @@ def train(
         ckpt_tensors, ckpt_meta = read_checkpoint(rd / CHECKPOINT_NAME)
         cfg = TrainConfig().updated(ckpt_meta["config"], source=str(rd / CHECKPOINT_NAME))
         overrides = dict(resume_overrides or {})
-        fixed = sorted(k for k in overrides if k not in RESUME_CHANGEABLE)
+        fixed = sorted(
+            k for k in overrides if k not in RESUME_CHANGEABLE and not _same_setting(k, cfg, overrides[k], reg)
+        )
         if fixed:
             raise LipUsageError(
                 "--resume continues a run with its stored settings; cannot change "
-                + ", ".join("--" + k.replace("_", "-") for k in fixed)
+                + ", ".join(f"--{k.replace('_', '-')} (stored: {getattr(cfg, k)!r})" for k in fixed)
             )
-        cfg = cfg.updated(overrides, source="--resume")
-        out = out or ckpt_meta.get("out")
+        cfg = cfg.updated({k: v for k, v in overrides.items() if k in RESUME_CHANGEABLE}, source="--resume")
+        stored_out = ckpt_meta.get("out")
+        new_out = out is not None and (
+            not stored_out or Path(out).expanduser().absolute() != Path(stored_out).absolute()
+        )
+        out = out or stored_out
         if not os.access(rd, os.W_OK | os.X_OK):
             raise LipUsageError(f"run directory {rd} is not writable")
-        paths = RunPaths(run_dir=rd, out=Path(out) if out else rd / MODEL_NAME)
+        paths = RunPaths(run_dir=rd, out=Path(out).expanduser() if out else rd / MODEL_NAME)
+        if paths.out.is_dir():
+            raise LipUsageError(f"--out {paths.out} is a directory; give a file name (e.g. model.safetensors)")
+        if new_out and paths.out.exists() and not overwrite:
+            raise LipUsageError(
+                f"model file {paths.out} already exists; pass --overwrite to replace it or choose another --out"
+            )
         _check_writable_dir(paths.out.parent, "output directory")
     else:
         cfg = config or TrainConfig()
@@ -106,7 +170,7 @@ def train(
     cfg.validate()
     comps = {}
     for kind, choice in _component_names(cfg).items():
-        comps[kind] = reg.component(kind, choice, {"width": cfg.width} if kind == "arch" and cfg.width else None)
+        comps[kind] = _arch_component(cfg, reg) if kind == "arch" else reg.component(kind, choice)
     data_comp = resolve_dataset(cfg.dataset, reg)
     crc = getattr(comps["head"].spec, "certificate", None) == CRC_CERTIFICATE
     cfg = cfg.resolved(dataset_name=data_comp.name, crc=crc)
@@ -118,7 +182,7 @@ def train(
             f"{ctx.world_size} processes"
         )
     if paths is None:
-        paths = plan_paths(cfg, run_dir=run_dir, out=out)
+        paths = plan_paths(cfg, run_dir=run_dir, out=out, overwrite=overwrite)
     workers = cfg.workers if cfg.workers is not None else (
         0 if device.type == "cpu" else min(4, max(1, (os.cpu_count() or 2) // ctx.local_world_size - 1))
     )
@@ -148,7 +212,11 @@ def train(
             std=data.std, registry=reg,
         )
         torch.manual_seed(cfg.seed)
-        model = build_model(model_config, reg).to(device)
+        try:
+            model = build_model(model_config, reg)
+        except ComponentParameterError as exc:
+            raise LipUsageError(_component_error_message(exc, cfg)) from exc
+        model = model.to(device)
         return _run(cfg, ctx, device, paths, reporter, data, model, model_config, crc, workers,
                     ckpt_tensors, ckpt_meta, train_loader, eval_loader)
     finally:

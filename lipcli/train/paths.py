@@ -56,14 +56,17 @@ def _check_writable_dir(path: Path, what: str) -> None:
         raise LipUsageError(f"cannot create {what} {path}: {anchor} is not writable")
 
 
-def plan_paths(cfg: TrainConfig, *, run_dir: str | None, out: str | None) -> RunPaths:
+def plan_paths(
+    cfg: TrainConfig, *, run_dir: str | None, out: str | None, overwrite: bool = False
+) -> RunPaths:
     """Decide the run directory and model path; validate them without writing anything.
 
     * ``run_dir`` given: used as is; else derived from ``out`` (``<out dir>/<out stem>-run``);
       else ``runs/<arch>-<head>-<YYYYmmdd-HHMMSS>``.
     * ``out`` defaults to ``<run dir>/model.safetensors``.
-    * A run directory holding an unfinished run's checkpoint is refused (resume it instead);
-      a finished run's directory may be reused.
+    * A run directory holding an unfinished run's checkpoint is refused (resume it instead).
+    * An existing model file, or a run directory holding a finished run, is refused unless
+      ``overwrite`` (``lip train --overwrite``): its files would be replaced.
     """
     if out is not None:
         out_path = Path(out).expanduser()
@@ -87,6 +90,7 @@ def plan_paths(cfg: TrainConfig, *, run_dir: str | None, out: str | None) -> Run
     if out_path.exists() and not os.access(out_path, os.W_OK):
         raise LipUsageError(f"--out {out_path} is not writable")
     ckpt = rd / CHECKPOINT_NAME
+    finished = False
     if ckpt.exists():
         try:
             _, meta = read_checkpoint(ckpt)
@@ -97,5 +101,16 @@ def plan_paths(cfg: TrainConfig, *, run_dir: str | None, out: str | None) -> Run
             raise LipUsageError(
                 f"{rd} holds an unfinished run; resume it with `lip train --resume {rd}` "
                 "or choose another --run-dir"
+            )
+    if not overwrite:
+        if out_path.exists():
+            raise LipUsageError(
+                f"model file {out_path} already exists; pass --overwrite to replace it "
+                "or choose another --out"
+            )
+        if finished:
+            raise LipUsageError(
+                f"run directory {rd} holds a finished run; pass --overwrite to replace it "
+                "or choose another --out/--run-dir"
             )
     return RunPaths(run_dir=rd, out=out_path)

@@ -1,0 +1,217 @@
+"""User input through the CLI: rejected component values, existing outputs, resume options,
+conflicting settings, and ``lip lipschitz --write`` keeping what it did not recompute.
+
+Training runs are tiny (LipConvnet-5 at width 4 on 64 digits, one epoch, 3 power steps).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lipcli import plugins
+from lipcli.cli import app
+from lipcli.errors import LipUsageError
+from lipcli.lipschitz import BOUND_LABEL, ESTIMATE_LABEL, merge_stored_record
+from lipcli.modelfile import read_metadata
+from lipcli.models import ComponentParameterError, create_model
+from lipcli.train import INTERRUPT_ENV, read_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+TINY = ["--dataset", "digits", "--width", "4", "--batch-size", "32", "--limit-train", "64",
+        "--limit-test", "32", "--epochs", "1"]
+
+
+def tiny_config(tmp_path: Path, **extra) -> Path:
+    settings = {"power_iter_steps": 3, "lipschitz_estimate": False, "device": "cpu", **extra}
+    path = tmp_path / "tiny.toml"
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
+    return path
+
+
+def train(args: list[str], env: dict[str, str] | None = None):
+    return runner.invoke(app, ["train", *args], env=env)
+
+
+def one_error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output and "internal error" not in result.stderr
+    return lines[0]
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(path.rglob("*"))
+
+
+# --------------------------------------------------------------------------------------------
+# 1. a factory rejecting the values the user gave is a usage error naming the component
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--conv", "soc-fast:train_terms=1"],
+         "error: conv 'soc-fast' rejected train_terms=1: train_terms and eval_terms must be at least 2"),
+        (["--head", "mlp:hidden=-1"], "error: head 'mlp' rejected hidden=-1: MLP head: hidden must be positive"),
+        (["--arch", "lipconvnet-5:width=0"], "error: arch 'lipconvnet-5' rejected width=0: width must be positive"),
+        (["--width", "3"], "error: --width 3: MaxMin needs an even number of channels, got 3"),
+        (["--arch", "lipconvnet-5:width=3"],
+         "error: arch 'lipconvnet-5' with width=3: activation 'maxmin': MaxMin needs an even number"),
+        (["--arch", "lipconvnet-5:width=6", "--width", "4"],
+         "error: conflicting widths: --arch lipconvnet-5:width=6 sets width 6 but --width is 4"),
+    ],
+)
+def test_rejected_component_values_are_usage_errors(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    before = files_under(tmp_path)
+    r = train(["--dataset", "digits", "--limit-train", "32", "--limit-test", "16", *args,
+               "--out", "x/m.safetensors"])
+    assert r.exit_code == 2, r.output
+    assert one_error_line(r).startswith(message), r.stderr
+    assert files_under(tmp_path) == before
+
+
+def test_third_party_pool_rejecting_a_value_is_a_usage_error(tmp_path, monkeypatch):
+    """The real polygon plugin (registered in-process from its source tree)."""
+    monkeypatch.chdir(tmp_path)
+    src = str(ROOT / "plugins" / "lipcli-polygon-pool" / "src")
+    sys.path.insert(0, src)
+    try:
+        module = importlib.import_module("lipcli_polygon_pool.plugin")
+    finally:
+        sys.path.remove(src)
+    plugins.reset()
+    try:
+        plugins.register_plugin(module, "polygon-in-process")
+        r = train(["--dataset", "digits", "--width", "4", "--pool", "polygon:radius=0",
+                   "--out", "x/m.safetensors"])
+        assert r.exit_code == 2, r.output
+        line = one_error_line(r)
+        assert line.startswith("error: pool 'polygon' rejected radius=0.0: radius must be"), line
+        r = train(["--dataset", "digits", "--width", "4", "--pool", "polygon:vertices=2"])
+        assert r.exit_code == 2 and one_error_line(r).startswith("error: pool 'polygon': vertices")
+    finally:
+        plugins.reset()
+    assert not (tmp_path / "x").exists()
+
+
+def test_python_api_reports_the_component_and_stays_a_value_error():
+    with pytest.raises(ComponentParameterError) as exc:
+        create_model("lipconvnet-5", width=3)
+    assert isinstance(exc.value, ValueError) and isinstance(exc.value, LipUsageError)
+    assert exc.value.kind == "activation" and exc.value.context[2] == {"width": 3}
+    with pytest.raises(ValueError, match="conv 'soc-fast' rejected train_terms=1"):
+        create_model("lipconvnet-5", width=4, conv="soc-fast:train_terms=1")
+
+
+def test_a_bug_in_a_factory_is_still_an_internal_error(monkeypatch):
+    import lipcli.builtins.activations as A
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(A.MaxMin, "__init__", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        create_model("lipconvnet-5", width=4)
+
+
+# --------------------------------------------------------------------------------------------
+# 2. existing outputs are replaced only with --overwrite; 4. the same width twice is fine
+# --------------------------------------------------------------------------------------------
+def test_existing_model_file_and_finished_run_need_overwrite(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_config(tmp_path)
+    args = [*TINY, "--config", str(cfg), "--arch", "lipconvnet-5:width=4"]  # width given twice, equal
+    r = train([*args, "--out", "m.safetensors"])
+    assert r.exit_code == 0, r.output
+    model_bytes = Path("m.safetensors").read_bytes()
+    log = Path("m-run/train_log.jsonl").read_text()
+    assert log.strip()
+
+    r = train([*args, "--out", "m.safetensors"])
+    assert r.exit_code == 2
+    line = one_error_line(r)
+    assert "m.safetensors already exists" in line and "--overwrite" in line
+    assert Path("m.safetensors").read_bytes() == model_bytes
+    assert Path("m-run/train_log.jsonl").read_text() == log
+
+    # the model file moved away: the finished run directory is still protected
+    Path("m.safetensors").rename("kept.safetensors")
+    r = train([*args, "--out", "m.safetensors"])
+    assert r.exit_code == 2
+    line = one_error_line(r)
+    assert "m-run holds a finished run" in line and "--overwrite" in line
+    assert Path("m-run/train_log.jsonl").read_text() == log
+    r = train([*args, "--run-dir", "m-run"])
+    assert r.exit_code == 2 and "--overwrite" in one_error_line(r)
+
+    r = train([*args, "--out", "m.safetensors", "--overwrite"])
+    assert r.exit_code == 0, r.output
+    assert len(Path("m-run/train_log.jsonl").read_text().splitlines()) == 1
+    _, ck = read_checkpoint(Path("m-run/checkpoint.safetensors"))
+    assert ck["status"] == "complete"
+
+    help_text = runner.invoke(app, ["train", "--help"]).stdout
+    assert "--overwrite" in help_text
+
+
+# --------------------------------------------------------------------------------------------
+# 3. --resume accepts an option repeated with its stored value
+# --------------------------------------------------------------------------------------------
+def test_resume_accepts_unchanged_settings_and_refuses_changed_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_config(tmp_path)
+    r = train([*TINY, "--config", str(cfg), "--head", "mlp:hidden=16", "--out", "r/m.safetensors"],
+              env={INTERRUPT_ENV: "0:1"})
+    assert r.exit_code == 130, r.output
+    r = train(["--resume", "r/m-run", "--epochs", "2"])
+    assert r.exit_code == 2
+    line = one_error_line(r)
+    assert "cannot change --epochs (stored: 1)" in line
+    Path("taken.safetensors").write_bytes(b"not mine")
+    r = train(["--resume", "r/m-run", "--out", "taken.safetensors"])
+    assert r.exit_code == 2 and "taken.safetensors already exists" in one_error_line(r)
+    assert Path("taken.safetensors").read_bytes() == b"not mine"
+    r = train(["--resume", "r/m-run", *TINY, "--head", "mlp: hidden = 16", "--lr", "0.1",
+               "--device", "cpu", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["epochs"] == 1
+    assert read_metadata("r/m.safetensors")["training"]["resumed_from_epochs"] == [0]
+
+
+# --------------------------------------------------------------------------------------------
+# 5. lip lipschitz --no-estimate --write keeps the stored estimate of the same weights
+# --------------------------------------------------------------------------------------------
+def test_lipschitz_write_without_estimate_keeps_the_stored_estimate(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_config(tmp_path, lipschitz_estimate=True)
+    r = train([*TINY, "--config", str(cfg), "--out", "e.safetensors"])
+    assert r.exit_code == 0, r.output
+    before = read_metadata("e.safetensors")["lipschitz"]
+    assert before["estimate"] > 0 and before["estimate_iters"] == 50
+
+    r = runner.invoke(app, ["lipschitz", "e.safetensors", "--no-estimate", "--write"])
+    assert r.exit_code == 0, r.output
+    assert "kept the file's estimate" in r.stdout
+    after = read_metadata("e.safetensors")["lipschitz"]
+    assert after["estimate"] == before["estimate"] and after["estimate_iters"] == 50
+    assert [row["estimate"] for row in after["layers"]] == [row["estimate"] for row in before["layers"]]
+    assert after["upper_bound"] == pytest.approx(before["upper_bound"], rel=1e-12)
+    assert after["estimate_label"] == ESTIMATE_LABEL and after["upper_bound_label"] == BOUND_LABEL
+    assert after["carried_over"] == ["estimate"]
+    assert after["weights_sha256"] == before["weights_sha256"]
+
+    # a stored estimate of other weights is dropped, not relabelled as this model's
+    fresh = {k: v for k, v in after.items() if k != "carried_over"}
+    fresh.update(estimate=None, estimate_iters=None, layers=[dict(r, estimate=None) for r in after["layers"]])
+    stale = dict(before, weights_sha256="0" * 64)
+    merged = merge_stored_record(fresh, stale)
+    assert merged["estimate"] is None and "carried_over" not in merged
+    # a freshly computed estimate always wins over the stored one
+    assert merge_stored_record(dict(before, estimate=1.5), dict(before, estimate=9.0))["estimate"] == 1.5
