@@ -270,10 +270,12 @@ def load_dataset(
             raise LipUsageError(
                 f"{model_path} records no data set; pass --dataset NAME (and --data-dir DIR)"
             )
-        choice: Any = {"name": recorded["name"], "params": recorded.get("params") or {}}
+        from .models import recorded_dataset
+
+        # a defective or unknown recorded data set is a defect of the file (exit 1, names it)
+        comp = recorded_dataset(model_path, recorded, registry)
     else:
-        choice = name
-    comp = registry.component("dataset", choice)
+        comp = registry.component("dataset", name)
     spec = comp.spec
     root = data_dir
     if root is None and name is None and isinstance(recorded, dict):

@@ -211,6 +211,21 @@ def test_defective_metadata_is_a_runtime_error_naming_the_file(saved):
         f"error: {saved}: metadata: format_version must be a positive integer, got 1.5"]
 
 
+def test_certify_with_an_unknown_recorded_dataset_names_the_file(saved):
+    """``lip certify`` without --dataset on a file naming a data set nobody provides: the
+    file's defect (exit 1), one line naming the file and the way out."""
+    from typer.testing import CliRunner
+
+    from lipcli.cli import app
+
+    _rewrite_meta(saved, **{"lipcli.dataset": json.dumps({"name": "nope", "params": {}})})
+    r = CliRunner().invoke(app, ["certify", str(saved), "--no-write"])
+    assert r.exit_code == 1, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(saved) in lines[0] and "'nope'" in lines[0], lines
+    assert "--dataset NAME" in lines[0]
+
+
 def test_recorded_dataset_defects_name_the_file(saved):
     from lipcli.models import recorded_dataset
 
