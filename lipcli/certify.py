@@ -200,7 +200,10 @@ def check_output_file(path: str | os.PathLike, option: str) -> Path:
     return p
 
 
-def check_model_writable(path: str | os.PathLike) -> None:
+def check_model_writable(
+    path: str | os.PathLike,
+    hint: str = "pass --no-write to certify without modifying the model file",
+) -> None:
     """The default write-back of results into the model file needs a writable file in a
     writable directory (atomic rewrite: temporary file + rename); fail before any work with a
     hint to pass ``--no-write`` otherwise."""
@@ -211,10 +214,7 @@ def check_model_writable(path: str | os.PathLike) -> None:
     reason = "the file is not writable" if not os.access(p, os.W_OK) else _cannot_create_in(parent)
     if not reason:
         return
-    raise LipUsageError(
-        f"cannot store the results in {p}: {reason}; pass --no-write to certify without "
-        "modifying the model file"
-    )
+    raise LipUsageError(f"cannot store the results in {p}: {reason}; {hint}")
 
 
 def _shorten(names: list[str], keep: int = 5) -> str:

@@ -781,6 +781,10 @@ class CRCCertifier:
 
     @staticmethod
     def _key(head: nn.Module) -> tuple:
+        """Which head :meth:`prepare` ran for: parameter storage, version counter and shape.
+        Writes that bypass version counters (``p.data[...] = ...``) are not seen: call
+        :meth:`prepare` again after them (the ``lip certify`` driver builds a new certifier
+        for every run)."""
         return tuple((p.data_ptr(), p._version, tuple(p.shape)) for p in head.state_dict().values())
 
     def prepare(self, head: nn.Module, cache: dict | None = None) -> dict:

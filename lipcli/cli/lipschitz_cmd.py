@@ -33,7 +33,7 @@ def lipschitz(
     ESTIMATE (product of per-layer power-method estimates: not guaranteed) and optionally an
     empirical lower bound.
     """
-    from ..certify import resolve_device
+    from ..certify import check_model_writable, resolve_device
     from ..errors import LipUsageError
     from ..lipschitz import lipschitz_report, merge_stored_record
     from ..modelfile import update_metadata
@@ -43,6 +43,8 @@ def lipschitz(
         raise LipUsageError(f"model file not found: {model}")
     if iters < 1:
         raise LipUsageError("--iters must be >= 1")
+    if write:  # before the work: the report would otherwise be computed for nothing
+        check_model_writable(model, hint="run without --write to only print the report")
     net, mf = load_model(model, device=resolve_device(device))
     report = lipschitz_report(net, estimate=not no_estimate, iters=iters, empirical=empirical)
     report["model"] = str(model)
