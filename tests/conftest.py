@@ -46,6 +46,21 @@ CIFAR_TEST = 12
 IMAGEFOLDER_CLASSES = ("circle", "cross", "square")
 
 
+def save_tiny_model(path: Path, *, dataset: dict | None, num_classes: int = 10,
+                    head: str = "lln", seed: int = 0) -> Path:
+    """An untrained LipConvnet-5 of width 4 (power iteration converged) saved at ``path``
+    with the given ``dataset`` metadata slot; returns ``path``."""
+    import torch
+
+    from lipcli import create_model, save_model
+
+    torch.manual_seed(seed)
+    model = create_model("lipconvnet-5", width=4, num_classes=num_classes, head=head)
+    model.refresh_power_iteration(30)
+    save_model(model, path, dataset=dataset)
+    return path
+
+
 def class_image(label: int, num_classes: int, rng: np.random.Generator, size: int = 32) -> np.ndarray:
     """A learnable ``(3, size, size)`` uint8 image for ``label``: class colour + stripe + noise."""
     hue = label / max(num_classes, 1)

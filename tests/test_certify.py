@@ -18,8 +18,9 @@ from lipcli.certify import CertifyOptions, parse_radii, run_certification
 from lipcli.cli import app
 from lipcli.errors import LipUsageError
 from lipcli.modelfile import read_metadata
-from lipcli.models import create_model, save_model
 from lipcli.plot import certified_accuracy_curve
+
+from conftest import save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = {"name": "digits", "params": {}, "num_classes": 10}
@@ -27,11 +28,7 @@ LIMIT = "40"
 
 
 def _save_tiny(path: Path, *, num_classes: int = 10, dataset=DIGITS, head: str = "lln", seed: int = 0) -> Path:
-    torch.manual_seed(seed)
-    model = create_model("lipconvnet-5", width=4, num_classes=num_classes, head=head)
-    model.refresh_power_iteration(30)
-    save_model(model, path, dataset=dataset)
-    return path
+    return save_tiny_model(path, dataset=dataset, num_classes=num_classes, head=head, seed=seed)
 
 
 def _sha(path: Path) -> str:

@@ -20,6 +20,8 @@ from typer.testing import CliRunner
 
 from lipcli.cli import app
 from lipcli.modelfile import read_metadata
+
+from conftest import save_tiny_model
 from lipcli.models import create_model, save_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,11 +32,7 @@ BENCH_TINY = ["--width", "4", "--batch-size", "2", "--device", "cpu", "--threads
 
 
 def _save(path: Path, *, num_classes: int = 10, dataset=DIGITS, head: str = "lln") -> Path:
-    torch.manual_seed(0)
-    model = create_model("lipconvnet-5", width=4, num_classes=num_classes, head=head)
-    model.refresh_power_iteration(30)
-    save_model(model, path, dataset=dataset)
-    return path
+    return save_tiny_model(path, dataset=dataset, num_classes=num_classes, head=head)
 
 
 def _sha(path: Path) -> str:
