@@ -20,3 +20,7 @@ def __getattr__(name: str):  # lazy: keep `import lipcli` (and `lip --help`) lig
 
         return getattr(models, name)
     raise AttributeError(name)
+
+
+def __dir__() -> list[str]:  # the lazy names too (tab completion, dir(lipcli))
+    return sorted(set(globals()) | set(__all__))

@@ -186,6 +186,16 @@ def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
+def _is_installed(distribution: str) -> bool:
+    import importlib.metadata as md
+
+    try:
+        md.distribution(distribution)
+    except md.PackageNotFoundError:
+        return False
+    return True
+
+
 def save_model(
     model: nn.Module,
     path: str | os.PathLike,
@@ -196,7 +206,17 @@ def save_model(
     training: dict[str, Any] | None = None,
     cache: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``model`` (built by :func:`build_model`) to a model file, atomically."""
+    """Write ``model`` (built by :func:`build_model`) to a model file, atomically.
+
+    The metadata slots are JSON objects (or ``None``); ``dataset`` is e.g.
+    ``{"name": "digits", "params": {}, "num_classes": 10, "classes": [...]}``."""
+    for slot, value in (("dataset", dataset), ("lipschitz", lipschitz), ("results", results),
+                        ("training", training), ("cache", cache)):
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(
+                f"save_model: {slot} must be a dict or None, got {type(value).__name__} "
+                f"{value!r:.60}"
+            )
     config = getattr(model, "lipcli_config", None)
     if config is None:
         raise ValueError("model has no lipcli_config; build it with lipcli.create_model")
@@ -228,9 +248,18 @@ def load_model(
         model = build_model(config, reg)
     except UnknownComponentError as exc:
         dist = (config.get(exc.kind) or {}).get("distribution") or "the plugin that provides it"
+        from .plugins import DISABLE_AUTOLOAD_ENV, autoload_disabled
+
+        external = dist not in ("lipcli", "(in-process)")
+        if autoload_disabled() and external and _is_installed(dist):
+            raise MissingPluginError(
+                f"{path}: model needs {exc.kind} {exc.name!r} from distribution {dist!r}, which "
+                f"is installed, but installed plugins are not loaded ({DISABLE_AUTOLOAD_ENV} "
+                "is set)"
+            ) from None
         hint = (
             f"pip install {dist}"
-            if dist not in ("lipcli", "(in-process)")
+            if external
             else "it was provided by a different lipcli version or an in-process plugin"
         )
         raise MissingPluginError(

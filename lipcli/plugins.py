@@ -82,6 +82,13 @@ class Provided:
     plugin: PluginInfo
 
 
+def _natural_key(name: str) -> list:
+    """Sort key comparing digit runs as numbers."""
+    import re
+
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
 class Registry:
     """All components of all plugins, by kind and name."""
 
@@ -142,8 +149,12 @@ class Registry:
                 f"(distribution {info.distribution})"
             )
             if self.strict:
-                raise DuplicateComponentError(message)
+                raise DuplicateComponentError(
+                    f"{message}; uninstall one of them (see `lip plugins`), or set "
+                    f"{DISABLE_AUTOLOAD_ENV}=1 to load no installed plugins"
+                )
             self.conflicts.append(message)  # the first provider keeps the name
+            info.components.setdefault(kind, []).append(spec.name)  # but both provide it
             return
         table[spec.name] = Provided(spec, info)
         info.components.setdefault(kind, []).append(spec.name)
@@ -156,7 +167,8 @@ class Registry:
 
     # -- queries ----------------------------------------------------------------------------
     def names(self, kind: str) -> list[str]:
-        return sorted(self._by_kind[kind])
+        """Names in natural order (``lipconvnet-5`` before ``lipconvnet-10``)."""
+        return sorted(self._by_kind[kind], key=_natural_key)
 
     def specs(self, kind: str) -> list[ComponentSpec]:
         return [self._by_kind[kind][n].spec for n in self.names(kind)]

@@ -215,3 +215,29 @@ def test_lipschitz_write_without_estimate_keeps_the_stored_estimate(tmp_path, mo
     assert merged["estimate"] is None and "carried_over" not in merged
     # a freshly computed estimate always wins over the stored one
     assert merge_stored_record(dict(before, estimate=1.5), dict(before, estimate=9.0))["estimate"] == 1.5
+
+
+def test_command_line_width_wins_over_the_settings_file(tmp_path, monkeypatch):
+    """``--config`` promises "options given here win": a width on the command line, in
+    either form, replaces the file's width in either form (no conflict error)."""
+    import lipcli.train as T
+
+    seen = {}
+
+    def capture(cfg, **kwargs):
+        seen["cfg"] = cfg
+        return {}
+
+    monkeypatch.setattr(T, "train", capture)
+    runner = CliRunner()
+    for file_text, args, arch, width in (
+        ('arch = "lipconvnet-5:width=6"\n', ["--width", "4"], "lipconvnet-5", 4),
+        ("width = 6\n", ["--arch", "lipconvnet-5:width=8"], "lipconvnet-5:width=8", None),
+        ('arch = "lipconvnet-10:width=6"\nwidth = 6\n', ["--width", "4"], "lipconvnet-10", 4),
+        ("width = 6\n", [], "lipconvnet-5", 6),  # nothing on the command line: the file's
+    ):
+        conf = tmp_path / "c.toml"
+        conf.write_text('dataset = "digits"\n' + file_text)
+        r = runner.invoke(app, ["train", "--config", str(conf), *args])
+        assert r.exit_code == 0, r.output
+        assert seen["cfg"].arch == arch and seen["cfg"].width == width, (file_text, args, seen)

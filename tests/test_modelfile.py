@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lipcli import modelfile
+from lipcli import modelfile, plugins
 from lipcli.errors import MissingPluginError, ModelFileError
 from lipcli.models import create_model, load_model, save_model
 
@@ -239,3 +239,30 @@ def test_recorded_dataset_defects_name_the_file(saved):
         recorded_dataset(saved, {"name": "digits", "params": {"zzz": 1}})
     with pytest.raises(ModelFileError, match="string 'name'"):
         recorded_dataset(saved, {"name": 3})
+
+
+def test_save_model_metadata_slots_must_be_dicts(tmp_path, tiny_model):
+    with pytest.raises(TypeError, match="dataset must be a dict"):
+        save_model(tiny_model, tmp_path / "m.safetensors", dataset="digits")
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_disabled_plugin_autoload_is_named_instead_of_not_installed(saved, monkeypatch):
+    """A model needing a plugin's component while installed plugins are disabled: the
+    message says they are disabled, not that the distribution is missing."""
+    cfg = modelfile.read_metadata(saved)["config"]
+    bad = json.loads(json.dumps(cfg))
+    bad["pool"] = {"name": "polygon-x", "params": {}, "distribution": "lipcli-polygon-x"}
+    _rewrite_meta(saved, **{"lipcli.config": json.dumps(bad)})
+    with pytest.raises(MissingPluginError, match="pip install lipcli-polygon-x"):
+        load_model(saved)
+    monkeypatch.setenv(plugins.DISABLE_AUTOLOAD_ENV, "1")
+    # not installed at all: still the install hint
+    with pytest.raises(MissingPluginError, match="pip install lipcli-polygon-x"):
+        load_model(saved)
+    # installed but not loaded (pretend the distribution exists)
+    import lipcli.models as models_module
+
+    monkeypatch.setattr(models_module, "_is_installed", lambda dist: True)
+    with pytest.raises(MissingPluginError, match="is installed, but installed plugins are not loaded"):
+        load_model(saved)

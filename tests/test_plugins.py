@@ -300,14 +300,17 @@ def test_lip_plugins_still_lists_everything_when_two_plugins_clash():
         result = CliRunner().invoke(app, ["plugins", "--json"])
         assert result.exit_code == 1
         data = json.loads(result.stdout)
-        assert "dup-max" in {p["name"] for p in data["plugins"]}
+        by_name = {p["name"]: p for p in data["plugins"]}
+        # both providers show what they provide
+        assert by_name["dup-max"]["components"] == {"pool": ["max"]}
+        assert "max" in by_name["lipcli.pooling"]["components"]["pool"]
         assert any("'max' is provided twice" in c and "dup-max" in c for c in data["conflicts"])
         assert "lipcli.pooling" in result.stderr and "dup-max" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
         table = CliRunner().invoke(app, ["plugins"])
         assert table.exit_code == 1 and "projection" in table.stdout
-        # every other command refuses to run with an ambiguous name
-        with pytest.raises(DuplicateComponentError):
+        # every other command refuses to run with an ambiguous name, and says the way out
+        with pytest.raises(DuplicateComponentError, match=plugins.DISABLE_AUTOLOAD_ENV):
             plugins.get_registry()
     finally:
         plugins.reset()

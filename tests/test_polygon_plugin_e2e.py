@@ -86,4 +86,9 @@ def test_polygon_plugin_end_to_end(plugin_site, tmp_path):
         assert missing.returncode == 1
         assert "Traceback" not in missing.stderr
         line = missing.stderr.strip()
-        assert "\n" not in line and "pip install lipcli-polygon-pool" in line, line
+        assert "\n" not in line, line
+        if env:  # installed (on the path) but plugin loading is switched off: say so
+            assert "is installed, but installed plugins are not loaded" in line, line
+            assert "LIPCLI_DISABLE_PLUGIN_AUTOLOAD" in line, line
+        else:
+            assert "pip install lipcli-polygon-pool" in line, line

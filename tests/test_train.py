@@ -421,7 +421,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_checkpoint(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "args, code, message",
     [
-        (["--arch", "lipconvnet-7"], 2, "unknown arch 'lipconvnet-7'; valid names: lipconvnet-10"),
+        (["--arch", "lipconvnet-7"], 2, "unknown arch 'lipconvnet-7'; valid names: lipconvnet-5, lipconvnet-10"),
         (["--pool", "avg"], 2, "unknown pool 'avg'; valid names: max, projection"),
         (["--dataset", "mnist"], 2, "unknown dataset 'mnist'; valid names: cifar10, cifar100, digits"),
         (["--conv", "soc-fast:nope=1"], 2, "has no parameter 'nope'"),

@@ -82,5 +82,3 @@ def _print_tables(host, registry, verbose: bool) -> None:
                          Text(registry.provided(kind, spec.name).plugin.name),
                          Text(", ".join(spec.promises)), Text(desc))
     console.print(comp)
-    for message in registry.conflicts:
-        console.print(Text(f"conflict: {message}", style="red"))

@@ -109,7 +109,9 @@ def train(
     else:
         cfg = TrainConfig()
         if config is not None:
-            cfg = cfg.updated(load_config_file(config), source=str(config))
+            cfg = _without_file_width(
+                cfg.updated(load_config_file(config), source=str(config)), given
+            )
         cfg = cfg.updated(given, source="command line")
         summary = run_training(
             cfg, run_dir=None if run_dir is None else str(run_dir), out=out_s, quiet=quiet,
@@ -117,3 +119,24 @@ def train(
         )
     if json_out and summary:
         print_json(summary)
+
+
+def _without_file_width(cfg, given: dict):
+    """The command line wins over a settings file, the width included: a width given on the
+    command line (``--width W`` or ``--arch NAME:width=W``) replaces the file's width in
+    either form (its ``width`` key and an inline ``width=`` in its ``arch``)."""
+    import dataclasses
+
+    from ..plugins import parse_component_choice
+
+    arch_given = given.get("arch")
+    if "width" not in given and not (
+        isinstance(arch_given, str) and "width" in parse_component_choice(arch_given)[1]
+    ):
+        return cfg
+    name, params = parse_component_choice(cfg.arch)
+    if "width" in params:
+        del params["width"]
+        arch = name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
+        cfg = dataclasses.replace(cfg, arch=arch)
+    return dataclasses.replace(cfg, width=None)
