@@ -241,3 +241,25 @@ def test_command_line_width_wins_over_the_settings_file(tmp_path, monkeypatch):
         r = runner.invoke(app, ["train", "--config", str(conf), *args])
         assert r.exit_code == 0, r.output
         assert seen["cfg"].arch == arch and seen["cfg"].width == width, (file_text, args, seen)
+
+
+def test_interrupt_message_comes_from_one_rank_only(monkeypatch):
+    """Under torchrun every rank sees Ctrl-C; only rank 0's error carries the message, the
+    others exit with the same code silently."""
+    import lipcli.train as T
+    from lipcli.train.errors import TrainingInterrupted
+
+    def interrupted(silent):
+        def run(cfg, **kwargs):
+            exc = TrainingInterrupted("interrupted during epoch 2; resume with: torchrun ...")
+            exc.silent = silent
+            raise exc
+        return run
+
+    runner = CliRunner()
+    monkeypatch.setattr(T, "train", interrupted(False))
+    r = runner.invoke(app, ["train", "--dataset", "digits"])
+    assert r.exit_code == 130 and "resume with" in one_error_line(r)
+    monkeypatch.setattr(T, "train", interrupted(True))
+    r = runner.invoke(app, ["train", "--dataset", "digits"])
+    assert r.exit_code == 130 and r.stderr == "" and r.stdout == ""

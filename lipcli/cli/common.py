@@ -56,6 +56,8 @@ def cli_errors(func: F) -> F:
         except LipError as exc:
             if state.debug:
                 raise
+            if getattr(exc, "silent", False):  # e.g. the other ranks of a torchrun job
+                raise typer.Exit(exc.exit_code) from None
             fail(str(exc), exc.exit_code)
         except KeyboardInterrupt:
             if state.debug:

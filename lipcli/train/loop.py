@@ -444,10 +444,16 @@ def _run(cfg, ctx, device, paths, reporter, data, model, model_config, crc, work
             )
     except KeyboardInterrupt:
         reporter.stop()
-        raise TrainingInterrupted(
+        command = (
+            "lip train" if ctx.world_size == 1
+            else f"torchrun --nproc-per-node {ctx.local_world_size} -m lipcli train"
+        )
+        interrupted = TrainingInterrupted(
             f"interrupted during epoch {current_epoch + 1}; the checkpoint after epoch "
-            f"{state.epoch} is in {paths.run_dir}; resume with: lip train --resume {paths.run_dir}"
-        ) from None
+            f"{state.epoch} is in {paths.run_dir}; resume with: {command} --resume {paths.run_dir}"
+        )
+        interrupted.silent = not ctx.is_main  # one message per run, from rank 0
+        raise interrupted from None
     finally:
         reporter.stop()
 
