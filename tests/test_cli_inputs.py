@@ -263,3 +263,12 @@ def test_interrupt_message_comes_from_one_rank_only(monkeypatch):
     monkeypatch.setattr(T, "train", interrupted(True))
     r = runner.invoke(app, ["train", "--dataset", "digits"])
     assert r.exit_code == 130 and r.stderr == "" and r.stdout == ""
+
+
+def test_a_directory_given_as_model_is_a_usage_error(tmp_path):
+    runner = CliRunner()
+    for args in (["certify", str(tmp_path)], ["lipschitz", str(tmp_path)],
+                 ["bench", "certify", str(tmp_path)]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "is a directory, not a model file" in one_error_line(r)

@@ -293,6 +293,8 @@ def certify(
 
         if not Path(model_path).exists():
             raise LipUsageError(f"model file not found: {model_path}")
+        if Path(model_path).is_dir():
+            raise LipUsageError(f"{model_path} is a directory, not a model file")
         # options that describe a model to build mean nothing for a model file
         given = [
             f"--{name}" for name in _MODEL_OPTIONS

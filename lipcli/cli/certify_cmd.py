@@ -90,6 +90,8 @@ def certify(
     radii_list = parse_radii(radii, radius_unit)
     if not model.exists():
         raise LipUsageError(f"model file not found: {model}")
+    if model.is_dir():
+        raise LipUsageError(f"{model} is a directory, not a model file")
     if lipschitz not in ("bound", "estimate"):
         raise LipUsageError(f"--lipschitz must be 'bound' or 'estimate', got {lipschitz!r}")
     if lipschitz_iters < 1:

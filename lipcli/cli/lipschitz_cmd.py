@@ -41,6 +41,8 @@ def lipschitz(
 
     if not model.exists():
         raise LipUsageError(f"model file not found: {model}")
+    if model.is_dir():
+        raise LipUsageError(f"{model} is a directory, not a model file")
     if iters < 1:
         raise LipUsageError("--iters must be >= 1")
     if write:  # before the work: the report would otherwise be computed for nothing
