@@ -43,15 +43,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "lipcli.builtins.datasets",
 )
 
-KIND_TITLES = {
-    "conv": "convolutions",
-    "activation": "activations",
-    "pool": "pools",
-    "head": "heads",
-    "certificate": "certificates",
-    "arch": "architectures",
-    "dataset": "datasets",
-}
+#: spec kind -> plural title (the hook's name without ``lip_``), e.g. ``"pool": "pools"``
+KIND_TITLES = {kind: hook.removeprefix("lip_") for hook, kind in hookspecs.HOOK_KINDS.items()}
 
 
 @dataclass
@@ -82,11 +75,11 @@ class Provided:
     plugin: PluginInfo
 
 
-def _natural_key(name: str) -> list:
-    """Sort key comparing digit runs as numbers."""
+def natural_key(name: str) -> tuple:
+    """Sort key comparing digit runs as numbers (``lipconvnet-5`` before ``lipconvnet-10``)."""
     import re
 
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 class Registry:
@@ -168,7 +161,7 @@ class Registry:
     # -- queries ----------------------------------------------------------------------------
     def names(self, kind: str) -> list[str]:
         """Names in natural order (``lipconvnet-5`` before ``lipconvnet-10``)."""
-        return sorted(self._by_kind[kind], key=_natural_key)
+        return sorted(self._by_kind[kind], key=natural_key)
 
     def specs(self, kind: str) -> list[ComponentSpec]:
         return [self._by_kind[kind][n].spec for n in self.names(kind)]
@@ -214,9 +207,6 @@ class Registry:
             distribution=prov.plugin.distribution,
         )
 
-    def distribution_of(self, kind: str, name: str) -> str | None:
-        prov = self._by_kind.get(kind, {}).get(name)
-        return prov.plugin.distribution if prov else None
 
 
 def parse_component_choice(text: str) -> tuple[str, dict[str, str]]:
@@ -299,6 +289,14 @@ class PluginHost:
             dist = ep.dist.name if ep.dist is not None else "(unknown)"
             version = ep.dist.version if ep.dist is not None else ""
             if ep.name in self.plugins:
+                existing = self.plugins[ep.name]
+                if existing.distribution == dist:
+                    continue  # the same distribution seen twice on the path
+                self.record_broken(
+                    f"{ep.name} ({dist})", dist, version,
+                    f"plugin name {ep.name!r} is already used by plugin {existing.name!r} "
+                    f"(distribution {existing.distribution}); entry-point names must be unique",
+                )
                 continue
             try:
                 plugin = ep.load()

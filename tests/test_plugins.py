@@ -345,3 +345,46 @@ def test_readme_plugin_walkthrough_is_consistent():
     for name in called:
         assert f"def {name}(" in listing, f"README listing lacks {name}()"
         assert f"def {name}(" in real, f"example plugin lacks {name}()"
+
+
+def test_two_distributions_with_the_same_plugin_name_are_both_reported(tmp_path):
+    """Entry-point names identify plugins: a second distribution reusing one is shown as
+    broken, naming both, instead of silently vanishing."""
+    site = tmp_path / "site"
+    site.mkdir()
+    for dist, module, pool in (("lipcli-first", "first_mod", "first-pool"),
+                               ("lipcli-second", "second_mod", "second-pool")):
+        (site / f"{module}.py").write_text(textwrap.dedent(f"""
+            import lipcli
+            from lipcli.specs import PoolSpec
+
+            @lipcli.hookimpl
+            def lip_pools():
+                return [PoolSpec(name="{pool}", factory=lambda channels: None,
+                                 description="test")]
+        """))
+        info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[lipcli]\nsamename = {module}\n")
+    out = _run_lip(["plugins", "--json"],
+                   {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    named = [p for p in data["plugins"] if p["name"].startswith("samename")]
+    assert len(named) == 2, named
+    broken = [p for p in named if p["error"]]
+    assert len(broken) == 1 and "already used by plugin 'samename'" in broken[0]["error"]
+    assert {p["distribution"] for p in named} == {"lipcli-first", "lipcli-second"}
+
+
+def test_register_and_unregister_an_in_process_plugin():
+    plugins.reset()
+    try:
+        plugins.register_plugin(AllHooksPlugin(), "in-process-tmp")
+        assert "t-pool" in plugins.get_registry().names("pool")
+        plugins.unregister_plugin("in-process-tmp")
+        assert "t-pool" not in plugins.get_registry().names("pool")
+        assert "in-process-tmp" not in plugins.get_host().plugins
+    finally:
+        plugins.reset()
