@@ -55,6 +55,7 @@ from torch import nn
 from .errors import LipError, LipUsageError
 from .precision import in_full_float32_precision
 from .specs import SOUND
+from .strictjson import strict_json
 
 #: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=..."
 Progress = Callable[[str, int, int], None]
@@ -604,7 +605,7 @@ def run_certification(
             updates["cache"] = all_cache
         stored_results = mf.metadata.get("results")
         stored_results = dict(stored_results) if isinstance(stored_results, dict) else {}
-        stored_results[RESULTS_KEY] = _jsonable(summary)
+        stored_results[RESULTS_KEY] = strict_json(summary)
         updates["results"] = stored_results
         summary["written"] = []
         try:
@@ -623,20 +624,6 @@ def run_certification(
         summary=summary, labels=labels, predictions=predictions, radius=radius,
         violations=violations,
     )
-
-
-def _jsonable(obj: Any) -> Any:
-    """Copy with non-finite floats replaced by the strings ``"inf"``, ``"-inf"``, ``"nan"``
-    (model-file JSON forbids NaN/inf; the same convention as ``--json``)."""
-    if isinstance(obj, float):
-        if math.isfinite(obj):
-            return obj
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj
 
 
 def _attack_radii(

@@ -382,7 +382,8 @@ def test_certification_runs_without_tf32():
 def test_machine_json_is_strict_even_with_infinite_radii(capsys):
     """An infinite certified radius (e.g. all other classes share the predicted class's
     weights) must not produce ``Infinity`` (invalid JSON) on stdout."""
-    from lipcli.cli.common import print_json, strict_json
+    from lipcli.cli.common import print_json
+    from lipcli.strictjson import strict_json
 
     print_json({"radius": float("inf"), "rows": [1.0, float("-inf"), float("nan")], "n": 3})
     text = capsys.readouterr().out

@@ -184,19 +184,20 @@ def test_a_write_failing_at_the_end_still_prints_the_results(tmp_path: Path, mon
 
 
 def test_bench_output_failing_at_the_end_still_prints_the_report(tmp_path: Path, monkeypatch, one_thread) -> None:
-    import pathlib
+    import lipcli.modelfile
 
-    def fail_write(self, *a, **k):
+    def fail_write(path, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(pathlib.Path, "write_text", fail_write)
+    # the report is written like model files (temporary file, fsync, rename)
+    monkeypatch.setattr(lipcli.modelfile, "atomic_write_bytes", fail_write)
     out = tmp_path / "r.json"
     res = CliRunner().invoke(app, ["bench", "certify", "--n", "4", "-o", str(out), "--json",
                                    *BENCH_TINY])
     err = _error(res, 1)
     assert "No space left on device" in err and "--output" in err
     assert json.loads(res.stdout)["benchmark"] == "certify"
-    assert not out.exists() and not (tmp_path / "r.json.tmp").exists()
+    assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_plot_without_suffix_is_png_at_the_given_path(model_file: Path, tmp_path: Path) -> None:

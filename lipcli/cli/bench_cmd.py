@@ -18,6 +18,8 @@ bench_app = typer.Typer(
     no_args_is_help=True,
 )
 
+#: every registered LipConvnet depth (lipcli.builtins.lipconvnet.DEPTHS; spelled out here so
+#: that `lip bench --help` does not import torch)
 _DEFAULT_ARCHS = "5,10,15,20,25,30,35,40"
 
 
@@ -67,19 +69,12 @@ def _save(report: dict[str, Any], path: Optional[str]) -> Optional[str]:
     caller prints the results first (the benchmark is not lost)."""
     if path is None:
         return None
-    from pathlib import Path
+    from ..modelfile import atomic_write_bytes
 
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    try:
-        tmp.write_text(dumps_json(report) + "\n", encoding="utf-8")
-        tmp.replace(target)
+    try:  # temporary file in the same folder, fsync, rename (as model files)
+        atomic_write_bytes(path, (dumps_json(report) + "\n").encode("utf-8"))
     except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        return f"cannot write {target} (--output): {exc.strerror or exc}"
+        return f"cannot write {path} (--output): {exc.strerror or exc}"
     return None
 
 
@@ -168,13 +163,13 @@ def train(
 ) -> None:
     """Time per training step and per CIFAR-10 epoch, fast (soc-fast) vs exact (soc)
     gradient, interleaved from identical weights (paper Table 1)."""
-    from ..bench import bench_train, parse_archs
+    from ..bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
     from ..plugins import get_registry
 
     dev = _setup(device, threads, cudnn_benchmark)
     names = parse_archs(archs, get_registry().names("arch"))
-    _check_components(head=head, pool=pool, conv="soc-fast")
-    _check_components(conv="soc")
+    _check_components(head=head, pool=pool, conv=FAST_CONV)
+    _check_components(conv=EXACT_CONV)
     _check_output(output)
     report = bench_train(
         names, batch_size=batch_size, steps=steps, warmup=warmup, device=dev, width=width,
@@ -272,7 +267,7 @@ def certify(
     ),
     lipschitz_iters: int = typer.Option(50, "--lipschitz-iters", help="Power-method iterations."),
     refresh_steps: int = typer.Option(
-        50, "--refresh-steps", help="Power-iteration refresh before evaluation (SPEC §1.2)."
+        50, "--refresh-steps", help="Power-iteration steps refreshing σ before evaluation."
     ),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     seed: int = typer.Option(0, "--seed", help="Seed for weights and inputs."),

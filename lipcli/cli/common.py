@@ -7,14 +7,13 @@ Command modules import heavy libraries (torch, ...) inside their functions so th
 from __future__ import annotations
 
 import functools
-import json
-import math
 import sys
 from typing import Any, Callable, TypeVar
 
 import typer
 
 from ..errors import LipError
+from ..strictjson import dumps_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,24 +68,6 @@ def cli_errors(func: F) -> F:
             fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)", 1)
 
     return wrapper  # type: ignore[return-value]
-
-
-def strict_json(data: Any) -> Any:
-    """Copy of ``data`` that is valid strict JSON: non-finite floats become the strings
-    ``"inf"``, ``"-inf"`` and ``"nan"`` (e.g. an infinite certified radius), which
-    ``float()`` in any language reads back."""
-    if isinstance(data, float) and not math.isfinite(data):
-        return "nan" if math.isnan(data) else ("inf" if data > 0 else "-inf")
-    if isinstance(data, dict):
-        return {k: strict_json(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [strict_json(v) for v in data]
-    return data
-
-
-def dumps_json(data: Any) -> str:
-    """Strict JSON text (see :func:`strict_json`), indented."""
-    return json.dumps(strict_json(data), indent=2, sort_keys=False, default=str, allow_nan=False)
 
 
 def print_json(data: Any) -> None:
