@@ -26,9 +26,7 @@ from .modelfile import ModelFile, read_model_file, save_model_file
 from .plugins import Registry, get_registry
 from .specs import Component
 
-CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-#: the reference uses one std for every channel (SPEC §2)
-CIFAR_STD = (0.2507, 0.2507, 0.2507)
+from .builtins.datasets import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
 COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
 DEFAULTS = {"conv": "soc-fast", "activation": "maxmin", "pool": "max", "head": "lln"}
 

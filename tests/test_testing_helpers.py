@@ -215,16 +215,16 @@ def _registry(extra=()):
     return create_host(autoload=False, extra=extra).registry()
 
 
-def _skip_unless_model_components(reg) -> None:
+def _require_model_components(reg) -> None:
+    """The built-ins these checks use ship with lipcli: missing is a failure, not a skip."""
     missing = [f"{k} {n}" for k, n in NEEDED.items() if n not in reg.names(k)]
-    if missing:
-        pytest.skip(f"model components not available yet: {', '.join(missing)}")
+    assert not missing, f"built-in model components missing: {', '.join(missing)}"
 
 
 @pytest.mark.parametrize("pool", ["max", "projection"])
 def test_model_roundtrip_builtin_pools(pool, tmp_path):
     reg = _registry()
-    _skip_unless_model_components(reg)
+    _require_model_components(reg)
     report = check_model_roundtrip(pool=pool, registry=reg, directory=tmp_path)
     assert report.logits_shape == (2, 10)
     assert report.config["pool"]["name"] == pool
@@ -239,7 +239,7 @@ class _UnsavedStatePlugin:
 
 def test_model_roundtrip_catches_unsaved_state(tmp_path):
     reg = _registry(extra=[("unsaved-plugin", _UnsavedStatePlugin())])
-    _skip_unless_model_components(reg)
+    _require_model_components(reg)
     with pytest.raises(AssertionError, match="logits differ"):
         check_model_roundtrip(pool="unsaved", registry=reg, directory=tmp_path)
 

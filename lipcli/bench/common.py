@@ -18,6 +18,7 @@ from torch import nn
 
 from .. import __version__
 from ..errors import LipUsageError
+from ..plugins import natural_key
 from ..precision import tf32_state
 
 
@@ -57,7 +58,7 @@ def parse_archs(text: str | Sequence[str], available: Sequence[str]) -> list[str
             continue
         name = f"lipconvnet-{int(item)}" if item.isdigit() else item
         if name not in available:
-            valid = sorted(available, key=_natural_key)
+            valid = sorted(available, key=natural_key)
             raise LipUsageError(
                 f"unknown architecture {item!r}; valid: {', '.join(valid) or 'none installed'}"
                 " (a bare number n means lipconvnet-n)"
@@ -67,10 +68,6 @@ def parse_archs(text: str | Sequence[str], available: Sequence[str]) -> list[str
     if not names:
         raise LipUsageError("no architecture given")
     return names
-
-
-def _natural_key(name: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def soc_layers(arch: str) -> int | None:
@@ -299,7 +296,7 @@ def _clip_for(head: str) -> float | None:
 
 
 # ------------------------------------------------------------------------------------------
-# memory of one step
+# timing and counting
 # ------------------------------------------------------------------------------------------
 
 

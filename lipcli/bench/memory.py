@@ -131,8 +131,3 @@ def measure_step_memory(
     out["saved_activations_mib"] = meter.bytes / 2**20
     out["saved_tensors"] = meter.count
     return out
-
-
-# ------------------------------------------------------------------------------------------
-# lip bench train
-# ------------------------------------------------------------------------------------------

@@ -63,6 +63,8 @@ from lipcli.errors import LipUsageError
 from lipcli.hookspecs import hookimpl
 from lipcli.specs import DatasetSpec, Param
 
+#: CIFAR-10 statistics used by the paper, also for CIFAR-100; the reference uses one std for
+#: every channel (SPEC §2).  The default input normalisation of every LipConvnet.
 CIFAR_MEAN: tuple[float, float, float] = (0.4914, 0.4822, 0.4465)
 CIFAR_STD: tuple[float, float, float] = (0.2507, 0.2507, 0.2507)
 #: digits constants (see module docstring): train split, after upscaling to 32 x 32

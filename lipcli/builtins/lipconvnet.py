@@ -37,12 +37,9 @@ from functools import partial
 import torch
 from torch import nn
 
+from lipcli.builtins.datasets import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
 from lipcli.hookspecs import hookimpl
 from lipcli.specs import ONE_LIPSCHITZ, ArchSpec, Component, Param
-
-#: CIFAR-10 statistics used by the paper (also for CIFAR-100): SPEC §2
-CIFAR_MEAN: tuple[float, float, float] = (0.4914, 0.4822, 0.4465)
-CIFAR_STD: tuple[float, float, float] = (0.2507, 0.2507, 0.2507)
 
 #: depths registered as ``lipconvnet-<n>``
 DEPTHS: tuple[int, ...] = tuple(range(5, 45, 5))
@@ -276,7 +273,7 @@ def lip_architectures() -> list[ArchSpec]:
         ArchSpec(
             name=f"lipconvnet-{n}",
             factory=partial(LipConvnet, depth=n),  # depth bound per name
-            description=f"LipConvnet-{n}: {n + 1} convolutions in 5 blocks of {n // 5} (SPEC §3)",
+            description=f"LipConvnet-{n}: {n + 1} convolutions in 5 blocks of {n // 5} (paper §7)",
             params=(Param(name="width", type=int, default=32, help="channels after the stem"),),
         )
         for n in DEPTHS

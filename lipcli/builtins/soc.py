@@ -873,11 +873,11 @@ class SOC(nn.Module):
 # --------------------------------------------------------------------------------------
 _PARAMS = (
     Param(name="train_terms", type=int, default=6,
-          help="terms of the exponential series during training (SPEC §1.4)"),
+          help="terms of the exponential series during training (paper §4, eq. 1)"),
     Param(name="eval_terms", type=int, default=15,
-          help="terms of the exponential series at evaluation/certification (SPEC §1.4)"),
+          help="terms of the exponential series at evaluation/certification (paper §4, eq. 1)"),
     Param(name="power_iters", type=int, default=1,
-          help="power-iteration steps per training forward for the filter norm (SPEC §1.2)"),
+          help="power-iteration steps per training forward for the filter norm σ"),
 )
 
 

@@ -86,10 +86,6 @@ class TrainConfig:
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
 
-    @classmethod
-    def from_mapping(cls, data: dict[str, Any], *, source: str = "config") -> "TrainConfig":
-        return cls().updated(data, source=source)
-
     def updated(self, data: dict[str, Any], *, source: str = "config") -> "TrainConfig":
         """A copy with ``data`` applied (keys may use '-' for '_'); values are type-checked."""
         names = set(self.field_names())

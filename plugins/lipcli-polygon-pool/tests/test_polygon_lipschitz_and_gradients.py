@@ -13,7 +13,7 @@ from lipcli_polygon_pool.polygon import (
     star_polygon_signed_distance,
 )
 from polygon_reference import segment_distance, signed_distance
-from test_polygon_geometry import pool_points, random_pool
+from test_polygon_geometry import random_pool
 
 
 def test_one_lipschitz_on_random_pairs_per_channel():

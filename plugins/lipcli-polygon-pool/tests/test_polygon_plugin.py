@@ -61,8 +61,7 @@ def test_model_file_roundtrip(tmp_path):
     reg = _registry()
     needed = {"arch": "lipconvnet-5", "conv": "soc-fast", "activation": "maxmin", "head": "lln"}
     missing = [n for k, n in needed.items() if n not in reg.names(k)]
-    if missing:
-        pytest.skip(f"lipcli components not available: {', '.join(missing)}")
+    assert not missing, f"lipcli built-ins missing: {', '.join(missing)}"
     report = check_model_roundtrip(pool="polygon:vertices=5", registry=reg, directory=tmp_path)
     assert report.config["pool"]["params"]["vertices"] == 5
 
