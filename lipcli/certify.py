@@ -55,6 +55,7 @@ from torch import nn
 from .errors import LipError, LipUsageError
 from .precision import in_full_float32_precision
 from .specs import SOUND
+from .devices import resolve_device
 from .strictjson import strict_json
 
 #: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=..."
@@ -137,19 +138,6 @@ class CertifyOutcome:
     @property
     def correct(self) -> torch.Tensor:
         return self.predictions == self.labels
-
-
-def resolve_device(name: str) -> torch.device:
-    """``"auto"`` -> CUDA if available else CPU; otherwise a validated :class:`torch.device`."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise LipUsageError(f"bad --device {name!r}; use cpu, cuda, cuda:0 or auto") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise LipUsageError(f"--device {name}: CUDA is not available on this machine")
-    return device
 
 
 class ResultsNotWrittenError(LipError):

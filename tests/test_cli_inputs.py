@@ -272,3 +272,19 @@ def test_a_directory_given_as_model_is_a_usage_error(tmp_path):
         r = runner.invoke(app, args)
         assert r.exit_code == 2, (args, r.output)
         assert "is a directory, not a model file" in one_error_line(r)
+
+
+def test_device_option_is_validated_the_same_way_everywhere():
+    """One parser for --device (lip certify, lip lipschitz, lip bench): names torch accepts
+    but lipcli cannot run on (meta, mps) are usage errors too."""
+    from lipcli.devices import resolve_device
+
+    assert str(resolve_device("CPU")) == "cpu"
+    runner = CliRunner()
+    for args in (["bench", "certify", "--device", "meta", "--width", "4"],
+                 ["bench", "train", "--device", "mps", "--archs", "5"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "--device" in one_error_line(r)
+    with pytest.raises(LipUsageError, match="unknown --device 'meta'"):
+        resolve_device("meta")

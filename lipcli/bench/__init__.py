@@ -43,6 +43,7 @@ the recipe training step, synthetic batches), :mod:`.memory` (peak memory of a s
 """
 
 from .certify import bench_certify, fit_head
+from ..devices import resolve_device
 from .common import (
     CIFAR_SHAPE,
     DEFAULT_DEPTHS,
@@ -60,7 +61,6 @@ from .common import (
     environment,
     parse_archs,
     recipe_optimizer,
-    resolve_device,
     soc_layers,
     state_dicts_identical,
     synthetic_batch,

@@ -76,23 +76,6 @@ def soc_layers(arch: str) -> int | None:
     return int(m.group(1)) + 1 if m else None
 
 
-def resolve_device(name: str) -> torch.device:
-    """``cpu``, ``cuda`` (or ``cuda:N``) or ``auto`` (CUDA when available)."""
-    key = name.strip().lower()
-    if key == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if key == "cpu":
-        return torch.device("cpu")
-    if key.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise LipUsageError(f"device {name!r} requested but CUDA is not available here")
-        dev = torch.device(key)
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise LipUsageError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s)")
-        return dev
-    raise LipUsageError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto")
-
-
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
