@@ -80,7 +80,6 @@ def certify(
     from ..certify import (
         CertifyOptions,
         ResultsNotWrittenError,
-        check_model_writable,
         check_output_file,
         parse_radii,
         run_certification,
@@ -92,11 +91,9 @@ def certify(
         raise LipUsageError(f"model file not found: {model}")
     if model.is_dir():
         raise LipUsageError(f"{model} is a directory, not a model file")
-    if lipschitz not in ("bound", "estimate"):
-        raise LipUsageError(f"--lipschitz must be 'bound' or 'estimate', got {lipschitz!r}")
-    if lipschitz_iters < 1:
-        raise LipUsageError(f"--lipschitz-iters must be >= 1, got {lipschitz_iters}")
-    # every output is checked before the work starts (nothing computed for nothing)
+    # every output is checked before the work starts (nothing computed for nothing); the
+    # options themselves and the write-back into the model file are checked by
+    # run_certification, also before any work
     if plot is not None:
         from ..plot import plot_format, require_matplotlib
 
@@ -107,8 +104,6 @@ def certify(
         check_output_file(per_sample, "--per-sample")
     if per_sample is not None and plot is not None and per_sample.resolve() == plot.resolve():
         raise LipUsageError(f"--per-sample and --plot name the same file {plot}")
-    if not no_write:
-        check_model_writable(model)
     options = CertifyOptions(
         radii=radii_list, radius_unit=radius_unit, dataset=dataset,
         data_dir=None if data_dir is None else str(data_dir), download=download, split=split,
