@@ -59,7 +59,7 @@ def _check_components(**choices: str) -> None:
 def _check_output(path: Optional[str]) -> None:
     """``--output``: fail (exit 2) before the benchmark runs if the file cannot be written."""
     if path is not None:
-        from ..certify import check_output_file
+        from ..outputs import check_output_file
 
         check_output_file(path, "--output")
 

@@ -80,11 +80,11 @@ def certify(
     from ..certify import (
         CertifyOptions,
         ResultsNotWrittenError,
-        check_output_file,
         parse_radii,
         run_certification,
     )
     from ..errors import LipError, LipUsageError
+    from ..outputs import check_output_file
 
     radii_list = parse_radii(radii, radius_unit)
     if not model.exists():

@@ -33,7 +33,7 @@ def lipschitz(
     ESTIMATE (product of per-layer power-method estimates: not guaranteed) and optionally an
     empirical lower bound.
     """
-    from ..certify import check_model_writable
+    from ..outputs import check_model_writable
     from ..devices import resolve_device
     from ..errors import LipUsageError
     from ..lipschitz import lipschitz_report, merge_stored_record

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import LipError, LipUsageError
+from ..outputs import cannot_create_in
 from .checkpoint import read_checkpoint
 from .config import BEST_NAME, CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, MODEL_NAME, TrainConfig
 
@@ -46,8 +47,9 @@ def _check_writable_dir(path: Path, what: str) -> None:
     if path.exists():
         if not path.is_dir():
             raise LipUsageError(f"{what} {path} exists and is not a directory")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise LipUsageError(f"{what} {path} is not writable")
+        reason = cannot_create_in(path)
+        if reason:
+            raise LipUsageError(f"{what} {path}: {reason}")
         return
     anchor = _nearest_existing(path)
     if not anchor.is_dir():
