@@ -245,6 +245,33 @@ def test_fused_convolution_add_equals_convolution_then_add(sign, k, fmt):
     assert torch.equal(got, want)
 
 
+class _FakeInput:
+    """Stands in for a tensor where only ``device`` and ``shape`` are read (no GPU here)."""
+
+    def __init__(self, device: str, shape: tuple[int, ...]) -> None:
+        self.device, self.shape = torch.device(device), shape
+
+
+@pytest.mark.parametrize("cuda_flag", [True, False])
+def test_working_memory_format_per_device(monkeypatch, cuda_flag):
+    """CUDA: channels-last exactly when ``CUDA_CHANNELS_LAST`` (the default); CPU: from
+    ``CHANNELS_LAST_MIN_PIXELS`` pixels on, whatever the CUDA setting."""
+    monkeypatch.setattr(soc_module, "CUDA_CHANNELS_LAST", cuda_flag)
+    want_cuda = torch.channels_last if cuda_flag else torch.contiguous_format
+    for hw in (1, 2, 32):
+        assert soc_module._working_format(_FakeInput("cuda", (4, 8, hw, hw))) == want_cuda
+    threshold = soc_module.CHANNELS_LAST_MIN_PIXELS
+    assert threshold is not None
+    side = math.isqrt(threshold)
+    assert soc_module._working_format(torch.empty(2, 4, side, side)) == torch.channels_last
+    assert soc_module._working_format(torch.empty(2, 4, side - 1, side - 1)) == torch.contiguous_format
+    assert soc_module.CUDA_CHANNELS_LAST is cuda_flag
+
+
+def test_cuda_series_runs_channels_last_by_default():
+    assert soc_module.CUDA_CHANNELS_LAST is True
+
+
 @pytest.mark.parametrize("c,k,hw", [(8, 3, 8), (8, 1, 8), (16, 3, 2), (8, 1, 1)])
 def test_fused_and_plain_fast_gradients_agree(monkeypatch, c, k, hw):
     """float32: the fast gradient computed with fused convolution-plus-add steps agrees with
