@@ -4,7 +4,8 @@ Alternates ``lipcli.builtins.soc.CUDA_CHANNELS_LAST`` False/True over ``lip benc
 measurement (fast and exact models, interleaved) and checks on the way that both layouts give
 the same forward values (up to TF32/rounding) and that ``soc-fast`` and ``soc`` stay
 bit-identical in the channels-last layout.  Prints one line per measurement and writes the
-raw results as JSON to the path given as the first argument (default: layout-ab.json).
+raw results as JSON to the path given as the first argument (default: layout-ab.json); the
+second argument lists the cases as ``BATCH:DEPTH,...`` (default ``128:20,512:5,512:20,512:40``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def check_layouts(dev: torch.device) -> None:
         err = ((outs[True] - outs[False]).norm() / outs[False].norm()).item()
         print(f"   layouts agree (eval): relative difference {err:.2e}", flush=True)
         assert err < 1e-5
-    soc_module.CUDA_CHANNELS_LAST = False
+    soc_module.CUDA_CHANNELS_LAST = True  # the default
 
 
 def main() -> None:
@@ -54,19 +55,22 @@ def main() -> None:
     if os.environ.get("AB_CHECK_ONLY"):
         return
     results = []
-    for batch, archs in ((128, ("lipconvnet-20",)), (512, ("lipconvnet-5", "lipconvnet-20", "lipconvnet-40"))):
-        for arch in archs:
-            for rep in range(2):
-                for flag in (False, True):
-                    soc_module.CUDA_CHANNELS_LAST = flag
-                    r = bench_train_arch(arch, batch_size=batch, steps=6, warmup=2, device=dev,
-                                         measure_memory=False)
-                    f, e = r["fast"]["median_step_s"] * 1e3, r["exact"]["median_step_s"] * 1e3
-                    print(f"b{batch} {arch} rep {rep} channels_last={flag}: fast {f:.1f} ms, "
-                          f"exact {e:.1f} ms, reduction {r['reduction_pct']:.1f} %", flush=True)
-                    results.append({"batch": batch, "arch": arch, "rep": rep, "channels_last": flag,
-                                    "fast_ms": f, "exact_ms": e, "reduction_pct": r["reduction_pct"],
-                                    "fast_steps_s": r["fast"].get("step_s"), })
+    # cases as BATCH:ARCH,... (second argument); default as in docs/benchmarks.md
+    spec = sys.argv[2] if len(sys.argv) > 2 else "128:20,512:5,512:20,512:40"
+    cases = [(int(b), a if a.startswith("lipconvnet-") else f"lipconvnet-{a}")
+             for b, a in (item.split(":") for item in spec.split(","))]
+    for batch, arch in cases:
+        for rep in range(2):
+            for flag in (False, True):
+                soc_module.CUDA_CHANNELS_LAST = flag
+                r = bench_train_arch(arch, batch_size=batch, steps=6, warmup=2, device=dev,
+                                     measure_memory=False)
+                f, e = r["fast"]["median_step_s"] * 1e3, r["exact"]["median_step_s"] * 1e3
+                print(f"b{batch} {arch} rep {rep} channels_last={flag}: fast {f:.1f} ms, "
+                      f"exact {e:.1f} ms, reduction {r['reduction_pct']:.1f} %", flush=True)
+                results.append({"batch": batch, "arch": arch, "rep": rep, "channels_last": flag,
+                                "fast_ms": f, "exact_ms": e, "reduction_pct": r["reduction_pct"]})
+    soc_module.CUDA_CHANNELS_LAST = True
     with open(out, "w") as fh:
         json.dump(results, fh, indent=1)
 
