@@ -59,7 +59,8 @@ from .devices import resolve_device
 from .outputs import check_model_writable
 from .strictjson import strict_json
 
-#: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=..."
+#: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=...",
+#: and with ``lipschitz="estimate"`` the power-method estimate's layers
 Progress = Callable[[str, int, int], None]
 
 LIPSCHITZ_METHODS = ("bound", "estimate")
@@ -285,24 +286,8 @@ def _stack(dataset: Any, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor
     return torch.stack(images), torch.tensor(labels, dtype=torch.long)
 
 
-@in_full_float32_precision
-def run_certification(
-    model_path: str | os.PathLike,
-    options: CertifyOptions,
-    *,
-    registry: Any = None,
-    progress: Progress | None = None,
-) -> CertifyOutcome:
-    """Certify the model in ``model_path`` (see the module docstring). Writes the summary to
-    the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
-    ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
-    disabled (:mod:`lipcli.precision`)."""
-    from .lipschitz import BOUND_LABEL, guaranteed_upper_bound, lipschitz_report, weights_fingerprint
-    from .modelfile import update_metadata
-    from .models import load_model
-    from .plugins import get_registry
-
-    report = progress or (lambda stage, done, total: None)
+def _check_options(options: CertifyOptions) -> None:
+    """Usage errors in ``options`` (before any work)."""
     if options.lipschitz not in LIPSCHITZ_METHODS:
         raise LipUsageError(f"--lipschitz must be one of {', '.join(LIPSCHITZ_METHODS)}")
     if options.batch_size < 1:
@@ -317,6 +302,232 @@ def run_certification(
         raise LipUsageError(f"--lipschitz-iters must be >= 1, got {options.lipschitz_iters}")
     if not options.radii:
         raise LipUsageError("no radii given")
+
+
+@dataclass
+class _Features:
+    """Step 2: features ``y = g(x)`` (float32, CPU), labels and the forward pass's predictions."""
+
+    features: torch.Tensor
+    labels: torch.Tensor
+    forward_predictions: torch.Tensor
+
+
+def _extract_features(
+    model: nn.Module, dataset: Any, n: int, batch_size: int, device: torch.device,
+    dataset_name: str, report: Progress,
+) -> _Features:
+    num_classes = int(model.lipcli_config["num_classes"])
+    feats, labels_list, fwd_preds = [], [], []
+    with torch.no_grad():
+        for start, stop in _batches(n, batch_size):
+            images, labels = _stack(dataset, list(range(start, stop)))
+            if bool(((labels < 0) | (labels >= num_classes)).any()):
+                raise LipUsageError(
+                    f"data set {dataset_name!r} has labels outside 0..{num_classes - 1}"
+                )
+            y = model.features(images.to(device))
+            feats.append(y.float().cpu())
+            fwd_preds.append(model.head(y).argmax(1).cpu())
+            labels_list.append(labels)
+            report("features", stop, n)
+    features = torch.cat(feats)
+    if not bool(torch.isfinite(features).all()):
+        raise LipError("the model produced non-finite features; cannot certify")
+    return _Features(features, torch.cat(labels_list), torch.cat(fwd_preds))
+
+
+@dataclass
+class _CertificateRun:
+    """Step 3: the head's certificate on the features (feature-space radii) and its cache."""
+
+    name: str
+    component: Any
+    certifier: Any
+    result: Any  # lipcli.certificates.CertifyResult
+    cache: Any
+    cache_before: Any  # snapshot of the file's cache slot, to detect changes
+
+    @property
+    def promises_sound(self) -> bool:
+        return SOUND in getattr(self.component.spec, "promises", ()) or SOUND in getattr(
+            self.certifier, "promises", ()
+        )
+
+
+def _certify_features(
+    reg: Any, model: nn.Module, file_cache: dict[str, Any], features: torch.Tensor,
+    options: CertifyOptions, device: torch.device, report: Progress, times: dict[str, float],
+) -> _CertificateRun:
+    from .certificates import CertifyResult
+
+    name = reg.get("head", model.lipcli_config["head"]["name"]).certificate
+    component = reg.component("certificate", name)
+    certifier = component.build()
+    old_cache = file_cache.get(name)
+    # certifiers may grow the cache dict in place: compare against a snapshot
+    snapshot = copy.deepcopy(old_cache)
+    t0 = time.perf_counter()
+    head = model.head
+    cache = certifier.prepare(head, copy.deepcopy(old_cache))
+    times["certificate_prepare"] = time.perf_counter() - t0
+    results = []
+    n = features.shape[0]
+    for start, stop in _batches(n, options.batch_size):
+        results.append(certifier.certify(head, features[start:stop].to(device), top_k=options.top_k))
+        report("certificate", stop, n)
+    result = CertifyResult.concatenate(results)
+    cache = getattr(certifier, "cache", None) or cache
+    times["certificate"] = time.perf_counter() - t0
+    return _CertificateRun(name, component, certifier, result, cache, snapshot)
+
+
+@dataclass
+class _LipschitzConstant:
+    """Step 4: ``Lip(g)`` used for the radii, with the guaranteed bound always computed."""
+
+    value: float
+    bound: float
+    estimate: float | None
+    fingerprint: str
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.value) and self.value > 0):
+            raise LipError(f"invalid Lipschitz constant {self.value!r}")
+
+
+def _lipschitz_constant(
+    model: nn.Module, stored: Any, options: CertifyOptions, notes: list[str], report: Progress,
+) -> _LipschitzConstant:
+    """The fresh guaranteed bound; with ``lipschitz="estimate"`` the power estimate (read from
+    the file's ``lipschitz`` slot when it was made for the same weights and iterations)."""
+    from .lipschitz import guaranteed_upper_bound, lipschitz_report, weights_fingerprint
+
+    fingerprint = weights_fingerprint(model)
+    bound, _ = guaranteed_upper_bound(model)
+    stored = stored if isinstance(stored, dict) else {}
+    same_weights = stored.get("weights_sha256") == fingerprint
+    estimate = None
+    if options.lipschitz == "estimate":
+        if (
+            same_weights and stored.get("estimate_iters") == options.lipschitz_iters
+            and isinstance(stored.get("estimate"), (int, float))
+        ):
+            estimate = float(stored["estimate"])
+            notes.append("Lipschitz estimate read from the model file (same weights)")
+        else:
+            estimate = lipschitz_report(
+                model, estimate=True, iters=options.lipschitz_iters, progress=report
+            )["estimate"]
+    if (
+        same_weights and isinstance(stored.get("upper_bound"), (int, float))
+        and not math.isclose(float(stored["upper_bound"]), bound, rel_tol=1e-6)
+    ):
+        notes.append(
+            f"the Lipschitz bound stored in the model file ({stored['upper_bound']:.9g}) "
+            f"differs from the fresh one ({bound:.9g}); the fresh one is used"
+        )
+    value = float(estimate) if estimate is not None else bound
+    return _LipschitzConstant(value, bound, estimate, fingerprint)
+
+
+def _input_radii(feature_radius: torch.Tensor, lipschitz: float) -> torch.Tensor:
+    """Step 5: ``r_y / Lip`` rounded down by one ulp (an infinite certificate stays infinite,
+    not the largest double)."""
+    quotient = feature_radius / lipschitz
+    return torch.where(
+        torch.isinf(quotient), quotient, torch.nextafter(quotient, torch.zeros_like(quotient))
+    )
+
+
+def _certified_rows(
+    correct: torch.Tensor, radius: torch.Tensor, options: CertifyOptions,
+) -> list[dict[str, Any]]:
+    """Certified accuracy at each requested radius (see the module docstring)."""
+    n = correct.shape[0]
+    rows = []
+    for eps in options.radii:
+        cert = correct & (radius >= eps)
+        rows.append({
+            "radius": eps,
+            "radius_units": eps * options.radius_unit,
+            "certified_accuracy": int(cert.sum()) / n,
+            "certified": int(cert.sum()),
+        })
+    return rows
+
+
+def _mean_certified_radius(correct: torch.Tensor, radius: torch.Tensor) -> dict[str, Any]:
+    masked = torch.where(correct, radius, torch.zeros_like(radius))
+    return {
+        "all": float(masked.mean()),  # may be inf: --json writes "inf" (strict JSON)
+        "correct": float(radius[correct].mean()) if bool(correct.any()) else 0.0,
+        "definition": (
+            "input-space l2; 'all': mean over all points of the certified radius, 0 for "
+            "misclassified points; 'correct': mean over correctly classified points"
+        ),
+    }
+
+
+def _soundness_note(guaranteed: bool, cert: _CertificateRun, options: CertifyOptions) -> str | None:
+    """Why a run is not a guaranteed certificate (``None`` when it is)."""
+    reasons = []
+    if not guaranteed:
+        reasons.append(f"Lipschitz {ESTIMATE_WARNING}")
+    if not cert.result.exact_classes:
+        reasons.append(f"top-{options.top_k} classes heuristic")
+    if not cert.promises_sound:
+        reasons.append(f"certificate {cert.name!r} does not promise soundness")
+    return "NOT a guaranteed certificate: " + "; ".join(reasons) if reasons else None
+
+
+def _store_results(
+    model_path: str | os.PathLike, metadata: dict[str, Any], cert: _CertificateRun,
+    file_cache: dict[str, Any], outcome: CertifyOutcome,
+) -> None:
+    """Write ``results["certify"]`` (and a changed certificate cache) into the model file;
+    sets ``summary["written"]``.  A failed write raises :class:`ResultsNotWrittenError`
+    carrying the finished outcome."""
+    from .modelfile import update_metadata
+
+    summary = outcome.summary
+    updates: dict[str, Any] = {}
+    if isinstance(cert.cache, dict) and cert.cache != cert.cache_before:
+        file_cache[cert.name] = cert.cache
+        updates["cache"] = file_cache
+    stored_results = metadata.get("results")
+    stored_results = dict(stored_results) if isinstance(stored_results, dict) else {}
+    stored_results[RESULTS_KEY] = strict_json(summary)
+    updates["results"] = stored_results
+    summary["written"] = []
+    try:
+        update_metadata(model_path, updates)
+    except (LipError, OSError) as exc:
+        text = str(exc) if isinstance(exc, LipError) else f"cannot write {model_path}: {exc.strerror or exc}"
+        raise ResultsNotWrittenError(
+            f"{text} (the results were not stored in the model file)", outcome
+        ) from None
+    summary["written"] = sorted(updates)
+
+
+@in_full_float32_precision
+def run_certification(
+    model_path: str | os.PathLike,
+    options: CertifyOptions,
+    *,
+    registry: Any = None,
+    progress: Progress | None = None,
+) -> CertifyOutcome:
+    """Certify the model in ``model_path`` (see the module docstring). Writes the summary to
+    the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
+    ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
+    disabled (:mod:`lipcli.precision`)."""
+    from .lipschitz import BOUND_LABEL
+    from .models import load_model
+    from .plugins import get_registry
+
+    report = progress or (lambda stage, done, total: None)
+    _check_options(options)
     device = resolve_device(options.device)
     if options.write:
         check_model_writable(model_path)
@@ -324,13 +535,13 @@ def run_certification(
     times: dict[str, float] = {}
     t_start = time.perf_counter()
 
+    # -- 1. model and data set -------------------------------------------------------------------
     t0 = time.perf_counter()
     model, mf = load_model(model_path, registry=reg, device=device)
     model.eval()
     config = model.lipcli_config
     times["load"] = time.perf_counter() - t0
     notes: list[str] = []
-
     dataset, ds_info = load_dataset(
         reg, mf.metadata.get("dataset"), name=options.dataset, data_dir=options.data_dir,
         download=options.download, split=options.split, model_path=model_path,
@@ -348,115 +559,35 @@ def run_certification(
     ds_info["size"] = n
     ds_info["limit"] = options.limit
 
-    # -- features (float32, eval mode) ----------------------------------------------------------
+    # -- 2. features (float32, eval mode) --------------------------------------------------------
     t0 = time.perf_counter()
-    feats, labels_list, fwd_preds = [], [], []
-    num_classes = int(config["num_classes"])
-    with torch.no_grad():
-        for start, stop in _batches(n, options.batch_size):
-            images, labels = _stack(dataset, list(range(start, stop)))
-            if bool(((labels < 0) | (labels >= num_classes)).any()):
-                raise LipUsageError(
-                    f"data set {ds_info['name']!r} has labels outside 0..{num_classes - 1}"
-                )
-            y = model.features(images.to(device))
-            feats.append(y.float().cpu())
-            fwd_preds.append(model.head(y).argmax(1).cpu())
-            labels_list.append(labels)
-            report("features", stop, n)
-    features = torch.cat(feats)
-    labels = torch.cat(labels_list)
-    forward_predictions = torch.cat(fwd_preds)
+    feats = _extract_features(model, dataset, n, options.batch_size, device, ds_info["name"], report)
     times["features"] = time.perf_counter() - t0
-    if not bool(torch.isfinite(features).all()):
-        raise LipError("the model produced non-finite features; cannot certify")
 
-    # -- certificate (feature space) ------------------------------------------------------------
-    head_spec = reg.get("head", config["head"]["name"])
-    cert_name = head_spec.certificate
-    cert_comp = reg.component("certificate", cert_name)
-    certifier = cert_comp.build()
-    all_cache = mf.metadata.get("cache")
-    all_cache = dict(all_cache) if isinstance(all_cache, dict) else {}
-    old_cache = all_cache.get(cert_name)
-    # certifiers may grow the cache dict in place: compare against a snapshot
-    old_snapshot = copy.deepcopy(old_cache)
-    t0 = time.perf_counter()
-    head = model.head
-    cache = certifier.prepare(head, copy.deepcopy(old_cache))
-    times["certificate_prepare"] = time.perf_counter() - t0
-    results = []
-    for start, stop in _batches(n, options.batch_size):
-        results.append(certifier.certify(head, features[start:stop].to(device), top_k=options.top_k))
-        report("certificate", stop, n)
-    from .certificates import CertifyResult
-
-    cres = CertifyResult.concatenate(results)
-    cache = getattr(certifier, "cache", None) or cache
-    times["certificate"] = time.perf_counter() - t0
-    predictions = cres.predictions.cpu().long()
-    feature_radius = cres.radius.cpu().double()
-    differ = int((predictions != forward_predictions).sum())
+    # -- 3. certificate (feature space) ----------------------------------------------------------
+    file_cache = mf.metadata.get("cache")
+    file_cache = dict(file_cache) if isinstance(file_cache, dict) else {}
+    cert = _certify_features(reg, model, file_cache, feats.features, options, device, report, times)
+    predictions = cert.result.predictions.cpu().long()
+    differ = int((predictions != feats.forward_predictions).sum())
     if differ:
         notes.append(
             f"{differ} inputs where the float32 forward pass and the float64 certifier predict "
             "different classes (near ties); the certifier's predictions are used"
         )
 
-    # -- Lipschitz constant of g (normalisation included) ---------------------------------------
-    fingerprint = weights_fingerprint(model)
+    # -- 4. Lipschitz constant of g (normalisation included) -------------------------------------
     t0 = time.perf_counter()
-    bound, _ = guaranteed_upper_bound(model)
-    estimate = None
-    if options.lipschitz == "estimate":
-        fp = fingerprint
-        stored = mf.metadata.get("lipschitz")
-        if (
-            isinstance(stored, dict) and stored.get("weights_sha256") == fp
-            and stored.get("estimate_iters") == options.lipschitz_iters
-            and isinstance(stored.get("estimate"), (int, float))
-        ):
-            estimate = float(stored["estimate"])
-            notes.append("Lipschitz estimate read from the model file (same weights)")
-        else:
-            estimate = lipschitz_report(model, estimate=True, iters=options.lipschitz_iters)["estimate"]
-        lip_value = float(estimate)
-    else:
-        lip_value = bound
+    lip = _lipschitz_constant(model, mf.metadata.get("lipschitz"), options, notes, report)
     times["lipschitz"] = time.perf_counter() - t0
-    stored_lip = mf.metadata.get("lipschitz")
-    if isinstance(stored_lip, dict) and isinstance(stored_lip.get("upper_bound"), (int, float)):
-        if stored_lip.get("weights_sha256") == fingerprint and not math.isclose(
-            float(stored_lip["upper_bound"]), bound, rel_tol=1e-6
-        ):
-            notes.append(
-                f"the Lipschitz bound stored in the model file ({stored_lip['upper_bound']:.9g}) "
-                f"differs from the fresh one ({bound:.9g}); the fresh one is used"
-            )
-    if not (math.isfinite(lip_value) and lip_value > 0):
-        raise LipError(f"invalid Lipschitz constant {lip_value!r}")
-    quotient = feature_radius / lip_value
-    # rounded down by one ulp; an infinite certificate stays infinite (not the largest double)
-    radius = torch.where(
-        torch.isinf(quotient), quotient, torch.nextafter(quotient, torch.zeros_like(quotient))
-    )
 
+    # -- 5. input-space radii and certified accuracy ---------------------------------------------
+    radius = _input_radii(cert.result.radius.cpu().double(), lip.value)
+    labels = feats.labels
     correct = predictions == labels
-    n_correct = int(correct.sum())
-    rows = []
-    for eps in options.radii:
-        cert = correct & (radius >= eps)
-        rows.append({
-            "radius": eps,
-            "radius_units": eps * options.radius_unit,
-            "certified_accuracy": int(cert.sum()) / n,
-            "certified": int(cert.sum()),
-        })
-    masked = torch.where(correct, radius, torch.zeros_like(radius))
-    mean_all = float(masked.mean())
-    mean_correct = float(radius[correct].mean()) if n_correct else 0.0
+    rows = _certified_rows(correct, radius, options)
 
-    # -- PGD check ------------------------------------------------------------------------------
+    # -- PGD check -------------------------------------------------------------------------------
     violations: list[dict[str, Any]] = []
     attack_info = None
     if options.attack:
@@ -467,26 +598,24 @@ def run_certification(
         times["attack"] = time.perf_counter() - t0
 
     times["total"] = time.perf_counter() - t_start
-    sound_method = SOUND in getattr(cert_comp.spec, "promises", ()) or SOUND in getattr(
-        certifier, "promises", ()
-    )
     guaranteed = options.lipschitz == "bound"
-    classes = (
-        "all classes (exact)" if cres.exact_classes
-        else f"top-{options.top_k} other classes (HEURISTIC, not a certificate)"
-    )
+    cres = cert.result
+    n_correct = int(correct.sum())
     summary: dict[str, Any] = {
         "model": str(model_path),
-        "weights_sha256": fingerprint,
+        "weights_sha256": lip.fingerprint,
         "arch": config["arch"]["name"],
         "head": config["head"]["name"],
         "dataset": ds_info,
         "device": str(device),
         "certificate": {
-            "name": cert_name,
-            "provider": cert_comp.provider,
-            "promises_sound": sound_method,
-            "classes": classes,
+            "name": cert.name,
+            "provider": cert.component.provider,
+            "promises_sound": cert.promises_sound,
+            "classes": (
+                "all classes (exact)" if cres.exact_classes
+                else f"top-{options.top_k} other classes (HEURISTIC, not a certificate)"
+            ),
             "exact_classes": bool(cres.exact_classes),
             "top_k": options.top_k,
             "notes": list(cres.notes),
@@ -494,69 +623,38 @@ def run_certification(
         },
         "lipschitz": {
             "method": options.lipschitz,
-            "value": lip_value,
+            "value": lip.value,
             "guaranteed": guaranteed,
             "label": BOUND_TEXT if guaranteed else ESTIMATE_WARNING,
-            "upper_bound": bound,
+            "upper_bound": lip.bound,
             "upper_bound_label": BOUND_LABEL,
-            "estimate": estimate,
+            "estimate": lip.estimate,
             "includes_normalization": True,
         },
-        "sound": bool(guaranteed and cres.exact_classes and sound_method),
+        "sound": bool(guaranteed and cres.exact_classes and cert.promises_sound),
         "total": n,
         "correct": n_correct,
         "clean_accuracy": n_correct / n,
         "radius_unit": options.radius_unit,
         "radii": rows,
-        "mean_certified_radius": {
-            "all": mean_all,  # may be inf: --json writes "inf" (strict JSON)
-            "correct": mean_correct,
-            "definition": (
-                "input-space l2; 'all': mean over all points of the certified radius, 0 for "
-                "misclassified points; 'correct': mean over correctly classified points"
-            ),
-        },
+        "mean_certified_radius": _mean_certified_radius(correct, radius),
         "attack": attack_info,
         "violations": len(violations),
         "time_s": times,
         "notes": notes,
     }
-    if not summary["sound"]:
-        reasons = []
-        if not guaranteed:
-            reasons.append(f"Lipschitz {ESTIMATE_WARNING}")
-        if not cres.exact_classes:
-            reasons.append(f"top-{options.top_k} classes heuristic")
-        if not sound_method:
-            reasons.append(f"certificate {cert_name!r} does not promise soundness")
-        summary["notes"].append("NOT a guaranteed certificate: " + "; ".join(reasons))
-
-    if options.write and not violations:
-        updates: dict[str, Any] = {}
-        if isinstance(cache, dict) and cache != old_snapshot:
-            all_cache[cert_name] = cache
-            updates["cache"] = all_cache
-        stored_results = mf.metadata.get("results")
-        stored_results = dict(stored_results) if isinstance(stored_results, dict) else {}
-        stored_results[RESULTS_KEY] = strict_json(summary)
-        updates["results"] = stored_results
-        summary["written"] = []
-        try:
-            update_metadata(model_path, updates)
-        except (LipError, OSError) as exc:
-            text = str(exc) if isinstance(exc, LipError) else f"cannot write {model_path}: {exc.strerror or exc}"
-            raise ResultsNotWrittenError(
-                f"{text} (the results were not stored in the model file)",
-                CertifyOutcome(summary=summary, labels=labels, predictions=predictions,
-                               radius=radius, violations=violations),
-            ) from None
-        summary["written"] = sorted(updates)
-    else:
-        summary["written"] = []
-    return CertifyOutcome(
+    unsound = _soundness_note(guaranteed, cert, options)
+    if unsound:
+        summary["notes"].append(unsound)
+    outcome = CertifyOutcome(
         summary=summary, labels=labels, predictions=predictions, radius=radius,
         violations=violations,
     )
+    if options.write and not violations:
+        _store_results(model_path, mf.metadata, cert, file_cache, outcome)
+    else:
+        summary["written"] = []
+    return outcome
 
 
 def _attack_radii(

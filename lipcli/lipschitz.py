@@ -30,7 +30,7 @@ import copy
 import hashlib
 import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -230,6 +230,7 @@ def lipschitz_report(
     iters: int = 50,
     empirical: bool = False,
     data: torch.Tensor | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Per-layer and whole-network Lipschitz numbers of ``g = model.body`` (SPEC §5).
 
@@ -238,7 +239,8 @@ def lipschitz_report(
     normalisation included), ``estimate`` (product of power-method estimates; ``None`` if
     ``estimate=False``), ``empirical_lower`` (dict or ``None``), the labels of the three,
     ``weights_sha256`` and timings in seconds. The model is evaluated in eval mode (its
-    train/eval state is restored afterwards).
+    train/eval state is restored afterwards). ``progress(stage, done, total)`` is called after
+    each layer's power-method estimate (the slow part).
     """
     was_training = model.training
     model.eval()
@@ -255,10 +257,12 @@ def lipschitz_report(
             t0 = time.perf_counter()
             est_total = 1.0
             children = dict(body_of(model).named_children())
-            for row in rows:
+            for done, row in enumerate(rows, 1):
                 e = _estimate_of(children[row["name"]], row["source"], shapes[row["name"]], iters)
                 row["estimate"] = e
                 est_total *= e
+                if progress is not None:
+                    progress("power-method estimate (layers)", done, len(rows))
             t_est = time.perf_counter() - t0
         for row in rows:
             row["input_shape"] = list(shapes.get(row["name"], ()))

@@ -149,6 +149,21 @@ def test_wrong_lipschitz_bound_is_caught_as_a_soundness_violation(model_file: Pa
     assert _sha(model_file) == before
 
 
+def test_progress_covers_every_stage(model_file: Path) -> None:
+    stages: dict[str, tuple[int, int]] = {}
+    run_certification(
+        model_file,
+        CertifyOptions(radii=[0.1], limit=5, batch_size=2, write=False, lipschitz="estimate",
+                       lipschitz_iters=2, attack=True, attack_steps=2, attack_restarts=1),
+        progress=lambda stage, done, total: stages.__setitem__(stage, (done, total)),
+    )
+    assert stages["features"] == (5, 5) and stages["certificate"] == (5, 5)
+    done, total = stages["power-method estimate (layers)"]
+    assert done == total > 0
+    attack = [k for k in stages if k.startswith("attack eps=")]
+    assert len(attack) == 1 and stages[attack[0]][0] == stages[attack[0]][1]
+
+
 def test_estimate_and_top_k_are_labelled(model_file: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(app, ["certify", str(model_file), "--radii", "36", "--limit", "8",

@@ -177,6 +177,32 @@ def test_lipschitz_cli_json_and_write(tmp_path) -> None:
     assert stored["weights_sha256"] == data["weights_sha256"]
 
 
+def test_lipschitz_report_reports_progress_per_layer() -> None:
+    model = _tiny_lipconvnet()
+    calls: list[tuple[str, int, int]] = []
+    report = lipschitz_report(model, iters=3, progress=lambda *a: calls.append(a))
+    layers = len(report["layers"])
+    assert [c[1] for c in calls] == list(range(1, layers + 1))
+    assert {c[0] for c in calls} == {"power-method estimate (layers)"}
+    assert {c[2] for c in calls} == {layers}
+    calls.clear()
+    lipschitz_report(model, estimate=False, progress=lambda *a: calls.append(a))
+    assert calls == []  # nothing slow to report
+
+
+def test_lipschitz_cli_quiet_gives_the_same_report(tmp_path) -> None:
+    model = _tiny_lipconvnet()
+    path = tmp_path / "m.safetensors"
+    save_model(model, path)
+    runner = CliRunner()
+    loud = runner.invoke(app, ["lipschitz", str(path), "--json", "--iters", "3"])
+    quiet = runner.invoke(app, ["lipschitz", str(path), "--json", "--iters", "3", "-q"])
+    assert loud.exit_code == quiet.exit_code == 0, loud.output + quiet.output
+    a, b = json.loads(loud.stdout), json.loads(quiet.stdout)
+    assert a["upper_bound"] == b["upper_bound"] and a["estimate"] == b["estimate"]
+    assert quiet.stderr == ""
+
+
 def test_lipschitz_cli_errors(tmp_path) -> None:
     runner = CliRunner()
     res = runner.invoke(app, ["lipschitz", str(tmp_path / "nope.safetensors")])

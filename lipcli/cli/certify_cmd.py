@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import cli_errors, fail, print_json, stderr_console, stdout_console
+from .common import ProgressBars, cli_errors, fail, print_json, stderr_console, stdout_console
 
 RADII_HELP = (
     "Comma-separated l2 radii. A plain number v means v/UNIT (see --radius-unit: 36 -> 36/255); "
@@ -114,7 +114,7 @@ def certify(
     # a write that still fails at the end (disk full, ...) is reported AFTER the results are
     # printed, so that the work is not lost
     write_errors: list[str] = []
-    with _ProgressBars(enabled=not quiet) as bars:
+    with ProgressBars(enabled=not quiet) as bars:
         try:
             outcome = run_certification(model, options, progress=bars.update)
         except ResultsNotWrittenError as exc:
@@ -228,36 +228,3 @@ def print_summary(summary: dict[str, Any]) -> None:
         say("[bold yellow]These numbers are NOT guaranteed certificates (see notes).[/bold yellow]")
     if summary.get("written"):
         say(f"stored in {summary['model']}: {', '.join(summary['written'])}")
-
-
-class _ProgressBars:
-    """rich progress bars on stderr, one task per stage (quiet when stderr is not a TTY)."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.progress = None
-        self.tasks: dict[str, Any] = {}
-
-    def __enter__(self) -> "_ProgressBars":
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            console = stderr_console()
-            if console.is_terminal:
-                self.progress = Progress(
-                    TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=True,
-                )
-                self.progress.start()
-        return self
-
-    def update(self, stage: str, done: int, total: int) -> None:
-        if self.progress is None:
-            return
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(stage, total=total)
-        self.progress.update(self.tasks[stage], completed=done, total=total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()

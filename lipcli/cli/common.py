@@ -74,3 +74,39 @@ def print_json(data: Any) -> None:
     """Machine output on stdout (no rich markup, no wrapping), strict JSON."""
     sys.stdout.write(dumps_json(data) + "\n")
     sys.stdout.flush()
+
+
+class ProgressBars:
+    """rich progress bars on stderr, one task per stage (quiet when stderr is not a TTY).
+
+    ``update(stage, done, total)`` is the ``progress`` callback of the library functions
+    (:func:`lipcli.certify.run_certification`, :func:`lipcli.lipschitz.lipschitz_report`)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.progress = None
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> "ProgressBars":
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            console = stderr_console()
+            if console.is_terminal:
+                self.progress = Progress(
+                    TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=True,
+                )
+                self.progress.start()
+        return self
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        if self.progress is None:
+            return
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=total)
+        self.progress.update(self.tasks[stage], completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()

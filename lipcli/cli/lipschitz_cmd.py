@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from .common import cli_errors, print_json, stdout_console
+from .common import ProgressBars, cli_errors, print_json, stdout_console
 
 
 @cli_errors
@@ -26,6 +26,7 @@ def lipschitz(
         "an estimate or empirical bound not recomputed now (--no-estimate, no --empirical) keeps the "
         "stored one when it belongs to the same weights."),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or auto."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Lipschitz constant of MODEL's feature map (input normalisation included).
 
@@ -49,7 +50,9 @@ def lipschitz(
     if write:  # before the work: the report would otherwise be computed for nothing
         check_model_writable(model, hint="run without --write to only print the report")
     net, mf = load_model(model, device=resolve_device(device))
-    report = lipschitz_report(net, estimate=not no_estimate, iters=iters, empirical=empirical)
+    with ProgressBars(enabled=not quiet) as bars:
+        report = lipschitz_report(net, estimate=not no_estimate, iters=iters, empirical=empirical,
+                                  progress=bars.update)
     report["model"] = str(model)
     if write:
         record = merge_stored_record(
