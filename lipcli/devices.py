@@ -1,33 +1,42 @@
-"""The ``--device`` option of ``lip certify``, ``lip lipschitz`` and ``lip bench``: ``cpu``,
-``cuda``, ``cuda:N`` or ``auto`` (CUDA when available), validated against this machine.
-(``lip train`` resolves its device in :mod:`lipcli.train.distributed`, where each torchrun
-process also picks its own GPU.)"""
+"""The ``--device`` option of every command: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA
+when available).  :func:`check_device_name` checks the spelling only (``lip train`` checks its
+configuration with it before anything runs); :func:`resolve_device` also checks it against
+this machine.  ``lip train`` then gives a bare ``cuda`` each torchrun process's own GPU
+(:meth:`lipcli.train.distributed.DistContext.resolve_device`)."""
 
 from __future__ import annotations
+
+import re
 
 import torch
 
 from .errors import LipUsageError
 
+_CUDA = re.compile(r"^cuda(:(\d+))?$")
+
+
+def check_device_name(name: str) -> str:
+    """``name`` normalised (``auto``, ``cpu``, ``cuda`` or ``cuda:N``); :class:`LipUsageError`
+    (exit 2) for anything else (``meta``, ``mps``, ``cuda:x``, ...)."""
+    key = str(name).strip().lower()
+    if key in ("auto", "cpu") or _CUDA.match(key):
+        return key
+    raise LipUsageError(f"unknown --device {name!r}; use cpu, cuda, cuda:N or auto")
+
 
 def resolve_device(name: str) -> torch.device:
-    """A validated :class:`torch.device` for ``name``; :class:`LipUsageError` (exit 2) for
-    anything else (``meta``, ``mps``, a malformed or missing CUDA device)."""
-    key = name.strip().lower()
+    """A validated :class:`torch.device` for ``name`` (see :func:`check_device_name`); a CUDA
+    device must exist on this machine."""
+    key = check_device_name(name)
     if key == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if key == "cpu":
         return torch.device("cpu")
-    if key == "cuda" or key.startswith("cuda:"):
-        try:
-            dev = torch.device(key)
-        except (RuntimeError, ValueError):
-            raise LipUsageError(f"bad --device {name!r}; use cpu, cuda, cuda:N or auto") from None
-        if not torch.cuda.is_available():
-            raise LipUsageError(f"--device {name}: CUDA is not available on this machine")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise LipUsageError(
-                f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)"
-            )
-        return dev
-    raise LipUsageError(f"unknown --device {name!r}; use cpu, cuda, cuda:N or auto")
+    dev = torch.device(key)
+    if not torch.cuda.is_available():
+        raise LipUsageError(f"--device {name}: CUDA is not available on this machine")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise LipUsageError(
+            f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
+    return dev

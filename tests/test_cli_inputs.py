@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from lipcli import plugins
@@ -21,6 +22,8 @@ from lipcli.lipschitz import BOUND_LABEL, ESTIMATE_LABEL, merge_stored_record
 from lipcli.modelfile import read_metadata
 from lipcli.models import ComponentParameterError, create_model
 from lipcli.train import INTERRUPT_ENV, read_checkpoint
+
+from conftest import save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -274,17 +277,31 @@ def test_a_directory_given_as_model_is_a_usage_error(tmp_path):
         assert "is a directory, not a model file" in one_error_line(r)
 
 
-def test_device_option_is_validated_the_same_way_everywhere():
-    """One parser for --device (lip certify, lip lipschitz, lip bench): names torch accepts
-    but lipcli cannot run on (meta, mps) are usage errors too."""
-    from lipcli.devices import resolve_device
+def test_device_option_is_validated_the_same_way_everywhere(tmp_path, monkeypatch):
+    """One parser for --device (lip train, certify, lipschitz, bench): names torch accepts
+    but lipcli cannot run on (meta, mps) are usage errors too, with the same message."""
+    from lipcli.devices import check_device_name, resolve_device
+    from lipcli.train.distributed import DistContext
 
     assert str(resolve_device("CPU")) == "cpu"
+    assert [check_device_name(n) for n in ("auto", " CPU", "cuda", "cuda:3")] == [
+        "auto", "cpu", "cuda", "cuda:3"]
+    for bad in ("meta", "mps", "cuda:x", "cuda:", "tpu", ""):
+        with pytest.raises(LipUsageError, match="use cpu, cuda, cuda:N or auto"):
+            check_device_name(bad)
+    assert DistContext.from_env().resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     for args in (["bench", "certify", "--device", "meta", "--width", "4"],
-                 ["bench", "train", "--device", "mps", "--archs", "5"]):
+                 ["bench", "train", "--device", "mps", "--archs", "5"],
+                 ["train", "--dataset", "digits", "--device", "mps", "--epochs", "1"],
+                 ["lipschitz", str(save_tiny_model(tmp_path / "m.safetensors", dataset=None)),
+                  "--device", "meta"]):
         r = runner.invoke(app, args)
         assert r.exit_code == 2, (args, r.output)
         assert "--device" in one_error_line(r)
     with pytest.raises(LipUsageError, match="unknown --device 'meta'"):
         resolve_device("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(LipUsageError, match="CUDA is not available"):
+            DistContext.from_env().resolve_device("cuda")

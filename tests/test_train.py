@@ -431,7 +431,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_checkpoint(tmp_path, monkeypatch):
         (["--val-split", "1.5"], 2, "--val-split must be in [0, 1)"),
         (["--keep-best"], 2, "--keep-best needs --val-split"),
         (["--head", "lln", "--attack-radius", "0.1"], 2, "applies only to heads certified by crc-lip"),
-        (["--device", "tpu"], 2, "--device must be auto, cpu, cuda or cuda:N"),
+        (["--device", "tpu"], 2, "unknown --device 'tpu'; use cpu, cuda, cuda:N or auto"),
         (["--out", "blocker/model.safetensors"], 2, "blocker is not a directory"),
         (["--run-dir", "blocker/run"], 2, "blocker is not a directory"),
         (["--resume", "nowhere"], 2, "--resume nowhere: not a directory"),

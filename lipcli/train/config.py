@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..devices import check_device_name
 from ..errors import LipUsageError
 
 
@@ -140,11 +141,7 @@ class TrainConfig:
         need(self.curvature_classes >= 0, "curvature_classes must be >= 0 (0 = all classes)")
         need(self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}")
         need(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
-        dev = self.device
-        need(
-            dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit()),
-            f"--device must be auto, cpu, cuda or cuda:N, got {dev!r}",
-        )
+        check_device_name(self.device)
 
     def resolved(self, *, dataset_name: str, crc: bool) -> "TrainConfig":
         """Fill the automatic values: gradient clipping and the CRC settings for the head."""

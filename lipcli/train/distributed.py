@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..devices import resolve_device
 from ..errors import LipError, LipUsageError
 
 
@@ -51,21 +52,19 @@ class DistContext:
         )
 
     def resolve_device(self, name: str) -> torch.device:
-        if name == "auto":
-            name = "cuda" if torch.cuda.is_available() else "cpu"
-        if name.startswith("cuda"):
-            if not torch.cuda.is_available():
-                raise LipUsageError(f"--device {name}: CUDA is not available on this machine")
-            if name == "cuda":
-                index = self.local_rank if self.distributed else torch.cuda.current_device()
-            else:
-                index = int(name[5:])
+        """``--device`` as :func:`lipcli.devices.resolve_device`, except that a bare ``cuda``
+        (also ``auto`` on a GPU machine) is this process's GPU: its local rank under torchrun,
+        else the current CUDA device."""
+        dev = resolve_device(name)
+        if dev.type == "cuda" and dev.index is None:
+            index = self.local_rank if self.distributed else torch.cuda.current_device()
             if index >= torch.cuda.device_count():
                 raise LipUsageError(
-                    f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible"
+                    f"--device {name}: process {self.local_rank} of this machine has no GPU of its "
+                    f"own (only {torch.cuda.device_count()} CUDA device(s) visible)"
                 )
-            return torch.device("cuda", index)
-        return torch.device("cpu")
+            dev = torch.device("cuda", index)
+        return dev
 
     def init(self, device: torch.device) -> None:
         self.device = device
