@@ -123,7 +123,7 @@ def train(
     run directory is replaced only with ``overwrite`` (see :func:`plan_paths`).
     Every argument is validated before anything is written.
     """
-    from ..data import check_data_dir, eval_loader, load_data, resolve_dataset, train_loader
+    from ..data import check_data_dir, load_data, resolve_dataset
     from ..models import ComponentParameterError, build_model, make_config
     from ..plugins import get_registry
 
@@ -217,16 +217,18 @@ def train(
         except ComponentParameterError as exc:
             raise LipUsageError(_component_error_message(exc, cfg)) from exc
         model = model.to(device)
-        return _run(cfg, ctx, device, paths, reporter, data, model, model_config, crc, workers,
-                    ckpt_tensors, ckpt_meta, train_loader, eval_loader)
+        run = _TrainingRun.build(cfg, ctx, device, paths, reporter, data, model, model_config,
+                                 crc=crc, workers=workers)
+        return run.execute(ckpt_tensors, ckpt_meta)
     finally:
         reporter.stop()
         ctx.destroy()
 
 
-def _run(cfg, ctx, device, paths, reporter, data, model, model_config, crc, workers,
-         ckpt_tensors, ckpt_meta, train_loader, eval_loader) -> dict[str, Any]:
-    from ..models import save_model
+def _make_loaders(cfg: TrainConfig, ctx: DistContext, device: torch.device, data: Any,
+                  workers: int) -> tuple[Any, Any, Any, Any]:
+    """This rank's training loader and sampler, validation loader (or None) and test loader."""
+    from ..data import eval_loader, train_loader
 
     pin = device.type == "cuda"
     per_rank_batch = cfg.batch_size // ctx.world_size
@@ -240,92 +242,198 @@ def _run(cfg, ctx, device, paths, reporter, data, model, model_config, crc, work
     test_loader = eval_loader(
         data.test, batch_size=cfg.eval_batch_size, rank=ctx.rank, world_size=ctx.world_size,
         workers=workers, pin_memory=pin)
-    steps_per_epoch = len(loader)
-    total_steps = cfg.epochs * steps_per_epoch
+    return loader, sampler, val_loader, test_loader
 
+
+def _make_optimizer(cfg: TrainConfig, model: nn.Module, total_steps: int) -> tuple[list, Any, Any]:
+    """The weight-decay parameter groups, the recipe's SGD and its per-step MultiStepLR."""
     groups = weight_decay_groups(model, cfg.weight_decay)
     optimizer = recipe_sgd(groups, lr=cfg.lr, momentum=cfg.momentum)
     # as the reference: milestones [total // 2, 3 * total // 4] (a list: equal ones compound)
     milestones = [int(f * total_steps) for f in cfg.lr_milestones]
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=cfg.lr_gamma)
+    return groups, optimizer, scheduler
+
+
+def _make_scaler(cfg: TrainConfig, device: torch.device) -> tuple[torch.dtype, torch.amp.GradScaler]:
+    """The autocast dtype (bfloat16, float16 where CUDA lacks bf16) and the gradient scaler
+    (enabled only for float16)."""
     amp_dtype = torch.bfloat16
     if cfg.amp and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         amp_dtype = torch.float16
     scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp and amp_dtype == torch.float16)
+    return amp_dtype, scaler
 
-    attack = curvature = None
-    if crc:
-        min_std = min(data.std)
-        attack = FeatureAttack(cfg.attack_radius / min_std, steps=cfg.attack_steps) if cfg.attack_radius else None
-        if cfg.curvature_weight:
-            feat_dim = CurvaturePenalty.head_weights(model.head)[0].shape[1]
-            curvature = CurvaturePenalty(
-                feat_dim, power_steps=cfg.curvature_power_steps, other_classes=cfg.curvature_classes,
-                seed=cfg.seed,
-            ).to(device)
-            curvature.update_u(model.head, cfg.power_iter_steps)
-    step_module = TrainStep(model, attack=attack, curvature=curvature,
-                            curvature_weight=cfg.curvature_weight or 0.0)
 
-    state = _State()
-    if ckpt_tensors is not None:
-        state = _restore(ckpt_tensors, ckpt_meta, model, optimizer, scheduler, scaler, curvature,
-                         steps_per_epoch, data, model_config)
-        state.resumed_from.append(state.epoch)
+def _make_crc_losses(cfg: TrainConfig, device: torch.device, data: Any,
+                     model: nn.Module) -> tuple[FeatureAttack | None, CurvaturePenalty | None]:
+    """The CRC-Lip feature attack and curvature penalty, each None where its setting is off."""
+    min_std = min(data.std)
+    attack = FeatureAttack(cfg.attack_radius / min_std, steps=cfg.attack_steps) if cfg.attack_radius else None
+    curvature = None
+    if cfg.curvature_weight:
+        feat_dim = CurvaturePenalty.head_weights(model.head)[0].shape[1]
+        curvature = CurvaturePenalty(
+            feat_dim, power_steps=cfg.curvature_power_steps, other_classes=cfg.curvature_classes,
+            seed=cfg.seed,
+        ).to(device)
+        curvature.update_u(model.head, cfg.power_iter_steps)
+    return attack, curvature
 
-    def checkpoint(status: str = "running") -> None:
-        if not ctx.is_main:
+
+@dataclass
+class _TrainingRun:
+    """One training run: its settings, data, model, training objects and progress."""
+
+    cfg: TrainConfig
+    ctx: DistContext
+    device: torch.device
+    paths: RunPaths
+    reporter: Reporter
+    data: Any
+    model: nn.Module
+    model_config: dict[str, Any]
+    workers: int
+    loader: Any
+    sampler: Any
+    val_loader: Any
+    test_loader: Any
+    steps_per_epoch: int
+    groups: list[dict[str, Any]]
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    amp_dtype: torch.dtype
+    scaler: torch.amp.GradScaler
+    curvature: CurvaturePenalty | None
+    step_module: TrainStep
+    state: _State = field(default_factory=_State)
+    resumed: bool = False
+
+    @classmethod
+    def build(cls, cfg: TrainConfig, ctx: DistContext, device: torch.device, paths: RunPaths,
+              reporter: Reporter, data: Any, model: nn.Module, model_config: dict[str, Any], *,
+              crc: bool, workers: int) -> _TrainingRun:
+        """Build the loaders, optimiser, scheduler, AMP scaler and (CRC-Lip) losses for ``model``."""
+        loader, sampler, val_loader, test_loader = _make_loaders(cfg, ctx, device, data, workers)
+        steps_per_epoch = len(loader)
+        groups, optimizer, scheduler = _make_optimizer(cfg, model, cfg.epochs * steps_per_epoch)
+        amp_dtype, scaler = _make_scaler(cfg, device)
+        attack, curvature = _make_crc_losses(cfg, device, data, model) if crc else (None, None)
+        step_module = TrainStep(model, attack=attack, curvature=curvature,
+                                curvature_weight=cfg.curvature_weight or 0.0)
+        return cls(cfg=cfg, ctx=ctx, device=device, paths=paths, reporter=reporter, data=data,
+                   model=model, model_config=model_config, workers=workers, loader=loader,
+                   sampler=sampler, val_loader=val_loader, test_loader=test_loader,
+                   steps_per_epoch=steps_per_epoch, groups=groups, optimizer=optimizer,
+                   scheduler=scheduler, amp_dtype=amp_dtype, scaler=scaler, curvature=curvature,
+                   step_module=step_module)
+
+    def execute(self, ckpt_tensors: dict[str, torch.Tensor] | None,
+                ckpt_meta: dict[str, Any] | None) -> dict[str, Any]:
+        """Resume from the checkpoint if given, train the remaining epochs, write the model
+        file; returns the summary (empty on ranks other than 0)."""
+        if ckpt_tensors is not None:
+            self.restore_checkpoint(ckpt_tensors, ckpt_meta)
+        self.create_run_dir()
+        self.announce()
+        self.train_epochs()
+        return self.finish()
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    def restore_checkpoint(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        """Load a checkpoint into the freshly built objects; check that it fits this run."""
+        if meta.get("steps_per_epoch") != self.steps_per_epoch:
+            raise LipUsageError(
+                f"the checkpoint was made with {meta.get('steps_per_epoch')} steps per epoch but the "
+                f"data now gives {self.steps_per_epoch}: the data set or the number of processes changed"
+            )
+        if meta.get("model_config", {}).get("num_classes") != self.model_config["num_classes"]:
+            raise LipUsageError("the checkpoint's number of classes does not match the data")
+        model_state = _prefixed(tensors, "model.")
+        try:
+            self.model.load_state_dict(model_state, strict=True)
+        except RuntimeError as exc:
+            raise LipError(f"checkpoint does not fit the model: {str(exc).splitlines()[0]}") from None
+        self.optimizer.load_state_dict(unflatten_state(meta["optimizer"], tensors))
+        self.scheduler.load_state_dict(unflatten_state(meta["scheduler"], tensors))
+        self.scaler.load_state_dict(unflatten_state(meta["scaler"], tensors))
+        if self.curvature is not None and meta.get("curvature"):
+            self.curvature.load_state_dict(unflatten_state(meta["curvature"], tensors))
+        set_rng_state(unflatten_state(meta["rng"], tensors))
+        self.state = _State(
+            epoch=int(meta["epoch"]), step=int(meta["step"]), elapsed=float(meta.get("elapsed_s", 0.0)),
+            images=int(meta.get("images", 0)), history=list(meta.get("history") or []),
+            best=meta.get("best"), resumed_from=list(meta.get("resumed_from") or []),
+        )
+        self.state.resumed_from.append(self.state.epoch)
+        self.resumed = True
+
+    def save_checkpoint(self, status: str = "running") -> None:
+        """Rank 0 writes the checkpoint: model, optimiser, scheduler, scaler, RNG, curvature, progress."""
+        if not self.ctx.is_main:
             return
+        state, curvature = self.state, self.curvature
         tensors: dict[str, torch.Tensor] = {}
-        for k, v in model.state_dict().items():
+        for k, v in self.model.state_dict().items():
             tensors[f"model.{k}"] = v.detach().cpu().clone().contiguous()
         meta = {
             "format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION,
             "lipcli_version": __version__, "status": status,
-            "epoch": state.epoch, "step": state.step, "steps_per_epoch": steps_per_epoch,
+            "epoch": state.epoch, "step": state.step, "steps_per_epoch": self.steps_per_epoch,
             "elapsed_s": state.elapsed, "images": state.images,
-            "config": cfg.to_json(), "model_config": model_config, "dataset": data.info(),
-            "out": str(paths.out.absolute()), "world_size": ctx.world_size, "device": str(device),
+            "config": self.cfg.to_json(), "model_config": self.model_config, "dataset": self.data.info(),
+            "out": str(self.paths.out.absolute()), "world_size": self.ctx.world_size,
+            "device": str(self.device),
             "history": state.history, "best": state.best, "resumed_from": state.resumed_from,
-            "optimizer": flatten_state(optimizer.state_dict(), "optim", tensors),
-            "scheduler": flatten_state(scheduler.state_dict(), "sched", tensors),
-            "scaler": flatten_state(scaler.state_dict(), "scaler", tensors),
+            "optimizer": flatten_state(self.optimizer.state_dict(), "optim", tensors),
+            "scheduler": flatten_state(self.scheduler.state_dict(), "sched", tensors),
+            "scaler": flatten_state(self.scaler.state_dict(), "scaler", tensors),
             "rng": flatten_state(rng_state(), "rng", tensors),
             "curvature": None if curvature is None else flatten_state(
                 {k: v for k, v in curvature.state_dict().items()}, "curv", tensors),
         }
-        write_checkpoint(paths.checkpoint, tensors, meta)
+        write_checkpoint(self.paths.checkpoint, tensors, meta)
 
-    # ---- 3. the run directory (first writes) --------------------------------------------------
-    if ctx.is_main:
-        try:
-            paths.run_dir.mkdir(parents=True, exist_ok=True)
-            paths.out.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LipError(f"cannot create {paths.run_dir}: {exc.strerror or exc}") from None
-        if ckpt_tensors is None:
-            for stale in (paths.log, paths.best):
-                if stale.exists():
-                    stale.unlink()
-            from ..modelfile import atomic_write_bytes
+    # ---- before training --------------------------------------------------------------------
+    def create_run_dir(self) -> None:
+        """Rank 0 creates the run and output directories; a new run also drops a stale log and
+        best model and writes config.json and the epoch-0 checkpoint.  All ranks then wait."""
+        paths = self.paths
+        if self.ctx.is_main:
+            try:
+                paths.run_dir.mkdir(parents=True, exist_ok=True)
+                paths.out.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise LipError(f"cannot create {paths.run_dir}: {exc.strerror or exc}") from None
+            if not self.resumed:
+                for stale in (paths.log, paths.best):
+                    if stale.exists():
+                        stale.unlink()
+                from ..modelfile import atomic_write_bytes
 
-            atomic_write_bytes(paths.config, (json.dumps(cfg.to_json(), indent=2) + "\n").encode())
-            checkpoint()
-    ctx.barrier()
+                atomic_write_bytes(paths.config, (json.dumps(self.cfg.to_json(), indent=2) + "\n").encode())
+                self.save_checkpoint()
+        self.ctx.barrier()
 
-    reporter.print(f"lip train: run directory {paths.run_dir} (model -> {paths.out})")
-    if ckpt_tensors is not None:
-        reporter.print(f"resuming after epoch {state.epoch} of {cfg.epochs}")
-    reporter.print("resolved configuration: " + json.dumps(cfg.to_json(), sort_keys=False))
-    reporter.print(
-        f"data: {data.component.name} ({data.num_classes} classes; "
-        + ", ".join(f"{k} {v}" for k, v in data.sizes.items())
-        + f"); device {device}" + (f" x {ctx.world_size} processes ({ctx.backend})" if ctx.distributed else "")
-        + f"; {sum(p.numel() for p in model.parameters()):,} parameters"
-    )
+    def announce(self) -> None:
+        """Print the run directory, the resume point, the resolved configuration and the data."""
+        cfg, ctx, data, reporter = self.cfg, self.ctx, self.data, self.reporter
+        reporter.print(f"lip train: run directory {self.paths.run_dir} (model -> {self.paths.out})")
+        if self.resumed:
+            reporter.print(f"resuming after epoch {self.state.epoch} of {cfg.epochs}")
+        reporter.print("resolved configuration: " + json.dumps(cfg.to_json(), sort_keys=False))
+        reporter.print(
+            f"data: {data.component.name} ({data.num_classes} classes; "
+            + ", ".join(f"{k} {v}" for k, v in data.sizes.items())
+            + f"); device {self.device}"
+            + (f" x {ctx.world_size} processes ({ctx.backend})" if ctx.distributed else "")
+            + f"; {sum(p.numel() for p in self.model.parameters()):,} parameters"
+        )
 
-    ddp_module: nn.Module = step_module
-    if ctx.distributed:
+    def _distributed_step(self) -> nn.Module:
+        """The training step, wrapped in DistributedDataParallel in a torchrun job."""
+        if not self.ctx.distributed:
+            return self.step_module
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         import inspect
@@ -333,151 +441,222 @@ def _run(cfg, ctx, device, paths, reporter, data, model, model_config, crc, work
         # rank 0's buffers (SOC power-iteration vectors) are copied to all ranks at every forward
         sync = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
                 else "broadcast_buffers")
-        ddp_module = DDP(step_module, device_ids=[device.index] if device.type == "cuda" else None,
-                         **{sync: True})
-    params = [p for p in model.parameters() if p.requires_grad]
-    interrupt_at = _interrupt_point()
-    check_every = 1 if device.type == "cpu" else 25
-    mid_step = steps_per_epoch // 2
+        return DDP(self.step_module, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                   **{sync: True})
 
-    def refresh() -> None:
-        refresher = getattr(model, "refresh_power_iteration", None)
-        if callable(refresher):
-            refresher(cfg.power_iter_steps)
-        ctx.sync_module_state(model)
+    # ---- training ---------------------------------------------------------------------------
+    def train_epochs(self) -> None:
+        """Train from ``state.epoch`` to ``cfg.epochs``; Ctrl-C becomes :class:`TrainingInterrupted`."""
+        forward = self._distributed_step()
+        interrupt_at = _interrupt_point()
+        self.reporter.start()
+        current_epoch = self.state.epoch
+        try:
+            for epoch in range(self.state.epoch, self.cfg.epochs):
+                current_epoch = epoch
+                sums, extra, train_time = self._train_epoch(epoch, forward, interrupt_at)
+                record = self._epoch_record(epoch, sums, extra, train_time)
+                self._validate(epoch, record)
+                self._finish_epoch(epoch, record, int(sums[2]), train_time)
+        except KeyboardInterrupt:
+            self.reporter.stop()
+            raise self._interrupted(current_epoch) from None
+        finally:
+            self.reporter.stop()
 
-    reporter.start()
-    current_epoch = state.epoch
-    try:
-        for epoch in range(state.epoch, cfg.epochs):
-            current_epoch = epoch
-            seed = _epoch_seed(cfg.seed, epoch, ctx.rank)
-            torch.manual_seed(seed)
-            loader.generator.manual_seed(seed)
-            sampler.set_epoch(epoch)
-            model.train()
-            step_module.train()
-            reporter.epoch(epoch + 1, cfg.epochs, steps_per_epoch)
-            sums = torch.zeros(3, dtype=torch.float64, device=device)
-            extra = torch.zeros(1, dtype=torch.float64, device=device)
-            checked = torch.zeros(1, dtype=torch.float64, device=device)
-            t0 = time.perf_counter()
-            seen = 0
-            for i, (images, labels) in enumerate(loader):
-                if interrupt_at is not None and interrupt_at == (epoch, i):
-                    raise KeyboardInterrupt
-                images = images.to(device, non_blocking=True)
-                labels = labels.to(device, non_blocking=True)
-                with torch.autocast(device.type, dtype=amp_dtype, enabled=cfg.amp):
-                    loss, logits, parts = ddp_module(images, labels)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if cfg.grad_clip:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
-                state.step += 1
-                n = labels.shape[0]
-                seen += n
-                sums[0] += loss.detach().double() * n
-                sums[1] += (logits.argmax(dim=1) == labels).sum()
-                sums[2] += n
-                if "curvature" in parts:
-                    extra[0] += parts["curvature"].double() * n
-                if i == mid_step and steps_per_epoch > 1:
-                    refresh()
-                if (i + 1) % check_every == 0 or i + 1 == steps_per_epoch:
-                    checked.copy_(sums[:1])
-                    ctx.all_reduce_sum(checked)
-                    if not math.isfinite(float(checked)):
-                        raise TrainingDiverged(
-                            f"loss became NaN/inf at epoch {epoch + 1}, step {i + 1} (lr "
-                            f"{scheduler.get_last_lr()[0]:.3g}); kept the last good checkpoint "
-                            f"{paths.checkpoint} (epoch {state.epoch}); try a lower --lr or "
-                            "--grad-clip 1"
-                        )
-                    if reporter.progress is not None:
-                        dt = max(time.perf_counter() - t0, 1e-9)
-                        reporter.update(i + 1, float(sums[0] / sums[2]), float(sums[1] / sums[2]),
-                                        seen * ctx.world_size / dt)
-            refresh()  # end of epoch: before evaluation and before the checkpoint
-            if curvature is not None:
-                curvature.update_u(model.head, cfg.power_iter_steps)
-                ctx.sync_module_state(curvature)
-            train_time = time.perf_counter() - t0
-            ctx.all_reduce_sum(sums)
-            ctx.all_reduce_sum(extra)
-            record: dict[str, Any] = {
-                "epoch": epoch + 1,
-                "train_loss": float(sums[0] / sums[2]),
-                "train_accuracy": float(sums[1] / sums[2]),
-                "lr": float(optimizer.param_groups[0]["lr"]),
-                "time_s": round(train_time, 3),
-                "images_per_s": round(float(sums[2]) / max(train_time, 1e-9), 1),
-            }
-            if curvature is not None:
-                record["train_curvature"] = float(extra[0] / sums[2])
-            if val_loader is not None:
-                val = evaluate(model, val_loader, ctx)
-                record["val_loss"], record["val_accuracy"] = val["loss"], val["accuracy"]
-                if cfg.keep_best and (state.best is None or val["accuracy"] > state.best["val_accuracy"]):
-                    state.best = {"epoch": epoch + 1, "val_accuracy": val["accuracy"]}
-                    if ctx.is_main:
-                        save_model(model, paths.best, dataset=data.info(),
-                                   training={"epoch": epoch + 1, "val_accuracy": val["accuracy"]})
-            state.epoch = epoch + 1
-            state.elapsed += train_time
-            state.images += int(sums[2])
-            state.history.append(record)
-            if ctx.is_main:
-                with open(paths.log, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(record) + "\n")
-            checkpoint()
-            ctx.barrier()
-            reporter.print(
-                f"epoch {epoch + 1}/{cfg.epochs}  loss {record['train_loss']:.4f}  "
-                f"acc {record['train_accuracy']:.4f}"
-                + (f"  val {record['val_accuracy']:.4f}" if "val_accuracy" in record else "")
-                + f"  lr {record['lr']:.3g}  {record['images_per_s']:.0f} img/s  {train_time:.1f}s"
+    def _train_epoch(self, epoch: int, forward: nn.Module,
+                     interrupt_at: tuple[int, int] | None) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """One pass over this rank's training data, then the end-of-epoch power-iteration
+        refresh.  Returns the local sums (loss, correct, images), the summed curvature penalty
+        and the time taken."""
+        cfg, device = self.cfg, self.device
+        seed = _epoch_seed(cfg.seed, epoch, self.ctx.rank)
+        torch.manual_seed(seed)
+        self.loader.generator.manual_seed(seed)
+        self.sampler.set_epoch(epoch)
+        self.model.train()
+        self.step_module.train()
+        self.reporter.epoch(epoch + 1, cfg.epochs, self.steps_per_epoch)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        check_every = 1 if device.type == "cpu" else 25
+        mid_step = self.steps_per_epoch // 2
+        sums = torch.zeros(3, dtype=torch.float64, device=device)
+        extra = torch.zeros(1, dtype=torch.float64, device=device)
+        checked = torch.zeros(1, dtype=torch.float64, device=device)
+        t0 = time.perf_counter()
+        seen = 0
+        for i, (images, labels) in enumerate(self.loader):
+            if interrupt_at is not None and interrupt_at == (epoch, i):
+                raise KeyboardInterrupt
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
+            loss, logits, parts = self._optimizer_step(forward, images, labels, params)
+            n = labels.shape[0]
+            seen += n
+            sums[0] += loss.detach().double() * n
+            sums[1] += (logits.argmax(dim=1) == labels).sum()
+            sums[2] += n
+            if "curvature" in parts:
+                extra[0] += parts["curvature"].double() * n
+            if i == mid_step and self.steps_per_epoch > 1:
+                self._refresh_power_iteration()
+            if (i + 1) % check_every == 0 or i + 1 == self.steps_per_epoch:
+                self._check_finite(sums, checked, epoch, i)
+                if self.reporter.progress is not None:
+                    dt = max(time.perf_counter() - t0, 1e-9)
+                    self.reporter.update(i + 1, float(sums[0] / sums[2]), float(sums[1] / sums[2]),
+                                         seen * self.ctx.world_size / dt)
+        self._refresh_power_iteration()  # end of epoch: before evaluation and before the checkpoint
+        if self.curvature is not None:
+            self.curvature.update_u(self.model.head, cfg.power_iter_steps)
+            self.ctx.sync_module_state(self.curvature)
+        return sums, extra, time.perf_counter() - t0
+
+    def _optimizer_step(self, forward: nn.Module, images: torch.Tensor,
+                        labels: torch.Tensor, params: list[nn.Parameter]) -> tuple[Any, Any, Any]:
+        """Forward (under autocast), backward, clip, optimiser and scheduler step; returns the
+        step module's (loss, logits, parts)."""
+        cfg, optimizer, scaler = self.cfg, self.optimizer, self.scaler
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.amp):
+            loss, logits, parts = forward(images, labels)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        if cfg.grad_clip:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        self.scheduler.step()
+        self.state.step += 1
+        return loss, logits, parts
+
+    def _check_finite(self, sums: torch.Tensor, checked: torch.Tensor, epoch: int, i: int) -> None:
+        """Raise :class:`TrainingDiverged` when the summed loss over all ranks is NaN or inf."""
+        checked.copy_(sums[:1])
+        self.ctx.all_reduce_sum(checked)
+        if not math.isfinite(float(checked)):
+            raise TrainingDiverged(
+                f"loss became NaN/inf at epoch {epoch + 1}, step {i + 1} (lr "
+                f"{self.scheduler.get_last_lr()[0]:.3g}); kept the last good checkpoint "
+                f"{self.paths.checkpoint} (epoch {self.state.epoch}); try a lower --lr or "
+                "--grad-clip 1"
             )
-    except KeyboardInterrupt:
-        reporter.stop()
+
+    def _refresh_power_iteration(self) -> None:
+        """Advance the model's power iterations (where it has them); copy rank 0's state to all."""
+        refresher = getattr(self.model, "refresh_power_iteration", None)
+        if callable(refresher):
+            refresher(self.cfg.power_iter_steps)
+        self.ctx.sync_module_state(self.model)
+
+    def _epoch_record(self, epoch: int, sums: torch.Tensor, extra: torch.Tensor,
+                      train_time: float) -> dict[str, Any]:
+        """Sum the epoch's statistics over all ranks; the log record of its training metrics."""
+        self.ctx.all_reduce_sum(sums)
+        self.ctx.all_reduce_sum(extra)
+        record: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "train_loss": float(sums[0] / sums[2]),
+            "train_accuracy": float(sums[1] / sums[2]),
+            "lr": float(self.optimizer.param_groups[0]["lr"]),
+            "time_s": round(train_time, 3),
+            "images_per_s": round(float(sums[2]) / max(train_time, 1e-9), 1),
+        }
+        if self.curvature is not None:
+            record["train_curvature"] = float(extra[0] / sums[2])
+        return record
+
+    def _validate(self, epoch: int, record: dict[str, Any]) -> None:
+        """Add the validation loss and accuracy to ``record`` (where there is a validation set);
+        with ``keep_best``, rank 0 saves a new best model."""
+        if self.val_loader is None:
+            return
+        from ..models import save_model
+
+        val = evaluate(self.model, self.val_loader, self.ctx)
+        record["val_loss"], record["val_accuracy"] = val["loss"], val["accuracy"]
+        state = self.state
+        if self.cfg.keep_best and (state.best is None or val["accuracy"] > state.best["val_accuracy"]):
+            state.best = {"epoch": epoch + 1, "val_accuracy": val["accuracy"]}
+            if self.ctx.is_main:
+                save_model(self.model, self.paths.best, dataset=self.data.info(),
+                           training={"epoch": epoch + 1, "val_accuracy": val["accuracy"]})
+
+    def _finish_epoch(self, epoch: int, record: dict[str, Any], images: int, train_time: float) -> None:
+        """Count the epoch as done: update the progress, append to the log, checkpoint, print."""
+        state = self.state
+        state.epoch = epoch + 1
+        state.elapsed += train_time
+        state.images += images
+        state.history.append(record)
+        if self.ctx.is_main:
+            with open(self.paths.log, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+        self.save_checkpoint()
+        self.ctx.barrier()
+        self.reporter.print(
+            f"epoch {epoch + 1}/{self.cfg.epochs}  loss {record['train_loss']:.4f}  "
+            f"acc {record['train_accuracy']:.4f}"
+            + (f"  val {record['val_accuracy']:.4f}" if "val_accuracy" in record else "")
+            + f"  lr {record['lr']:.3g}  {record['images_per_s']:.0f} img/s  {train_time:.1f}s"
+        )
+
+    def _interrupted(self, current_epoch: int) -> TrainingInterrupted:
+        """The error for a Ctrl-C during ``current_epoch`` (0-based), with the resume command."""
+        ctx = self.ctx
         command = (
             "lip train" if ctx.world_size == 1
             else f"torchrun --nproc-per-node {ctx.local_world_size} -m lipcli train"
         )
+        run_dir = self.paths.run_dir
         interrupted = TrainingInterrupted(
             f"interrupted during epoch {current_epoch + 1}; the checkpoint after epoch "
-            f"{state.epoch} is in {paths.run_dir}; resume with: {command} --resume {paths.run_dir}"
+            f"{self.state.epoch} is in {run_dir}; resume with: {command} --resume {run_dir}"
         )
         interrupted.silent = not ctx.is_main  # one message per run, from rank 0
-        raise interrupted from None
-    finally:
-        reporter.stop()
+        return interrupted
 
-    # ---- 4. final evaluation and the model file ---------------------------------------------
-    ctx.check_consistent(model)
-    if cfg.keep_best and state.best is not None:
-        from ..modelfile import read_model_file
+    # ---- after training ---------------------------------------------------------------------
+    def finish(self) -> dict[str, Any]:
+        """Test the selected weights; rank 0 writes the model file and the final checkpoint.
+        Returns the summary (empty on ranks other than 0)."""
+        test, results = self._test_selected_model()
+        summary: dict[str, Any] = {}
+        if self.ctx.is_main:
+            summary = self._write_model(test, results)
+        self.ctx.barrier()
+        return summary
 
-        model.load_state_dict(read_model_file(paths.best).tensors)
-    model.eval()
-    test = evaluate(model, test_loader, ctx)
-    results: dict[str, Any] = {
-        "test_accuracy": test["accuracy"], "test_loss": test["loss"], "test_examples": test["examples"],
-        "selected_epoch": state.best["epoch"] if (cfg.keep_best and state.best) else state.epoch,
-        "selection": "best validation accuracy" if (cfg.keep_best and state.best) else "last epoch",
-    }
-    last = state.history[-1] if state.history else {}
-    for key in ("train_accuracy", "train_loss", "val_accuracy"):
-        if key in last:
-            results[f"{key}_last_epoch"] = last[key]
-    summary: dict[str, Any] = {}
-    if ctx.is_main:
-        lipschitz = lipschitz_record(model, estimate=cfg.lipschitz_estimate)
-        training = {
+    def _test_selected_model(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Load the selected weights and evaluate them on the test set; returns the evaluation
+        and the model file's ``results``."""
+        cfg, state = self.cfg, self.state
+        self.ctx.check_consistent(self.model)
+        if cfg.keep_best and state.best is not None:
+            from ..modelfile import read_model_file
+
+            self.model.load_state_dict(read_model_file(self.paths.best).tensors)
+        self.model.eval()
+        test = evaluate(self.model, self.test_loader, self.ctx)
+        results: dict[str, Any] = {
+            "test_accuracy": test["accuracy"], "test_loss": test["loss"], "test_examples": test["examples"],
+            "selected_epoch": state.best["epoch"] if (cfg.keep_best and state.best) else state.epoch,
+            "selection": "best validation accuracy" if (cfg.keep_best and state.best) else "last epoch",
+        }
+        last = self._last_record()
+        for key in ("train_accuracy", "train_loss", "val_accuracy"):
+            if key in last:
+                results[f"{key}_last_epoch"] = last[key]
+        return test, results
+
+    def _last_record(self) -> dict[str, Any]:
+        """The last epoch's log record ({} when no epoch has run)."""
+        return self.state.history[-1] if self.state.history else {}
+
+    def _training_metadata(self) -> dict[str, Any]:
+        """The model file's ``training`` record: time, throughput, settings, versions, history."""
+        cfg, ctx, device, state = self.cfg, self.ctx, self.device, self.state
+        return {
             "time_s": round(state.elapsed, 3),
             "epochs": state.epoch,
             "steps": state.step,
@@ -488,69 +667,48 @@ def _run(cfg, ctx, device, paths, reporter, data, model, model_config, crc, work
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "world_size": ctx.world_size,
             "backend": ctx.backend,
-            "workers": workers,
-            "amp_dtype": str(amp_dtype).replace("torch.", "") if cfg.amp else None,
+            "workers": self.workers,
+            "amp_dtype": str(self.amp_dtype).replace("torch.", "") if cfg.amp else None,
             "lipcli_version": __version__,
             "torch_version": torch.__version__,
-            "weight_decay_parameters": groups[0]["names"],
-            "run_dir": str(paths.run_dir),
+            "weight_decay_parameters": self.groups[0]["names"],
+            "run_dir": str(self.paths.run_dir),
             "resumed_from_epochs": state.resumed_from,
             "history": state.history,
         }
-        save_model(model, paths.out, dataset=data.info(), lipschitz=lipschitz, results=results,
-                   training=training)
-        checkpoint(status="complete")
+
+    def _write_model(self, test: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+        """Rank 0: write the model file and the final checkpoint, print the result; returns the
+        JSON summary."""
+        from ..models import save_model
+
+        lipschitz = lipschitz_record(self.model, estimate=self.cfg.lipschitz_estimate)
+        training = self._training_metadata()
+        save_model(self.model, self.paths.out, dataset=self.data.info(), lipschitz=lipschitz,
+                   results=results, training=training)
+        self.save_checkpoint(status="complete")
         summary = {
-            "model": str(paths.out),
-            "run_dir": str(paths.run_dir),
-            "dataset": data.component.name,
-            "epochs": state.epoch,
+            "model": str(self.paths.out),
+            "run_dir": str(self.paths.run_dir),
+            "dataset": self.data.component.name,
+            "epochs": self.state.epoch,
             "test_accuracy": test["accuracy"],
-            "val_accuracy": last.get("val_accuracy"),
+            "val_accuracy": self._last_record().get("val_accuracy"),
             "lipschitz_upper_bound": lipschitz.get("upper_bound"),
             "lipschitz_estimate": lipschitz.get("estimate"),
             "time_s": training["time_s"],
             "images_per_s": training["images_per_s"],
-            "device": str(device),
-            "world_size": ctx.world_size,
+            "device": str(self.device),
+            "world_size": self.ctx.world_size,
         }
-        reporter.print(
+        self.reporter.print(
             f"test accuracy {test['accuracy']:.4f} ({test['examples']} images); Lipschitz bound "
-            f"{lipschitz.get('upper_bound')}; model written to {paths.out}"
+            f"{lipschitz.get('upper_bound')}; model written to {self.paths.out}"
         )
-    ctx.barrier()
-    return summary
+        return summary
 
 
 def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
     from ..data import epoch_seed
 
     return epoch_seed(seed, epoch, rank)
-
-
-def _restore(tensors, meta, model, optimizer, scheduler, scaler, curvature, steps_per_epoch,
-             data, model_config) -> _State:
-    """Load a checkpoint into the freshly built objects; check that it fits this run."""
-    if meta.get("steps_per_epoch") != steps_per_epoch:
-        raise LipUsageError(
-            f"the checkpoint was made with {meta.get('steps_per_epoch')} steps per epoch but the "
-            f"data now gives {steps_per_epoch}: the data set or the number of processes changed"
-        )
-    if meta.get("model_config", {}).get("num_classes") != model_config["num_classes"]:
-        raise LipUsageError("the checkpoint's number of classes does not match the data")
-    model_state = _prefixed(tensors, "model.")
-    try:
-        model.load_state_dict(model_state, strict=True)
-    except RuntimeError as exc:
-        raise LipError(f"checkpoint does not fit the model: {str(exc).splitlines()[0]}") from None
-    optimizer.load_state_dict(unflatten_state(meta["optimizer"], tensors))
-    scheduler.load_state_dict(unflatten_state(meta["scheduler"], tensors))
-    scaler.load_state_dict(unflatten_state(meta["scaler"], tensors))
-    if curvature is not None and meta.get("curvature"):
-        curvature.load_state_dict(unflatten_state(meta["curvature"], tensors))
-    set_rng_state(unflatten_state(meta["rng"], tensors))
-    return _State(
-        epoch=int(meta["epoch"]), step=int(meta["step"]), elapsed=float(meta.get("elapsed_s", 0.0)),
-        images=int(meta.get("images", 0)), history=list(meta.get("history") or []),
-        best=meta.get("best"), resumed_from=list(meta.get("resumed_from") or []),
-    )
