@@ -12,7 +12,9 @@ import torch
 
 from .errors import LipUsageError
 
-_CUDA = re.compile(r"^cuda(:(\d+))?$")
+#: ``cuda`` or ``cuda:N`` with N < 100 written without leading zeros (torch rejects those, and
+#: keeps the index in 8 bits: ``torch.device("cuda:123456")`` is ``cuda:64``)
+_CUDA = re.compile(r"^cuda(:(0|[1-9]\d?))?$")
 
 
 def check_device_name(name: str) -> str:
@@ -32,7 +34,10 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if key == "cpu":
         return torch.device("cpu")
-    dev = torch.device(key)
+    try:
+        dev = torch.device(key)
+    except (RuntimeError, ValueError):  # anything torch parses differently from the pattern
+        raise LipUsageError(f"unknown --device {name!r}; use cpu, cuda, cuda:N or auto") from None
     if not torch.cuda.is_available():
         raise LipUsageError(f"--device {name}: CUDA is not available on this machine")
     if dev.index is not None and dev.index >= torch.cuda.device_count():

@@ -286,13 +286,16 @@ def test_device_option_is_validated_the_same_way_everywhere(tmp_path, monkeypatc
     assert str(resolve_device("CPU")) == "cpu"
     assert [check_device_name(n) for n in ("auto", " CPU", "cuda", "cuda:3")] == [
         "auto", "cpu", "cuda", "cuda:3"]
-    for bad in ("meta", "mps", "cuda:x", "cuda:", "tpu", ""):
+    for bad in ("meta", "mps", "cuda:x", "cuda:", "cuda:-1", "cuda:01", "cuda:123456",
+                "cuda:99999999999999999999",
+                "tpu", ""):
         with pytest.raises(LipUsageError, match="use cpu, cuda, cuda:N or auto"):
             check_device_name(bad)
     assert DistContext.from_env().resolve_device("cpu") == torch.device("cpu")
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     for args in (["bench", "certify", "--device", "meta", "--width", "4"],
+                 ["bench", "certify", "--device", "cuda:01", "--width", "4"],
                  ["bench", "train", "--device", "mps", "--archs", "5"],
                  ["train", "--dataset", "digits", "--device", "mps", "--epochs", "1"],
                  ["lipschitz", str(save_tiny_model(tmp_path / "m.safetensors", dataset=None)),
