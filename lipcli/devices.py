@@ -13,7 +13,7 @@ import torch
 from .errors import LipUsageError
 
 #: ``cuda`` or ``cuda:N`` with N < 100 written without leading zeros (torch rejects those, and
-#: keeps the index in 8 bits: ``torch.device("cuda:123456")`` is ``cuda:64``)
+#: keeps the index in 8 bits: ``torch.device("cuda:257")`` is ``cuda:1``)
 _CUDA = re.compile(r"^cuda(:(0|[1-9]\d?))?$")
 
 
