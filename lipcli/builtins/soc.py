@@ -228,7 +228,8 @@ CHANNELS_LAST_MIN_PIXELS: int | None = 64
 #: layout choice only, as above.  Measured on an H200 (``scripts/gpu_layout_ab.py``,
 #: docs/benchmarks.md): convolution kernel time of a LipConvnet-20 step at batch 512 down
 #: from 31.2 to 20.2 ms; training steps 13–17 % faster with ``soc-fast`` and 17–23 % with
-#: ``soc`` at batch 512, 2–8 % at batch 128.
+#: ``soc`` at batch 512, 2–8 % at batch 128 (on a second H200 whose slower host set the pace:
+#: ``soc-fast`` unchanged, ``soc`` 17 % faster at batch 512).
 CUDA_CHANNELS_LAST: bool = True
 
 
