@@ -268,8 +268,22 @@ def test_working_memory_format_per_device(monkeypatch, cuda_flag):
     assert soc_module.CUDA_CHANNELS_LAST is cuda_flag
 
 
-def test_cuda_series_runs_channels_last_by_default():
-    assert soc_module.CUDA_CHANNELS_LAST is True
+@pytest.mark.parametrize("value,expected", [(None, True), ("1", True), ("0", False), ("false", False)])
+def test_cuda_channels_last_default_and_environment_switch(value, expected):
+    """On by default; ``LIPCLI_CUDA_CHANNELS_LAST=0`` turns it off (read at import: checked in
+    a fresh interpreter)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LIPCLI_CUDA_CHANNELS_LAST"}
+    if value is not None:
+        env["LIPCLI_CUDA_CHANNELS_LAST"] = value
+    out = subprocess.run(
+        [sys.executable, "-c", "from lipcli.builtins import soc; print(soc.CUDA_CHANNELS_LAST)"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert out == str(expected)
 
 
 @pytest.mark.parametrize("c,k,hw", [(8, 3, 8), (8, 1, 8), (16, 3, 2), (8, 1, 1)])

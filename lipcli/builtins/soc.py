@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 from typing import Any
 
 import torch
@@ -229,8 +230,9 @@ CHANNELS_LAST_MIN_PIXELS: int | None = 64
 #: docs/benchmarks.md): convolution kernel time of a LipConvnet-20 step at batch 512 down
 #: from 31.2 to 20.2 ms; training steps 13–17 % faster with ``soc-fast`` and 17–23 % with
 #: ``soc`` at batch 512, 2–8 % at batch 128 (on a second H200 whose slower host set the pace:
-#: ``soc-fast`` unchanged, ``soc`` 17 % faster at batch 512).
-CUDA_CHANNELS_LAST: bool = True
+#: ``soc-fast`` unchanged, ``soc`` 17 % faster at batch 512).  The environment variable
+#: ``LIPCLI_CUDA_CHANNELS_LAST=0`` turns it off (read when lipcli is imported).
+CUDA_CHANNELS_LAST: bool = os.environ.get("LIPCLI_CUDA_CHANNELS_LAST", "1").strip() not in ("0", "false", "no")
 
 
 def _working_format(x: Tensor) -> torch.memory_format:
