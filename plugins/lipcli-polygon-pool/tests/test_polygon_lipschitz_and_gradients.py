@@ -135,3 +135,38 @@ def test_training_step_moves_polygon_towards_points():
     assert before > 0.9 and after < 0.2
     assert np.allclose(signed_distance(z.numpy(), pool.polygons()[0].numpy()),
                        pool(z).detach()[:, 0].numpy(), atol=1e-12)
+
+
+def test_vertex_lookup_matches_indexing_and_its_gradient_is_reproducible():
+    """``_take_vertices`` gives the values of advanced indexing; the parameter gradients of a
+    pool are the same on every run with two threads (advanced indexing's backward, used
+    before, accumulated in a varying order there) and agree with a one-hot reference."""
+    from lipcli_polygon_pool.polygon import _take_vertices
+
+    gen = torch.Generator().manual_seed(3)
+    v = torch.randn(16, 6, generator=gen, dtype=torch.float64)
+    for shape in ((5, 16), (4, 16, 3, 3)):
+        index = torch.randint(0, 6, shape, generator=gen)
+        channel = torch.arange(16).reshape(1, 16, *([1] * (len(shape) - 2)))
+        assert torch.equal(_take_vertices(v, index), v[channel, index])
+        g = torch.randn(shape, generator=gen, dtype=torch.float64)
+        vv = v.clone().requires_grad_(True)
+        (_take_vertices(vv, index) * g).sum().backward()
+        one_hot = F.one_hot(index, 6).to(torch.float64)  # (..., 6) per point
+        want = (one_hot * g.unsqueeze(-1)).transpose(0, 1).reshape(16, -1, 6).sum(1)
+        torch.testing.assert_close(vv.grad, want, rtol=1e-12, atol=1e-12)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        pool = random_pool(64, 6, seed=8).float()
+        z = torch.randn(128, 64, 8, 8, generator=gen) * 2
+        grads = []
+        for _ in range(4):
+            pool.zero_grad(set_to_none=True)
+            pool(z).square().sum().backward()
+            grads.append([p.grad.clone() for p in pool.parameters()])
+        for other in grads[1:]:
+            assert all(torch.equal(a, b) for a, b in zip(grads[0], other))
+    finally:
+        torch.set_num_threads(threads)

@@ -132,6 +132,21 @@ def _nearest_edge_and_inside(
     return nearest, inside
 
 
+def _take_vertices(v: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``v[k, index[b, k, ...]]`` for per-channel vertex coordinates ``v`` of shape ``(K, n)``
+    and an index of shape ``(N, K, *spatial)``.
+
+    A ``gather`` along the vertex axis: the same values as advanced indexing, but its
+    backward (one scatter-add per channel row) gives the same gradient on every run, where
+    the backward of advanced indexing (``index_put_`` with accumulation) varies from run to
+    run on multi-threaded CPUs.
+    """
+    k = v.shape[0]
+    moved = index.transpose(0, 1)  # (K, N, *spatial)
+    taken = torch.gather(v, 1, moved.reshape(k, -1))
+    return taken.reshape(moved.shape).transpose(0, 1)
+
+
 def _safe_norm(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``sqrt(u² + v²)`` whose gradient is finite everywhere (0 at the origin)."""
     sq = u * u + v * v
@@ -178,13 +193,9 @@ def star_polygon_signed_distance(
     with torch.no_grad():
         nearest, inside = _nearest_edge_and_inside(x, y, vx, vy, angles, center)
 
-    extra = x.dim() - 2
-    base = (torch.arange(k, device=x.device) * n).reshape(1, k, *([1] * extra))
-    start = base + nearest
-    end = base + (nearest + 1) % n
-    flat_x, flat_y = vx.reshape(-1), vy.reshape(-1)
-    ax, ay = flat_x[start], flat_y[start]
-    bx, by = flat_x[end], flat_y[end]
+    following = (nearest + 1) % n
+    ax, ay = _take_vertices(vx, nearest), _take_vertices(vy, nearest)
+    bx, by = _take_vertices(vx, following), _take_vertices(vy, following)
 
     ex, ey = bx - ax, by - ay
     dx, dy = x - ax, y - ay
