@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import ProgressBars, cli_errors, fail, print_json, stderr_console, stdout_console
+from .common import ProgressBars, cli_errors, fail, print_json, stdout_console
 
 RADII_HELP = (
     "Comma-separated l2 radii. A plain number v means v/UNIT (see --radius-unit: 36 -> 36/255); "
