@@ -46,6 +46,18 @@ CIFAR_TEST = 12
 IMAGEFOLDER_CLASSES = ("circle", "cross", "square")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` are skipped where no CUDA device is available."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 def save_tiny_model(path: Path, *, dataset: dict | None, num_classes: int = 10,
                     head: str = "lln", seed: int = 0) -> Path:
     """An untrained LipConvnet-5 of width 4 (power iteration converged) saved at ``path``

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..cuda_graphs import GRAPH_MODES
 from ..devices import check_device_name
 from ..errors import LipUsageError
 
@@ -78,6 +79,9 @@ class TrainConfig:
     workers: int | None = None
     amp: bool = False
     eval_batch_size: int = 256
+    #: replay each training step from a CUDA graph: "auto" (on CUDA where the configuration
+    #: allows), "on" (the same, and say why where it cannot), "off"
+    cuda_graphs: str = "auto"
 
     # -- (de)serialisation ---------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -142,6 +146,8 @@ class TrainConfig:
         need(self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}")
         need(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
         check_device_name(self.device)
+        need(self.cuda_graphs in GRAPH_MODES,
+             f"--cuda-graphs must be one of {', '.join(GRAPH_MODES)}, got {self.cuda_graphs!r}")
 
     def resolved(self, *, dataset_name: str, crc: bool) -> "TrainConfig":
         """Fill the automatic values: gradient clipping and the CRC settings for the head."""

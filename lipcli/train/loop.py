@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from .. import __version__
+from ..cuda_graphs import GraphedStep, graph_unsupported_reason
 from ..errors import LipError, LipUsageError
 from .checkpoint import (_prefixed, flatten_state, read_checkpoint, rng_state, set_rng_state,
                          unflatten_state, write_checkpoint)
@@ -52,7 +53,7 @@ def _component_names(cfg: TrainConfig) -> dict[str, str]:
             "head": cfg.head}
 
 
-RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir"})
+RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs"})
 COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset")
 
 
@@ -308,6 +309,9 @@ class _TrainingRun:
     step_module: TrainStep
     state: _State = field(default_factory=_State)
     resumed: bool = False
+    graphed: GraphedStep | None = None
+    graph_reason: str | None = None
+    graph_reported: bool = False
 
     @classmethod
     def build(cls, cfg: TrainConfig, ctx: DistContext, device: torch.device, paths: RunPaths,
@@ -444,10 +448,46 @@ class _TrainingRun:
         return DDP(self.step_module, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                    **{sync: True})
 
+    def _make_graphed_step(self, forward: nn.Module) -> None:
+        """Set :attr:`graphed` (``--cuda-graphs``, :mod:`lipcli.cuda_graphs`) or the reason why not."""
+        mode = self.cfg.cuda_graphs
+        if mode == "off":
+            self.graph_reason = "off (--cuda-graphs off)"
+            return
+        self.graph_reason = graph_unsupported_reason(
+            self.device, self.optimizer, distributed=self.ctx.distributed,
+            grad_scaler=self.scaler.is_enabled())
+        if self.graph_reason is None:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            self.graphed = GraphedStep(
+                lambda images, labels: self._step_body(forward, images, labels, params),
+                self.optimizer, self.device)
+            self.reporter.print("cuda graphs: training steps replayed from a CUDA graph")
+        elif mode == "on" or self.device.type == "cuda":
+            self.reporter.print(f"cuda graphs: not used: {self.graph_reason}")
+
+    def _report_graph_failure(self) -> None:
+        """Say once (one line) when the graph capture failed and steps ran eagerly."""
+        graphed = self.graphed
+        if graphed is not None and graphed.reason and not self.graph_reported:
+            self.graph_reported = True
+            self.graph_reason = graphed.reason
+            self.reporter.print(f"cuda graphs: not used: {graphed.reason}; training steps run eagerly")
+
+    def graph_record(self) -> dict[str, Any]:
+        """The model file's record of CUDA-graph use."""
+        record: dict[str, Any] = {"mode": self.cfg.cuda_graphs}
+        if self.graphed is not None:
+            record.update(self.graphed.summary())
+        else:
+            record.update(captured=False, reason=self.graph_reason)
+        return record
+
     # ---- training ---------------------------------------------------------------------------
     def train_epochs(self) -> None:
         """Train from ``state.epoch`` to ``cfg.epochs``; Ctrl-C becomes :class:`TrainingInterrupted`."""
         forward = self._distributed_step()
+        self._make_graphed_step(forward)
         interrupt_at = _interrupt_point()
         self.reporter.start()
         current_epoch = self.state.epoch
@@ -506,6 +546,7 @@ class _TrainingRun:
                     dt = max(time.perf_counter() - t0, 1e-9)
                     self.reporter.update(i + 1, float(sums[0] / sums[2]), float(sums[1] / sums[2]),
                                          seen * self.ctx.world_size / dt)
+        self._report_graph_failure()
         self._refresh_power_iteration()  # end of epoch: before evaluation and before the checkpoint
         if self.curvature is not None:
             self.curvature.update_u(self.model.head, cfg.power_iter_steps)
@@ -514,20 +555,30 @@ class _TrainingRun:
 
     def _optimizer_step(self, forward: nn.Module, images: torch.Tensor,
                         labels: torch.Tensor, params: list[nn.Parameter]) -> tuple[Any, Any, Any]:
-        """Forward (under autocast), backward, clip, optimiser and scheduler step; returns the
-        step module's (loss, logits, parts)."""
+        """zero_grad, then :meth:`_step_body` (replayed from a CUDA graph where one is used),
+        then the scheduler step; returns the step module's (loss, logits, parts)."""
+        if self.graphed is not None:
+            out = self.graphed(images, labels)
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            out = self._step_body(forward, images, labels, params)
+        self.scheduler.step()
+        self.state.step += 1
+        return out
+
+    def _step_body(self, forward: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                   params: list[nn.Parameter]) -> tuple[Any, Any, Any]:
+        """Forward (under autocast), backward, clip, optimiser step (no zero_grad, no
+        scheduler step: the part a CUDA graph records); returns (loss, logits, parts)."""
         cfg, optimizer, scaler = self.cfg, self.optimizer, self.scaler
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.amp):
             loss, logits, parts = forward(images, labels)
-        optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         if cfg.grad_clip:
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         scaler.step(optimizer)
         scaler.update()
-        self.scheduler.step()
-        self.state.step += 1
         return loss, logits, parts
 
     def _check_finite(self, sums: torch.Tensor, checked: torch.Tensor, epoch: int, i: int) -> None:
@@ -674,6 +725,7 @@ class _TrainingRun:
             "weight_decay_parameters": self.groups[0]["names"],
             "run_dir": str(self.paths.run_dir),
             "resumed_from_epochs": state.resumed_from,
+            "cuda_graphs": self.graph_record(),
             "history": state.history,
         }
 
