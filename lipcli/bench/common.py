@@ -244,18 +244,30 @@ class RecipeStep:
 
     Gradient clipping (norm 1.0) is applied for MLP heads, as in the reference's CRC-Lip
     runs (SPEC §6); the CRC-Lip feature attack and curvature penalty (SPEC §4) are not
-    part of this step (Table 1 times plain LLN training).
+    part of this step (Table 1 times plain LLN training).  With ``cuda_graphs`` the step is
+    replayed from a CUDA graph where possible (:class:`lipcli.cuda_graphs.GraphedStep`;
+    :attr:`graph_reason` says why not); a call with ``labels`` (the profiler's) always runs
+    eagerly.
     """
 
-    def __init__(self, model: nn.Module, clip_grad: float | None = None) -> None:
+    def __init__(self, model: nn.Module, clip_grad: float | None = None,
+                 cuda_graphs: bool = False) -> None:
+        from ..cuda_graphs import GraphedStep, graph_unsupported_reason
+
         self.model = model.train()
         self.optimizer = recipe_optimizer(model)
         self.clip_grad = clip_grad
+        self.graphed: Any = None
+        self.graph_reason: str | None = "off"
+        if cuda_graphs:
+            device = next(model.parameters()).device
+            self.graph_reason = graph_unsupported_reason(device, self.optimizer)
+            if self.graph_reason is None:
+                self.graphed = GraphedStep(self._body, self.optimizer, device)
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor, labels: bool = False) -> torch.Tensor:
-        rf = torch.autograd.profiler.record_function if labels else _null_label
-        with rf("bench::optimizer"):
-            self.optimizer.zero_grad(set_to_none=True)
+    def _body(self, x: torch.Tensor, y: torch.Tensor,
+              rf: Callable[[str], Any] | None = None) -> tuple[torch.Tensor]:
+        rf = rf or _null_label
         with rf("bench::forward"):
             logits = self.model(x)
         with rf("bench::loss"):
@@ -266,7 +278,23 @@ class RecipeStep:
             if self.clip_grad is not None:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad)
             self.optimizer.step()
-        return loss.detach()
+        return (loss.detach(),)
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, labels: bool = False) -> torch.Tensor:
+        graphed = self.graphed
+        if graphed is not None and not labels:
+            return graphed(x, y)[0]
+        rf = torch.autograd.profiler.record_function if labels else _null_label
+        with rf("bench::optimizer"):
+            # once a graph holds the gradients they are zeroed in place, not released
+            self.optimizer.zero_grad(set_to_none=graphed is None or not graphed.captured)
+        return self._body(x, y, rf)[0]
+
+    def graph_summary(self) -> dict[str, Any]:
+        """Whether the step was replayed from a CUDA graph (and why not)."""
+        if self.graphed is not None:
+            return self.graphed.summary()
+        return {"captured": False, "reason": self.graph_reason}
 
 
 @contextmanager

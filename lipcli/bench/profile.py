@@ -212,6 +212,55 @@ def attribute_kernels(
     return out
 
 
+def _profiled_steps(model: nn.Module, step: RecipeStep, batches: Sequence[Any],
+                    device: torch.device) -> tuple[list[Any], float]:
+    """Run ``step`` eagerly (with phase labels) on each batch under :mod:`torch.profiler`
+    (CPU, and CUDA on a GPU); returns the events and the wall time in µs."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with _label_modules(model), profile(activities=activities) as prof:
+        _sync(device)
+        t0 = time.perf_counter()
+        for batch in batches:
+            step(*batch, labels=True)
+        _sync(device)
+        wall_us = (time.perf_counter() - t0) * 1e6
+    return list(prof.events()), wall_us
+
+
+def _split_events(events: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """``(cpu_events, device_events)``."""
+    cpu_events: list[Any] = []
+    kernels: list[Any] = []
+    for evt in events:
+        if getattr(evt, "device_type", None) is not None and "CPU" not in str(evt.device_type):
+            kernels.append(evt)
+        else:
+            cpu_events.append(evt)
+    return cpu_events, kernels
+
+
+def kernel_floor(model: nn.Module, step: RecipeStep, batches: Sequence[Any],
+                 device: torch.device) -> dict[str, float] | None:
+    """GPU kernel time per training step and its convolution part (the floor of a step:
+    its convolution kernels), from :mod:`torch.profiler` over eager steps on ``batches``
+    (a CUDA graph replays the same kernels).  ``None`` on CPU."""
+    if device.type != "cuda":
+        return None
+    events, wall_us = _profiled_steps(model, step, batches, device)
+    conv = total = 0.0
+    for cat, _op, _node, us in attribute_kernels(*_split_events(events)):
+        total += us
+        if cat == "convolution":
+            conv += us
+    n = max(1, len(batches))
+    return {"conv_kernel_ms_per_step": conv / 1e3 / n, "gpu_kernel_ms_per_step": total / 1e3 / n,
+            "profiled_step_ms": wall_us / 1e3 / n, "profiled_steps": len(batches)}
+
+
 def bench_profile(
     arch: str = "lipconvnet-20",
     *,
@@ -235,8 +284,6 @@ def bench_profile(
     operator that launched it; shares are of total kernel time (GPU busy time), and the
     wall time and GPU idle time are reported beside them.
     """
-    from torch.profiler import ProfilerActivity, profile
-
     _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
     device = torch.device(device)
     env = environment(device)
@@ -254,30 +301,15 @@ def bench_profile(
     for i in range(steps):
         dt, _ = _timed(lambda b=batches[warmup + i]: step(*b), device)
         plain.append(dt)
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
     progress(f"profile {arch} ({conv}): {steps} profiled steps")
-    with _label_modules(model), profile(activities=activities) as prof:
-        _sync(device)
-        t0 = time.perf_counter()
-        for i in range(steps):
-            step(*batches[warmup + i], labels=True)
-        _sync(device)
-        wall_us = (time.perf_counter() - t0) * 1e6
+    events, wall_us = _profiled_steps(model, step, batches[warmup:], device)
     cpu_us: dict[str, float] = {k: 0.0 for k in CATEGORY_LABELS}
     dev_us: dict[str, float] = {k: 0.0 for k in CATEGORY_LABELS}
     per_op: dict[tuple[str, str], list[float]] = {}
     per_node: dict[str, list[float]] = {}
     device_events_us = 0.0  # all device-side kernel/memcpy events
-    events = list(prof.events())
-    cpu_events: list[Any] = []
-    kernels: list[Any] = []
-    for evt in events:
-        if getattr(evt, "device_type", None) is not None and "CPU" not in str(evt.device_type):
-            kernels.append(evt)
-            continue
-        cpu_events.append(evt)
+    cpu_events, kernels = _split_events(events)
+    for evt in cpu_events:
         cat = classify_event(evt)
         c_us = float(evt.self_cpu_time_total)
         cpu_us[cat] += c_us

@@ -33,6 +33,10 @@ from .common import (
     _timed,
 )
 from .memory import measure_step_memory
+from .profile import kernel_floor
+
+#: eager steps profiled per model for the convolution-kernel floor (CUDA)
+FLOOR_STEPS = 3
 
 
 def _summary(times: Sequence[float], batch: int) -> dict[str, Any]:
@@ -65,9 +69,16 @@ def bench_train_arch(
     fast_conv: str = FAST_CONV,
     exact_conv: str = EXACT_CONV,
     measure_memory: bool = True,
+    cuda_graphs: bool = False,
+    floor: bool = True,
     progress: Progress = _no_progress,
 ) -> dict[str, Any]:
-    """Fast vs exact SOC training step on one architecture (see the module docstring)."""
+    """Fast vs exact SOC training step on one architecture (see the module docstring).
+
+    ``cuda_graphs``: both models' steps are replayed from CUDA graphs where possible.
+    ``floor`` (CUDA): each model's GPU kernel time per step and its convolution part are
+    profiled over :data:`FLOOR_STEPS` extra eager steps after the timed ones, and the median
+    step time is given as a multiple of that convolution time (the floor of a step)."""
     _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
     device = torch.device(device)
     fast, exact, identical = build_twins(
@@ -75,7 +86,7 @@ def bench_train_arch(
         num_classes=num_classes, seed=seed, device=device,
     )
     clip = _clip_for(head)
-    runners = {"fast": RecipeStep(fast, clip), "exact": RecipeStep(exact, clip)}
+    runners = {"fast": RecipeStep(fast, clip, cuda_graphs), "exact": RecipeStep(exact, clip, cuda_graphs)}
     gen = torch.Generator().manual_seed(seed)
     times: dict[str, list[float]] = {"fast": [], "exact": []}
     losses: dict[str, list[float]] = {"fast": [], "exact": []}
@@ -105,7 +116,17 @@ def bench_train_arch(
         "final_loss": {"fast": losses["fast"][-1], "exact": losses["exact"][-1]},
     }
     for key, conv in (("fast", fast_conv), ("exact", exact_conv)):
-        result[key] = {"conv": conv, **_summary(times[key], batch_size)}
+        result[key] = {"conv": conv, **_summary(times[key], batch_size),
+                       "cuda_graphs": runners[key].graph_summary()}
+    if floor and device.type == "cuda":
+        progress(f"{arch}: profiling {FLOOR_STEPS} eager steps per model for the convolution kernel time")
+        batches = [synthetic_batch(batch_size, num_classes, gen, device) for _ in range(FLOOR_STEPS)]
+        for key, model in (("fast", fast), ("exact", exact)):
+            fl = kernel_floor(model, runners[key], batches, device)
+            if fl is not None and fl["conv_kernel_ms_per_step"] > 0:
+                fl["step_over_conv_kernel"] = (
+                    result[key]["median_step_s"] * 1e3 / fl["conv_kernel_ms_per_step"])
+            result[key]["kernel_floor"] = fl
     ratios = [f / e for f, e in zip(times["fast"], times["exact"])]
     result["reduction_pct"] = 100.0 * (
         1.0 - result["fast"]["median_step_s"] / result["exact"]["median_step_s"]
@@ -136,6 +157,8 @@ def bench_train(
     num_classes: int = 10,
     seed: int = 0,
     measure_memory: bool = True,
+    cuda_graphs: bool = False,
+    floor: bool = True,
     progress: Progress = _no_progress,
 ) -> dict[str, Any]:
     """:func:`bench_train_arch` for every architecture, with environment and settings."""
@@ -149,7 +172,8 @@ def bench_train(
             bench_train_arch(
                 arch, batch_size=batch_size, steps=steps, warmup=warmup, device=device,
                 width=width, head=head, pool=pool, num_classes=num_classes, seed=seed,
-                measure_memory=measure_memory, progress=progress,
+                measure_memory=measure_memory, cuda_graphs=cuda_graphs, floor=floor,
+                progress=progress,
             )
         )
     try:
@@ -175,6 +199,11 @@ def bench_train(
                 "batch, order alternating between rounds; warm-up rounds not timed"
             ),
             "step": "zero_grad + forward + cross-entropy + backward + optimizer step",
+            "cuda_graphs": cuda_graphs,
+            "kernel_floor": (
+                f"CUDA: GPU kernel time per step and its convolution kernels, profiled over "
+                f"{FLOOR_STEPS} eager steps after the timed ones" if floor and device.type == "cuda"
+                else None),
             "epoch_time": f"median step time x ceil({EPOCH_IMAGES} / batch); data loading excluded",
             "inputs": "synthetic: uniform [0,1] images, uniform random labels; random init",
         },

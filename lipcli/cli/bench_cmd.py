@@ -127,6 +127,10 @@ def _console():
     return console
 
 
+def _num(value: Any, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
 def _mib(value: Any) -> str:
     if value is None:
         return "n/a"
@@ -155,6 +159,14 @@ def train(
         help="CUDA: let cuDNN autotune convolution algorithms (warm-up steps absorb the tuning).",
     ),
     memory: bool = typer.Option(True, "--memory/--no-memory", help="Measure peak memory."),
+    cuda_graphs: str = typer.Option(
+        "auto", "--cuda-graphs",
+        help="auto (on for CUDA), on or off: replay both models' steps from CUDA graphs.",
+    ),
+    floor: bool = typer.Option(
+        True, "--floor/--no-floor",
+        help="CUDA: profile the convolution kernel time per step (the floor of a step).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     output: Optional[str] = typer.Option(
         None, "--output", "-o", help="Also write the JSON report to this file."
@@ -162,10 +174,17 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
 ) -> None:
     """Time per training step and per CIFAR-10 epoch, fast (soc-fast) vs exact (soc)
-    gradient, interleaved from identical weights (paper Table 1)."""
+    gradient, interleaved from identical weights (paper Table 1); on CUDA also the
+    convolution kernel time per step beside the step time."""
     from ..bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
+    from ..cuda_graphs import check_graph_mode
+    from ..errors import LipUsageError
     from ..plugins import get_registry
 
+    try:
+        graphs = check_graph_mode(cuda_graphs)
+    except ValueError as exc:
+        raise LipUsageError(f"--{exc}") from None
     dev = _setup(device, threads, cudnn_benchmark)
     names = parse_archs(archs, get_registry().names("arch"))
     _check_components(head=head, pool=pool, conv=FAST_CONV)
@@ -174,6 +193,7 @@ def train(
     report = bench_train(
         names, batch_size=batch_size, steps=steps, warmup=warmup, device=dev, width=width,
         head=head, pool=pool, num_classes=classes, seed=seed, measure_memory=memory,
+        cuda_graphs=graphs == "on" or (graphs == "auto" and dev.type == "cuda"), floor=floor,
         progress=_progress(quiet),
     )
     _finish(report, output, json_out, _print_train)
@@ -209,19 +229,41 @@ def _print_train(report: dict[str, Any]) -> None:
 
     steps = Table(title="Per training step (fast / exact)", title_justify="left")
     steps.add_column("Architecture", no_wrap=True)
-    for name in ("ms/step", "images/s", "peak MiB", "saved act. MiB"):
+    floors = any(r["fast"].get("kernel_floor") for r in report["results"])
+    names = ["ms/step", "images/s", "peak MiB", "saved act. MiB"]
+    if floors:
+        names += ["conv kernel ms", "step/conv"]
+    for name in names:
         steps.add_column(name, justify="right")
     for r in report["results"]:
         f, e = r["fast"], r["exact"]
         fm, em = f.get("memory") or {}, e.get("memory") or {}
-        steps.add_row(
+        row = [
             r["arch"],
             f"{f['median_step_s'] * 1e3:.1f} / {e['median_step_s'] * 1e3:.1f}",
             f"{f['images_per_s']:.1f} / {e['images_per_s']:.1f}",
             f"{_mib(fm.get('peak_step_mib'))} / {_mib(em.get('peak_step_mib'))}",
             f"{_mib(fm.get('saved_activations_mib'))} / {_mib(em.get('saved_activations_mib'))}",
-        )
+        ]
+        if floors:
+            ff, ef = f.get("kernel_floor") or {}, e.get("kernel_floor") or {}
+            row.append(f"{_num(ff.get('conv_kernel_ms_per_step'))} / {_num(ef.get('conv_kernel_ms_per_step'))}")
+            row.append(f"{_num(ff.get('step_over_conv_kernel'), 2)} / {_num(ef.get('step_over_conv_kernel'), 2)}")
+        steps.add_row(*row)
     console.print(steps)
+    graphs = {str(r[k]["cuda_graphs"].get("captured")) for r in report["results"] for k in ("fast", "exact")}
+    reasons = {r[k]["cuda_graphs"].get("reason") for r in report["results"] for k in ("fast", "exact")} - {None}
+    console.print(
+        "CUDA graphs: " + ("replayed" if graphs == {"True"} else "not used" if graphs == {"False"} else "mixed")
+        + (f" ({'; '.join(sorted(reasons))})" if reasons else ""),
+        highlight=False,
+    )
+    if floors:
+        console.print(
+            "conv kernel ms: GPU time of the convolution kernels per step (profiled eager "
+            "steps), the floor of a step; step/conv = ms/step divided by it.",
+            highlight=False,
+        )
     mem = report["results"][0]["fast"].get("memory")
     if mem:
         console.print(
