@@ -246,8 +246,8 @@ class RecipeStep:
     runs (SPEC §6); the CRC-Lip feature attack and curvature penalty (SPEC §4) are not
     part of this step (Table 1 times plain LLN training).  With ``cuda_graphs`` the step is
     replayed from a CUDA graph where possible (:class:`lipcli.cuda_graphs.GraphedStep`;
-    :attr:`graph_reason` says why not); a call with ``labels`` (the profiler's) always runs
-    eagerly.
+    :attr:`graph_reason` says why not); a call with ``labels`` (the profiler's) or ``eager``
+    always runs eagerly.
     """
 
     def __init__(self, model: nn.Module, clip_grad: float | None = None,
@@ -280,9 +280,10 @@ class RecipeStep:
             self.optimizer.step()
         return (loss.detach(),)
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor, labels: bool = False) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, labels: bool = False,
+                 eager: bool = False) -> torch.Tensor:
         graphed = self.graphed
-        if graphed is not None and not labels:
+        if graphed is not None and not (labels or eager):
             return graphed(x, y)[0]
         rf = torch.autograd.profiler.record_function if labels else _null_label
         with rf("bench::optimizer"):

@@ -93,6 +93,8 @@ def measure_step_memory(
       the high-water mark through ``/proc/self/clear_refs``); page-granular and includes
       allocator fragmentation.
     * Both: bytes of activations saved for backward (:class:`SavedTensorMeter`).
+
+    The step runs eagerly (a CUDA graph's replay allocates nothing).
     """
     model = step.model
     exclude = [*model.parameters(), *model.buffers()]
@@ -104,7 +106,7 @@ def measure_step_memory(
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
         with meter.hooks():
-            step(x, y)
+            step(x, y, eager=True)
         _sync(device)
         peak = torch.cuda.max_memory_allocated(device)
         out["method"] = "torch.cuda.max_memory_allocated - memory_allocated before the step"
@@ -115,7 +117,7 @@ def measure_step_memory(
         rss0 = _proc_kib("VmRSS")
         reset = _reset_peak_rss()
         with meter.hooks():
-            step(x, y)
+            step(x, y, eager=True)
         hwm = _proc_kib("VmHWM")
         if rss0 is not None and hwm is not None and reset:
             out["method"] = (

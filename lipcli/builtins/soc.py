@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..hookspecs import hookimpl
+from . import soc_fused as _fused
 from ..specs import CONVOLUTION_PROFILE_LABEL, ORTHOGONAL, ConvSpec, Param
 from ..spectral import CONV_RESHAPES, conv_reshape_shape, conv_spectral_norm_upper_bound
 
@@ -210,6 +211,8 @@ class _NormalisedSkew(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         G = G.contiguous()
+        if _fused.use_fused(G):  # CUDA, LIPCLI_FUSED_FILTER=1: one reduction + one pointwise kernel
+            return _fused.skew_gradient(G, S, rho, ctx.factors), None, None, None
         c = torch.dot(G.reshape(-1), S.reshape(-1))
         (eu, ev), *rest = ctx.factors
         H = torch.addcmul(G, eu * (-c), ev)
@@ -498,6 +501,69 @@ def truncated_exp_norm_bound(b: float, terms: int) -> float:
 
 
 # --------------------------------------------------------------------------------------
+# Power-iteration products (SPEC §1.2; see SOC._power_iterate)
+# --------------------------------------------------------------------------------------
+def _left_products(D: Tensor, X0: Tensor, X2: Tensor) -> tuple[Tensor, Tensor]:
+    """``(R0(D)ᵀ X0, R2(D)ᵀ X2)`` (shapes ``(Ck, n0)`` and ``(Ck², n2)``) from one product
+    with ``M2 = D.view(C, Ck²)``.  With ``R0(D)[(o,a),(i,b)] = D[o,i,a,b]``:
+    ``(R0ᵀX)[(i,b),c] = Σ_a Z[(a,c),(i,a,b)]`` for ``Z = X̃ M2``, ``X̃[(a,c),o] = X[(o,a),c]``."""
+    C, k = D.shape[0], D.shape[-1]
+    M2 = D.view(C, C * k * k)
+    n0 = X0.shape[1]
+    if k == 1:
+        Z = torch.cat([X0, X2], 1).T @ M2
+        return Z[:n0].T, Z[n0:].T
+    Xt = X0.view(C, k, n0).permute(1, 2, 0).reshape(k * n0, C)
+    Z = torch.cat([Xt, X2.T], 0) @ M2
+    Z0 = Z[: k * n0].view(k, n0, C, k, k)
+    P0 = torch.diagonal(Z0, dim1=0, dim2=3).sum(-1)  # (c, i, b)
+    return P0.reshape(n0, C * k).T, Z[k * n0:].T
+
+def _right_products(D: Tensor, P0: Tensor, P2: Tensor) -> tuple[Tensor, Tensor]:
+    """``(R0(D) P0, R2(D) P2)`` (shapes ``(Ck, n0)`` and ``(C, n2)``) from one product with
+    ``M2``: ``(R0 P)[(o,a),c] = (M2 V)[o,(a,c)]`` with the block-sparse
+    ``V[(i,a',b),(a,c)] = P[(i,b),c]·δ(a',a)`` (exact: the other terms are zeros)."""
+    C, k = D.shape[0], D.shape[-1]
+    M2 = D.view(C, C * k * k)
+    n0 = P0.shape[1]
+    if k == 1:
+        Y = M2 @ torch.cat([P0, P2], 1)
+        return Y[:, :n0], Y[:, n0:]
+    eye = torch.eye(k, dtype=D.dtype, device=D.device)
+    V0 = (P0.view(C, 1, k, 1, n0) * eye.view(1, k, 1, k, 1)).reshape(C * k * k, k * n0)
+    Y = M2 @ torch.cat([V0, P2], 1)
+    return Y[:, : k * n0].reshape(C * k, n0), Y[:, k * n0:]
+
+
+def _power_steps(D: Tensor, X0: Tensor, X2: Tensor, steps: int) -> tuple[Tensor, ...]:
+    """The loop of :meth:`SOC._power_iterate` (pure: no buffers touched): ``steps`` passes
+    ``P̂ = unit(MᵀX)``, ``Q = M (P̂·s)``, ``X ← unit(Q)·s``; returns ``(P̂0, P̂2, X0, X2, r0, r2)``
+    with the unsigned ``P̂`` and the norms ``r`` of the last products."""
+    # (1, −1) built on the device (indexed assignment or torch.tensor would copy from
+    # the host, a synchronisation on GPUs)
+    signs = 1.0 - 2.0 * torch.arange(2, dtype=D.dtype, device=D.device)
+    P0, P2 = X0, X2
+    r0 = r2 = X0.new_zeros(2)
+
+    def unit(M: Tensor) -> tuple[Tensor, Tensor]:
+        norm = torch.linalg.vector_norm(M, dim=0)
+        return M * (signs / norm.clamp_min(1e-30)), norm
+
+    for _ in range(steps):
+        P0, P2 = _left_products(D, X0, X2)
+        P0, P2 = unit(P0)[0], unit(P2)[0]
+        Q0, Q2 = _right_products(D, P0, P2)
+        (X0, r0), (X2, r2) = unit(Q0), unit(Q2)
+    return P0 * signs, P2 * signs, X0, X2, r0, r2  # P·s = P̂ (unsigned)
+
+
+#: the power steps compiled into fused kernels (CUDA, ``LIPCLI_FUSED_FILTER=1``; training
+#: forwards run one step per layer; the refreshes' many steps stay eager)
+_power_steps_fused = _fused.compiled_or_eager("power_steps", _power_steps)
+#: most power steps per call that use the compiled loop (it is unrolled when compiled)
+FUSED_MAX_POWER_STEPS = 2
+
+# --------------------------------------------------------------------------------------
 # The layer
 # --------------------------------------------------------------------------------------
 def _select_on_host(device: torch.device) -> bool:
@@ -596,35 +662,10 @@ class SOC(nn.Module):
         return getattr(self, f"power_u{r}"), getattr(self, f"power_v{r}")
 
     def _left_products(self, D: Tensor, X0: Tensor, X2: Tensor) -> tuple[Tensor, Tensor]:
-        """``(R0(D)ᵀ X0, R2(D)ᵀ X2)`` (shapes ``(Ck, n0)`` and ``(Ck², n2)``) from one product
-        with ``M2 = D.view(C, Ck²)``.  With ``R0(D)[(o,a),(i,b)] = D[o,i,a,b]``:
-        ``(R0ᵀX)[(i,b),c] = Σ_a Z[(a,c),(i,a,b)]`` for ``Z = X̃ M2``, ``X̃[(a,c),o] = X[(o,a),c]``."""
-        C, k = self.channels, self.kernel_size
-        M2 = D.view(C, C * k * k)
-        n0 = X0.shape[1]
-        if k == 1:
-            Z = torch.cat([X0, X2], 1).T @ M2
-            return Z[:n0].T, Z[n0:].T
-        Xt = X0.view(C, k, n0).permute(1, 2, 0).reshape(k * n0, C)
-        Z = torch.cat([Xt, X2.T], 0) @ M2
-        Z0 = Z[: k * n0].view(k, n0, C, k, k)
-        P0 = torch.diagonal(Z0, dim1=0, dim2=3).sum(-1)  # (c, i, b)
-        return P0.reshape(n0, C * k).T, Z[k * n0:].T
+        return _left_products(D, X0, X2)
 
     def _right_products(self, D: Tensor, P0: Tensor, P2: Tensor) -> tuple[Tensor, Tensor]:
-        """``(R0(D) P0, R2(D) P2)`` (shapes ``(Ck, n0)`` and ``(C, n2)``) from one product with
-        ``M2``: ``(R0 P)[(o,a),c] = (M2 V)[o,(a,c)]`` with the block-sparse
-        ``V[(i,a',b),(a,c)] = P[(i,b),c]·δ(a',a)`` (exact: the other terms are zeros)."""
-        C, k = self.channels, self.kernel_size
-        M2 = D.view(C, C * k * k)
-        n0 = P0.shape[1]
-        if k == 1:
-            Y = M2 @ torch.cat([P0, P2], 1)
-            return Y[:, :n0], Y[:, n0:]
-        eye = torch.eye(k, dtype=D.dtype, device=D.device)
-        V0 = (P0.view(C, 1, k, 1, n0) * eye.view(1, k, 1, k, 1)).reshape(C * k * k, k * n0)
-        Y = M2 @ torch.cat([V0, P2], 1)
-        return Y[:, : k * n0].reshape(C * k, n0), Y[:, k * n0:]
+        return _right_products(D, P0, P2)
 
     def _flip1(self, x: Tensor) -> Tensor:  # F on a (channel, tap) index
         k = self.kernel_size
@@ -648,24 +689,10 @@ class SOC(nn.Module):
         ``v2 = P̂₀, u3 = −F2 P̂₁, u2 = X₀, v3 = X₁``.
         """
         f1, f2 = self._flip1, self._flip2
-        # (1, −1) built on the device (indexed assignment or torch.tensor would copy from
-        # the host, a synchronisation on GPUs)
-        signs = 1.0 - 2.0 * torch.arange(2, dtype=D.dtype, device=D.device)
         X0 = torch.stack([self.power_u0, f1(self.power_v1)], 1)
         X2 = torch.stack([self.power_u2, self.power_v3], 1)
-        P0, P2 = X0, X2
-        r0 = r2 = X0.new_zeros(2)
-
-        def unit(M: Tensor) -> tuple[Tensor, Tensor]:
-            norm = torch.linalg.vector_norm(M, dim=0)
-            return M * (signs / norm.clamp_min(1e-30)), norm
-
-        for _ in range(steps):
-            P0, P2 = self._left_products(D, X0, X2)
-            P0, P2 = unit(P0)[0], unit(P2)[0]
-            Q0, Q2 = self._right_products(D, P0, P2)
-            (X0, r0), (X2, r2) = unit(Q0), unit(Q2)
-        P0, P2 = P0 * signs, P2 * signs  # P·s = P̂ (unsigned)
+        fused = _fused.use_fused(D) and steps <= FUSED_MAX_POWER_STEPS
+        P0, P2, X0, X2, r0, r2 = (_power_steps_fused if fused else _power_steps)(D, X0, X2, steps)
         new = (
             (X0[:, 0], P0[:, 0]),
             (-f1(P0[:, 1]), f1(X0[:, 1])),
