@@ -110,7 +110,9 @@ class _CudaCapture:
 
     def capture(self, fn: Callable[[], Any]) -> Any:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: CUDA calls of other threads (the data loader's pin-memory thread)
+        # must not invalidate the capture
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = fn()
         self.graph = graph
         return out
