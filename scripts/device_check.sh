@@ -53,6 +53,7 @@ step digits 100 50 "set -e; for g in on off; do $LIP train --dataset digits --ar
 for head in lln mlp; do for c in 10 100; do
   step certify-$head-$c 45 25 "$LIP bench certify --arch 20 --head $head --classes $c --n 4096 --device cuda --lipschitz-iters 5 --fit-head 300 -o $J/certify-$head-$c.json"
 done; done
+step certify-lln-10-cudnn-benchmark 45 25 "$LIP bench certify --arch 20 --head lln --classes 10 --n 4096 --device cuda --lipschitz-iters 5 --cudnn-benchmark -o $J/certify-lln-10-cudnnbench.json"
 # 5. Table 1 at batch 512 (graphs on for both modes)
 step table1-b512 100 60 "$LIP bench train $TABLE --batch-size 512 --steps 5 --warmup 3 --no-memory --no-floor -o $J/table1-b512.json"
 # 6. fused filter kernel (torch.compile) A/B, LipConvnet-20, batch 128, graphs on

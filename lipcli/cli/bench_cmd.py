@@ -315,6 +315,10 @@ def certify(
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     seed: int = typer.Option(0, "--seed", help="Seed for weights and inputs."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads."),
+    cudnn_benchmark: bool = typer.Option(
+        False, "--cudnn-benchmark/--no-cudnn-benchmark",
+        help="CUDA: let cuDNN autotune convolution algorithms (lip certify does not).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     output: Optional[str] = typer.Option(
         None, "--output", "-o", help="Also write the JSON report to this file."
@@ -343,7 +347,7 @@ def certify(
                 f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to a random "
                 f"model built from --arch, not to the model file {model_path}"
             )
-    dev = _setup(device, threads)
+    dev = _setup(device, threads, cudnn_benchmark)
     _check_output(output)
     if model_path is not None:
         from ..models import load_model
