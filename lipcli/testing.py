@@ -537,3 +537,13 @@ def check_model_roundtrip(
         config=config, num_parameters=sum(p.numel() for p in model.parameters()),
         logits_shape=tuple(logits.shape),
     )
+
+
+# convolution components (their own module: lipcli.testing_conv)
+from .testing_conv import (  # noqa: E402
+    ConvCaseReport,
+    check_conv_network_bound,
+    check_conv_spec,
+)
+
+__all__ += ["ConvCaseReport", "check_conv_network_bound", "check_conv_spec"]
