@@ -9,9 +9,10 @@ writes its maths:
   (a permutation of the coordinates, norm 1) first, then a stride-1 operator with
   ``4·in_channels`` input channels (:attr:`conv_in_channels`);
 * the bias (does not change the Lipschitz constant);
-* the eval-mode operator cached: :meth:`operator` is recomputed only when a parameter or
-  buffer changed (tensor version counters and storage), on ``train()``/``eval()``/``.to()``,
-  or when gradients to the parameters are requested in eval mode;
+* the eval-mode operator cached: :meth:`eval_operator` is recomputed only when a parameter
+  or buffer changed (tensor version counters and storage) and on ``train()``/``eval()``/
+  ``.to()``; when gradients to the parameters are requested in eval mode the operator is
+  recomputed with a graph (same values) unless :attr:`eval_grad_to_params` is false;
 * :meth:`lipschitz_upper_bound` = the subclass's *guaranteed* :meth:`operator_bound` of the
   cached eval operator (cached too), and :meth:`lipschitz_estimate`, a power-method lower
   estimate.
@@ -38,6 +39,9 @@ class LipConvBase(nn.Module):
     """``(N, in, H, W) → (N, out, H/s, W/s)``: rearrangement, a linear operator, bias."""
 
     bias: Tensor
+    #: in eval mode with gradients enabled, recompute the operator so that parameter
+    #: gradients flow (same values as the cache); ``False``: always use the cached operator
+    eval_grad_to_params: bool = True
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int) -> None:
         super().__init__()
@@ -127,7 +131,11 @@ class LipConvBase(nn.Module):
         """The layer without its bias (the operator the Lipschitz bound is about)."""
         z = self.rearrange(x)
         size = self.operator_size((int(z.shape[-2]), int(z.shape[-1])))
-        needs_graph = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        needs_graph = (
+            self.eval_grad_to_params
+            and torch.is_grad_enabled()
+            and any(p.requires_grad for p in self.parameters())
+        )
         if self.training or needs_graph:
             op = self.compute_operator(size)
         else:

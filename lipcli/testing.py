@@ -542,8 +542,9 @@ def check_model_roundtrip(
 # convolution components (their own module: lipcli.testing_conv)
 from .testing_conv import (  # noqa: E402
     ConvCaseReport,
+    affine_matrix,
     check_conv_network_bound,
     check_conv_spec,
 )
 
-__all__ += ["ConvCaseReport", "check_conv_network_bound", "check_conv_spec"]
+__all__ += ["ConvCaseReport", "affine_matrix", "check_conv_network_bound", "check_conv_spec"]

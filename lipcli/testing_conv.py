@@ -32,7 +32,9 @@ from torch import nn
 
 from .specs import ONE_LIPSCHITZ, ORTHOGONAL, ConvSpec
 
-__all__ = ["ConvCaseReport", "check_conv_network_bound", "check_conv_spec", "conv_cases"]
+__all__ = [
+    "ConvCaseReport", "affine_matrix", "check_conv_network_bound", "check_conv_spec", "conv_cases",
+]
 
 
 def _fail(message: str) -> None:
@@ -79,9 +81,12 @@ def _batched_jacobian(fn: Any, x: torch.Tensor, outputs: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _affine_matrix(module: nn.Module, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """The matrix of an affine ``module`` on inputs of ``shape``: ``f(e_j) − f(0)`` for all
-    basis vectors ``e_j``, in one batched forward pass (exact for affine maps)."""
+def affine_matrix(
+    module: Any, shape: tuple[int, ...], dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """The matrix (``outputs × inputs``) of an affine map ``module`` on inputs of ``shape``
+    (no batch dim): ``f(e_j) − f(0)`` for all basis vectors ``e_j``, in one batched forward
+    pass (exact for affine maps; the bias cancels)."""
     n = math.prod(shape)
     basis = torch.eye(n, dtype=dtype).view(n, *shape)
     out = module(torch.cat([basis, torch.zeros(1, *shape, dtype=dtype)]))
@@ -180,7 +185,7 @@ def check_conv_spec(
             _fail(f"{label}: two eval-mode forward passes differ")
         _roundtrip(module, build, x, label)
         bound32 = _declared_bound(module, spec, label)
-        jac32 = _affine_matrix(module, (cin, n, n), torch.float32).double()
+        jac32 = affine_matrix(module, (cin, n, n), torch.float32).double()
         sigma32 = float(torch.linalg.matrix_norm(jac32, ord=2))
         if sigma32 > bound32 * (1.0 + float32_slack):
             _fail(f"{label}: float32 layer has Jacobian spectral norm {sigma32:.9g} > its "
@@ -197,7 +202,7 @@ def check_conv_spec(
         if float(gap) > 1e-9 * scale:
             _fail(f"{label}: the layer is not affine (f(a)+f(b)-f(0)-f(a+b) = {float(gap):.3g}); "
                   "conv components must be affine maps")
-        svals = torch.linalg.svdvals(_affine_matrix(module64, (cin, n, n), torch.float64))
+        svals = torch.linalg.svdvals(affine_matrix(module64, (cin, n, n), torch.float64))
         smax, smin = float(svals.max()), float(svals.min())
         if smax > bound * (1.0 + rtol):
             _fail(f"{label}: dense-Jacobian spectral norm {smax:.12g} exceeds the declared "

@@ -26,10 +26,12 @@ from lipcli.plugins import create_host, get_registry, register_plugin, unregiste
 #: conv name -> (distribution, plugin module)
 CONV_PLUGINS = {
     "aol": ("lipcli-aol", "lipcli_aol.plugin"),
+    "bcop": ("lipcli-bcop", "lipcli_bcop.plugin"),
+    "cayley": ("lipcli-cayley", "lipcli_cayley.plugin"),
 }
 
 runner = CliRunner()
-TINY = ["--dataset", "digits", "--width", "4", "--batch-size", "32", "--limit-train", "64",
+TINY = ["--dataset", "digits", "--width", "2", "--batch-size", "32", "--limit-train", "64",
         "--limit-test", "32", "--epochs", "1", "--no-lipschitz-estimate", "-q"]
 
 
@@ -52,7 +54,7 @@ def in_process(request):
 
 
 @pytest.mark.parametrize("name", sorted(CONV_PLUGINS))
-@pytest.mark.parametrize("depth", [5, 10, 15, 20, 25, 30, 35, 40])
+@pytest.mark.parametrize("depth", [5, 10, 40])  # 1, 2 and 8 convolutions per block
 def test_every_depth_builds_runs_and_is_bounded(name, depth):
     reg = _host(name).registry()
     torch.manual_seed(0)
@@ -102,9 +104,9 @@ def test_lip_train_and_certify_with_the_conv(in_process, tmp_path):
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     assert summary["sound"] is True and summary["total"] == 8
-    r = runner.invoke(app, ["lipschitz", str(out), "--json", "--no-estimate", "--empirical"])
+    r = runner.invoke(app, ["lipschitz", str(out), "--json", "--no-estimate"])
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
-    assert report["empirical_lower"]["value"] <= report["upper_bound"]
     conv_rows = [row for row in report["layers"] if "conv" in row["name"] or "down" in row["name"]]
-    assert conv_rows and all(row["source"] == "bound" for row in conv_rows)
+    assert len(conv_rows) == 6 and all(row["source"] == "bound" for row in conv_rows)
+    assert all(row["upper_bound"] < 1.0 + 1e-4 for row in conv_rows)

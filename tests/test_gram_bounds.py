@@ -86,3 +86,15 @@ def test_isometry_bound_covers_and_is_tight():
     assert isometry_norm_upper_bound(wide) < 1 + 1e-10
     scaled = Q * 1.5  # far from an isometry: still a valid (loose) bound
     assert isometry_norm_upper_bound(scaled) >= 1.5
+
+
+def test_weights_fingerprint_accepts_scalar_parameters():
+    """A 0-dim parameter (e.g. the Cayley plugin's learned scale) can be fingerprinted."""
+    from lipcli.lipschitz import weights_fingerprint
+
+    m = torch.nn.Module()
+    m.alpha = torch.nn.Parameter(torch.tensor(2.0))
+    first = weights_fingerprint(m)
+    with torch.no_grad():
+        m.alpha.fill_(3.0)
+    assert weights_fingerprint(m) != first

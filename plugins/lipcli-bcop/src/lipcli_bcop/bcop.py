@@ -1,0 +1,157 @@
+"""BCOP: block convolution orthogonal parametrisation (Li, Haghighi, Kuo, Grosse, Jacobsen,
+*Preventing Gradient Attenuation in Lipschitz Constrained Convolutional Networks*,
+NeurIPS 2019).
+
+Maths:
+
+* A convolution is *orthogonal* (on every torus, and on infinite signals) iff its filter's
+  symbol ``K(z) = Σ_{a,b} K[:, :, a, b] z_y^a z_x^b`` is unitary on the unit torus
+  (*paraunitary*).  Products of paraunitary symbols are paraunitary.
+* Building blocks: an orthogonal ``c × c`` matrix ``H`` (``1 × 1`` filter) and, for a
+  symmetric projector ``P = VVᵀ`` (``V`` with orthonormal columns), the two-tap block
+  convolutions ``[P, I − P]`` along x (symbol ``P + (I − P) z_x``) and ``[Q; I − Q]`` along y.
+  Each is unitary for ``|z| = 1`` because ``P`` and ``I − P`` are complementary orthogonal
+  projectors.  BCOP's ``k × k`` filter is
+  ``K(z) = H · Π_{t<k−1} (P_t + (I − P_t) z_x)(Q_t + (I − Q_t) z_y)``
+  (``k − 1`` blocks per axis; the paper shows this family is complete for ``k`` up to …,
+  and uses projectors of rank ``c/2``).
+* Orthogonal matrices come from Björck's iteration (order 1)
+  ``A ← A (I + ½(I − AᵀA))`` started at ``A₀ = M/‖M‖_F`` (all singular values ``≤ 1 < √3``,
+  so it converges to the orthogonal polar factor).  The map ``s ↦ s(3 − s²)/2`` sends
+  ``[0, √3]`` into ``[0, 1]``: before convergence every singular value is still ``≤ 1``, so
+  ``P = VVᵀ`` has eigenvalues in ``[0, 1]`` and each block still has norm ``≤ 1`` (a convex
+  combination ``λ + (1 − λ)z`` per eigenvector) — the layer is 1-Lipschitz in exact
+  arithmetic even when Björck has not converged, and orthogonal when it has.
+* ``in ≠ out`` (as in the paper's code): an orthogonal filter on ``c = max(in·s², out)``
+  channels, truncated to ``K[:out, :in·s²]`` (zero-padding the input, dropping outputs:
+  semi-orthogonal).  Stride 2: ``pixel_unshuffle`` (a permutation) first, as lipcli's SOC.
+* Padding: *circular*, so the operator is exactly the paraunitary symbol sampled at the
+  torus' frequencies (orthogonal for every image size, ``1 × 1`` included); with zero padding
+  an orthogonal filter is only 1-Lipschitz (not norm-preserving at the borders).
+
+What is proven, and what is bounded: Björck's iteration stops after ``bjorck_iters`` steps
+in training (float32) and at convergence in eval mode (run in float64, then the filter is
+cast to the parameters' dtype), so orthogonality holds only up to its convergence and
+rounding.  The spec therefore promises nothing; ``lipschitz_upper_bound()`` certifies the
+filter as used with :func:`lipcli.gram_bounds.conv_gram_norm_upper_bound` (for an orthogonal
+filter ``√(1 + Σ_δ ‖KᵀK[δ] − I·[δ = 0]‖_F)`` is the tight one, every rounding covered):
+``1 + O(1e-6)`` for float32 filters, ``1 + O(1e-12)`` in float64.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lipcli.convbase import LipConvBase
+from lipcli.gram_bounds import conv_gram_norm_upper_bound
+
+#: eval-mode Björck: stop when ``‖AᵀA − I‖_F`` (float64) is below this, at most
+#: :data:`EVAL_MAX_ITERS` steps
+EVAL_TOL = 1e-13
+EVAL_MAX_ITERS = 200
+
+
+def _frobenius_start(M: Tensor) -> Tensor:
+    """``M/‖M‖_F`` per matrix of a batch (a zero matrix stays zero)."""
+    norm = torch.linalg.matrix_norm(M, ord="fro", keepdim=True)
+    return M / norm.clamp_min(torch.finfo(M.dtype).tiny)
+
+
+def bjorck(M: Tensor, iters: int) -> Tensor:
+    """``iters`` order-1 Björck steps from ``M/‖M‖_F`` (batch ``(..., m, n)``, ``m ≥ n``):
+    tends to the orthogonal polar factor (orthonormal columns); differentiable."""
+    A = _frobenius_start(M)
+    for _ in range(iters):
+        A = 1.5 * A - 0.5 * A @ (A.mT @ A)
+    return A
+
+
+@torch.no_grad()
+def bjorck_converged(M: Tensor) -> Tensor:
+    """Björck's iteration in float64 until ``max ‖AᵀA − I‖_F ≤ EVAL_TOL`` (at most
+    :data:`EVAL_MAX_ITERS` steps); returned in float64."""
+    A = _frobenius_start(M.detach().to(torch.float64))
+    if A.numel() == 0:
+        return A
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    for _ in range(EVAL_MAX_ITERS):
+        gram = A.mT @ A
+        if float(torch.linalg.matrix_norm(gram - eye).max()) <= EVAL_TOL:
+            break
+        A = 1.5 * A - 0.5 * A @ gram
+    return A
+
+
+def bcop_kernel(H: Tensor, Vx: Tensor, Vy: Tensor) -> Tensor:
+    """The filter ``H · Π_t (P_t + (I − P_t) z_x)(Q_t + (I − Q_t) z_y)`` as a tensor
+    ``(c, c, k, k)``, ``k = 1 + len(Vx)``, with ``P_t = Vx[t] Vx[t]ᵀ``, ``Q_t = Vy[t] Vy[t]ᵀ``."""
+    K = H[:, :, None, None]
+    for V, axis in [(v, ax) for pair in zip(Vx, Vy) for v, ax in zip(pair, ("x", "y"))]:
+        KP = torch.einsum("oiab,ir,jr->ojab", K, V, V)  # K·P without forming P
+        if axis == "x":
+            K = F.pad(KP, (0, 1, 0, 0)) + F.pad(K - KP, (1, 0, 0, 0))
+        else:
+            K = F.pad(KP, (0, 0, 0, 1)) + F.pad(K - KP, (0, 0, 1, 0))
+    return K
+
+
+class BCOPConv(LipConvBase):
+    """BCOP convolution ``(N, in, H, W) → (N, out, H/s, W/s)``, circular padding.
+
+    Parameters ``ortho`` (``c × c``, orthogonal init), ``proj_x``/``proj_y``
+    (``(k−1) × c × r`` with ``r = max(1, c//2)``, orthonormal-column init) and ``bias``;
+    ``c = max(in·s², out)``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
+                 *, bjorck_iters: int = 20) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride)
+        if bjorck_iters < 1:
+            raise ValueError(f"bjorck_iters must be at least 1, got {bjorck_iters}")
+        self.bjorck_iters = int(bjorck_iters)
+        c = max(self.conv_in_channels, self.out_channels)
+        r = max(1, c // 2)
+        self.channels = c
+        blocks = self.kernel_size - 1
+        self.ortho = nn.Parameter(nn.init.orthogonal_(torch.empty(c, c)))
+        self.proj_x = nn.Parameter(torch.stack([nn.init.orthogonal_(torch.empty(c, r)) for _ in range(blocks)])
+                                   if blocks else torch.empty(0, c, r))
+        self.proj_y = nn.Parameter(torch.stack([nn.init.orthogonal_(torch.empty(c, r)) for _ in range(blocks)])
+                                   if blocks else torch.empty(0, c, r))
+
+    #: eval mode always uses the cached converged filter (no gradient to the parameters)
+    eval_grad_to_params = False
+
+    def compute_operator(self, size: tuple[int, int] | None) -> Tensor:
+        """The truncated filter ``(out, in·s², k, k)``: Björck with ``bjorck_iters`` steps in
+        training, to convergence in float64 in eval mode."""
+        if self.training:
+            H = bjorck(self.ortho, self.bjorck_iters)
+            Vx = bjorck(self.proj_x, self.bjorck_iters)
+            Vy = bjorck(self.proj_y, self.bjorck_iters)
+            K = bcop_kernel(H, Vx, Vy)
+        else:
+            H, Vx, Vy = (bjorck_converged(p) for p in (self.ortho, self.proj_x, self.proj_y))
+            K = bcop_kernel(H, Vx, Vy).to(self.ortho.dtype)
+        return K[: self.out_channels, : self.conv_in_channels].contiguous()
+
+    def apply_operator(self, x: Tensor, op: Tensor) -> Tensor:
+        N, C, H, W = x.shape
+        if op.shape[-1] == 1:
+            if H == 1 and W == 1:
+                return F.linear(x.reshape(N, C), op.view(op.shape[0], C)).view(N, -1, 1, 1)
+            return F.conv2d(x, op)
+        p = self.kernel_size // 2
+        if p <= H and p <= W:
+            return F.conv2d(F.pad(x, (p, p, p, p), mode="circular"), op)
+        rows = torch.arange(-p, H + p, device=x.device) % H  # wraps more than once
+        cols = torch.arange(-p, W + p, device=x.device) % W
+        return F.conv2d(x[:, :, rows][:, :, :, cols], op)
+
+    def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
+        return conv_gram_norm_upper_bound(op)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", bjorck_iters={self.bjorck_iters}"

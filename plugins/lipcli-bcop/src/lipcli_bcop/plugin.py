@@ -1,0 +1,31 @@
+"""The lipcli plugin module (entry point ``bcop`` in the ``lipcli`` group).
+
+Provides one convolution component, ``bcop``: ``lip train --conv bcop``.
+"""
+
+from __future__ import annotations
+
+import lipcli
+from lipcli.specs import ConvSpec, Param
+
+from .bcop import BCOPConv
+
+
+def bcop_spec() -> ConvSpec:
+    """The ``bcop`` conv spec: no promise (Björck's iteration is not exactly orthogonal);
+    ``lipschitz_upper_bound()`` is a verified bound on the filter as used."""
+    return ConvSpec(
+        name="bcop",
+        factory=BCOPConv,
+        description="BCOP: block convolution orthogonal parametrisation (Li et al., NeurIPS 2019)",
+        params=(
+            Param(name="bjorck_iters", type=int, default=20,
+                  help="Bjorck orthogonalisation steps per training step (eval: to convergence)"),
+        ),
+        promises=(),
+    )
+
+
+@lipcli.hookimpl
+def lip_convolutions() -> list[ConvSpec]:
+    return [bcop_spec()]

@@ -1,0 +1,153 @@
+"""Cayley convolution: orthogonal convolutions in the Fourier domain (Trockman & Kolter,
+*Orthogonalizing Convolutional Layers with the Cayley Transform*, ICLR 2021).
+
+Maths:
+
+* A *circular* convolution on an ``H × W`` torus is block diagonal in the Fourier basis: at
+  every frequency ``f`` it multiplies the input's spectrum ``x̂(f) ∈ ℂ^{in}`` by the matrix
+  ``Ŵ(f) = Σ_{a,b} W[:, :, a, b] e^{2πi (f_y (a−c)/H + f_x (b−c)/W)}`` (``c = k//2``; the
+  sum aliases taps when ``k > H``).  Replacing ``Ŵ(f)`` by a unitary ``Q(f)`` with
+  ``Q(−f) = conj Q(f)`` gives a real orthogonal map; ``Q(f)`` is the Cayley transform of
+  ``A(f) = α Ŵ(f)/‖W‖_F`` (``α`` a learned scale, initialised to ``‖W‖_F``).
+* Cayley transform, ``A`` of shape ``m × n`` with ``m ≥ n`` (rows = outputs):
+  ``U = A[:n]``, ``V = A[n:]``, ``M = U − Uᴴ + VᴴV`` and
+  ``Q = [I − M; −2V] (I + M)⁻¹``.  Then ``QᴴQ = I`` (semi-orthogonal): with
+  ``M + Mᴴ = 2VᴴV``, ``(I − M)ᴴ(I − M) + 4VᴴV = (I + M)ᴴ(I + M)``.  ``I + M`` is invertible
+  because ``M + Mᴴ ⪰ 0``.  For ``m < n`` the transform of ``Aᴴ`` is transposed (``QQᴴ = I``).
+  ``Cayley(conj A) = conj Cayley(A)``, so the map is real.  For ``m = n`` this is the usual
+  ``(I + S)⁻¹(I − S)`` with ``S = U − Uᴴ``.
+* The layer computes ``y = irfft2(Q · rfft2(x))`` (bins of the half plane ``f_x ≤ W/2``).
+  For ``1 × 1`` images only the real DC bin exists: ``y = Q x`` with a real ``Q``.
+* Stride 2 (as lipcli's SOC): ``pixel_unshuffle`` (a permutation), then the Cayley
+  convolution with ``4·in`` input channels, semi-orthogonal from ``4·in`` to ``out``.
+
+What is proven, and what is bounded: the layer is orthogonal (``in = out``) or
+semi-orthogonal in exact arithmetic, hence the promise ``"orthogonal"``.  The matrices
+``Q̂(f)`` actually used are computed in floating point (float32 in training), so
+``lipschitz_upper_bound()`` certifies them: ``max_f ‖Q̂(f)‖₂ ≤ √(1 + max_f ‖Q̂ᴴQ̂ − I‖_F)``
+with every rounding of that computation covered
+(:func:`lipcli.gram_bounds.isometry_norm_upper_bound`).  This bounds the linear map
+``x ↦ c2r(Q̂ · DFT(x))`` exactly: with ``E`` the Hermitian completion of the half-plane
+products ``Z(f) = Q̂(f)x̂(f)``, ``y = Re IDFT(E)``, so ``‖y‖² ≤ ‖E‖²/(HW) ≤ max‖Q̂‖²·‖x̂‖²/(HW)
+= max‖Q̂‖²·‖x‖²`` (Parseval), whether or not ``Q̂(−f) = conj Q̂(f)`` holds exactly in floating
+point.  The rounding of the FFTs inside a forward pass is not part of the bound (as SOC's
+series rounding is not).  The matrices depend on the image size, so the layer records the
+size it is first used with (buffer ``spatial_size``, saved with the model) and refuses other
+sizes: its bound is for that size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lipcli.convbase import LipConvBase
+from lipcli.errors import LipError
+from lipcli.gram_bounds import isometry_norm_upper_bound
+
+
+def cayley(A: Tensor) -> Tensor:
+    """Semi-orthogonal Cayley transform of a batch ``A`` (``(..., m, n)``, real or complex):
+    ``QᴴQ = I`` if ``m ≥ n``, ``QQᴴ = I`` otherwise (module docstring)."""
+    m, n = A.shape[-2:]
+    if m < n:
+        return cayley(A.mH).mH
+    U, V = A[..., :n, :], A[..., n:, :]
+    M = U - U.mH + V.mH @ V
+    eye = torch.eye(n, dtype=A.dtype, device=A.device)
+    B = torch.cat([eye - M, -2.0 * V], dim=-2)
+    return torch.linalg.solve(eye + M, B, left=False)  # B (I + M)⁻¹
+
+
+def _phases(size: int, k: int, bins: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``e^{2πi f (a − k//2)/size}`` for ``f < bins``, ``a < k``: shape ``(bins, k)``."""
+    f = torch.arange(bins, dtype=torch.float64, device=device)[:, None]
+    a = torch.arange(k, dtype=torch.float64, device=device)[None, :] - k // 2
+    angle = 2 * math.pi * torch.remainder(f * a, size) / size
+    return torch.polar(torch.ones_like(angle), angle).to(dtype)
+
+
+class CayleyConv(LipConvBase):
+    """Cayley convolution ``(N, in, H, W) → (N, out, H/s, W/s)``, circular (FFT).
+
+    Parameters ``weight`` (``out × in·s² × k × k``, PyTorch's default convolution
+    initialisation), ``alpha`` (scalar, initialised to ``‖weight‖_F``) and ``bias``; buffer
+    ``spatial_size`` (the operator's ``(H, W)``, ``0`` until the first forward).
+    """
+
+    weight: Tensor
+    alpha: Tensor
+    spatial_size: Tensor
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride)
+        k = self.kernel_size
+        weight = torch.empty(self.out_channels, self.conv_in_channels, k, k)
+        nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # nn.Conv2d's default
+        self.weight = nn.Parameter(weight)
+        self.alpha = nn.Parameter(torch.linalg.vector_norm(weight).detach().clone())
+        self.register_buffer("spatial_size", torch.zeros(2, dtype=torch.int64))
+        self._size_seen: tuple[int, tuple[int, int] | None] | None = None
+
+    # ------------------------------------------------------------------ the image size
+    def _recorded_size(self) -> tuple[int, int] | None:
+        buf = self.spatial_size
+        if self._size_seen is None or self._size_seen[0] != (buf._version, buf.data_ptr()):
+            h, w = (int(v) for v in buf.tolist())
+            self._size_seen = ((buf._version, buf.data_ptr()), (h, w) if h > 0 else None)
+        return self._size_seen[1]
+
+    def operator_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        recorded = self._recorded_size()
+        if recorded is None:
+            with torch.no_grad():
+                self.spatial_size.copy_(torch.tensor(size, dtype=torch.int64))
+            self._size_seen = ((self.spatial_size._version, self.spatial_size.data_ptr()), size)
+        elif recorded != size:
+            raise ValueError(
+                f"CayleyConv was first used with {recorded[0]}x{recorded[1]} images (after the "
+                f"stride-2 rearrangement) and got {size[0]}x{size[1]}; its orthogonal matrices "
+                "and their bound are for one image size"
+            )
+        return size
+
+    def bound_size(self) -> tuple[int, int]:
+        recorded = self._recorded_size()
+        if recorded is None:
+            raise LipError(
+                "a Cayley convolution has not seen an input yet: its matrices and their "
+                "bound depend on the image size; run the model on one batch first"
+            )
+        return recorded
+
+    # ------------------------------------------------------------------ operator
+    def compute_operator(self, size: tuple[int, int] | None) -> Tensor:
+        """``Q(f)`` for the half-plane bins, shape ``(H·(W//2+1), out, in·s²)`` (real
+        ``(1, out, in·s²)`` for a ``1 × 1`` image)."""
+        assert size is not None
+        H, W = size
+        scale = self.alpha / torch.linalg.vector_norm(self.weight)
+        if H == 1 and W == 1:
+            return cayley((self.weight.sum(dim=(2, 3)) * scale)[None])
+        k = self.kernel_size
+        cdtype = torch.complex128 if self.weight.dtype == torch.float64 else torch.complex64
+        dev = self.weight.device
+        ey = _phases(H, k, H, cdtype, dev)
+        ex = _phases(W, k, W // 2 + 1, cdtype, dev)
+        A = torch.einsum("oiab,ya,xb->yxoi", self.weight.to(cdtype), ey, ex)
+        A = A.reshape(-1, self.out_channels, self.conv_in_channels) * scale
+        return cayley(A)
+
+    def apply_operator(self, x: Tensor, op: Tensor) -> Tensor:
+        N, C, H, W = x.shape
+        if H == 1 and W == 1:
+            return F.linear(x.reshape(N, C), op[0]).view(N, -1, 1, 1)
+        X = torch.fft.rfft2(x).permute(2, 3, 1, 0).reshape(-1, C, N)
+        Y = (op @ X).reshape(H, W // 2 + 1, self.out_channels, N).permute(3, 2, 0, 1)
+        return torch.fft.irfft2(Y, s=(H, W))
+
+    def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
+        return isometry_norm_upper_bound(op)

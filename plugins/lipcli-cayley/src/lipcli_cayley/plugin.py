@@ -1,0 +1,28 @@
+"""The lipcli plugin module (entry point ``cayley`` in the ``lipcli`` group).
+
+Provides one convolution component, ``cayley``: ``lip train --conv cayley``.
+"""
+
+from __future__ import annotations
+
+import lipcli
+from lipcli.specs import ORTHOGONAL, ConvSpec
+
+from .cayley import CayleyConv
+
+
+def cayley_spec() -> ConvSpec:
+    """The ``cayley`` conv spec: orthogonal (semi-orthogonal for ``in ≠ out``) in exact
+    arithmetic; ``lipschitz_upper_bound()`` is a verified bound for the float matrices used."""
+    return ConvSpec(
+        name="cayley",
+        factory=CayleyConv,
+        description="Cayley orthogonal convolution in the Fourier domain (Trockman & Kolter, ICLR 2021)",
+        params=(),
+        promises=(ORTHOGONAL,),
+    )
+
+
+@lipcli.hookimpl
+def lip_convolutions() -> list[ConvSpec]:
+    return [cayley_spec()]
