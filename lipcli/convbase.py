@@ -18,7 +18,8 @@ writes its maths:
   estimate.
 
 Subclasses implement ``compute_operator(size)`` (differentiable; ``size`` is the spatial
-size ``(H, W)`` after the rearrangement, which operators acting in the Fourier domain need),
+size ``(H, W)`` after the rearrangement, which operators acting in the Fourier domain need;
+optionally ``compute_eval_operator(size)`` when evaluation uses another one),
 ``apply_operator(x, op)`` (the linear map without bias on the rearranged input) and
 ``operator_bound(op, size)`` (a guaranteed bound on its l2 operator norm; ``size`` is
 :meth:`bound_size`, ``None`` unless the subclass needs one).
@@ -66,6 +67,11 @@ class LipConvBase(nn.Module):
     def compute_operator(self, size: tuple[int, int] | None) -> Any:
         raise NotImplementedError
 
+    def compute_eval_operator(self, size: tuple[int, int] | None) -> Any:
+        """The operator used in eval mode (called without gradients, then cached); by
+        default :meth:`compute_operator`."""
+        return self.compute_operator(size)
+
     def apply_operator(self, x: Tensor, op: Any) -> Tensor:
         raise NotImplementedError
 
@@ -99,7 +105,7 @@ class LipConvBase(nn.Module):
         key = (self._token(), size)
         if self._op_cache is None or self._op_cache[0] != key:
             with torch.no_grad():
-                op = self.compute_operator(size)
+                op = self.compute_eval_operator(size)
             self._op_cache = ((self._token(), size), op)
         return self._op_cache[1]
 

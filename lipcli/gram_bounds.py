@@ -71,17 +71,19 @@ def _up_sum(value: float, terms: int) -> float:
 
 def conv_gram_filter(kernel: Tensor) -> Tensor:
     """The Gram filter ``G[i, j, dy, dx] = Σ_{o,a,b} K[o,i,a,b]·K[o,j,a+δy,b+δx]`` (float64,
-    shape ``(i, i, 2kh−1, 2kw−1)``, ``δ = (dy − kh + 1, dx − kw + 1)``), one matrix product
-    per offset (each entry a single dot product of length ``o·kh·kw``)."""
+    shape ``(i, i, 2kh−1, 2kw−1)``, ``δ = (dy − kh + 1, dx − kw + 1)``) from ONE matrix
+    product ``MᵀM`` (``M = K`` viewed as ``o × (i·kh·kw)``) whose entries are added per
+    offset: each entry of ``G`` is then a sum of ``o·(overlapping taps)`` products, i.e. one
+    dot product of length at most ``o·kh·kw`` in some order."""
     K = kernel.detach().to(torch.float64)
     o, i, kh, kw = K.shape
-    Kp = torch.nn.functional.pad(K, (kw - 1, kw - 1, kh - 1, kh - 1))
-    A = K.permute(1, 0, 2, 3).reshape(i, o * kh * kw)
-    G = torch.empty(i, i, 2 * kh - 1, 2 * kw - 1, dtype=torch.float64, device=K.device)
-    for dy in range(2 * kh - 1):
-        for dx in range(2 * kw - 1):
-            B = Kp[:, :, dy : dy + kh, dx : dx + kw].permute(1, 0, 2, 3).reshape(i, o * kh * kw)
-            G[:, :, dy, dx] = A @ B.T
+    M = K.reshape(o, i * kh * kw)
+    gram = (M.T @ M).view(i, kh, kw, i, kh, kw)
+    G = torch.zeros(i, i, 2 * kh - 1, 2 * kw - 1, dtype=torch.float64, device=K.device)
+    for a in range(kh):
+        for b in range(kw):
+            # taps (a, b) of channel i against (a2, b2) of channel j: offset (a2 − a, b2 − b)
+            G[:, :, kh - 1 - a : 2 * kh - 1 - a, kw - 1 - b : 2 * kw - 1 - b] += gram[:, a, b]
     return G
 
 

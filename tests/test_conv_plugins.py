@@ -10,6 +10,7 @@ entry points are checked by each plugin's own tests when the distribution is ins
 from __future__ import annotations
 
 import importlib
+import importlib.metadata as md
 import json
 
 import pytest
@@ -22,6 +23,7 @@ from lipcli.lipschitz import guaranteed_upper_bound
 from lipcli.models import create_model, load_model, save_model
 from lipcli.modelfile import read_metadata
 from lipcli.plugins import create_host, get_registry, register_plugin, unregister_plugin
+from lipcli.testing import check_conv_network_bound
 
 #: conv name -> (distribution, plugin module)
 CONV_PLUGINS = {
@@ -68,6 +70,25 @@ def test_every_depth_builds_runs_and_is_bounded(name, depth):
     assert len(convs) == depth + 1 and all(r["source"] == "bound" for r in convs)
     assert all(r["upper_bound"] <= 1 + 1e-4 for r in convs)
     assert bound < 5.0  # 1/min(std) of the digits normalisation times ~1 per layer
+
+
+@pytest.mark.parametrize("name", sorted(CONV_PLUGINS))
+def test_network_bound_covers_the_dense_jacobian(name):
+    """A tiny LipConvnet: guaranteed bound >= the feature map's Jacobian norm at a random input."""
+    bound, norm = check_conv_network_bound(name, registry=_host(name).registry(), width=2, points=1)
+    assert 0 < norm <= bound
+
+
+@pytest.mark.parametrize("name", sorted(CONV_PLUGINS))
+def test_entry_point_when_installed(name):
+    dist_name, module = CONV_PLUGINS[name]
+    try:
+        dist = md.distribution(dist_name)
+    except md.PackageNotFoundError:
+        pytest.skip(f"{dist_name} is not installed (.ci/run installs it)")
+    eps = [ep for ep in dist.entry_points if ep.group == "lipcli"]
+    assert [(ep.name, ep.value) for ep in eps] == [(name, module)]
+    assert [s.name for s in eps[0].load().lip_convolutions()] == [name]
 
 
 @pytest.mark.parametrize("name", sorted(CONV_PLUGINS))

@@ -3,19 +3,15 @@ verified bound (also before convergence), conformance and a wrong layer."""
 
 from __future__ import annotations
 
-import importlib.metadata as md
-
 import pytest
 import torch
 
 import lipcli_bcop.plugin as plugin
-from lipcli.plugins import create_host
 from lipcli.specs import ConvSpec
-from lipcli.testing import affine_matrix, check_conv_network_bound, check_conv_spec
+from lipcli.testing import affine_matrix, check_conv_spec
 from lipcli_bcop import BCOPConv, bcop_kernel, bjorck
 from lipcli_bcop.bcop import bjorck_converged
 
-DIST = "lipcli-bcop"
 
 
 def perturbed(layer: BCOPConv, seed: int, scale: float = 0.5) -> BCOPConv:
@@ -116,6 +112,8 @@ class _NoProjector(BCOPConv):
         K = bcop_kernel(self.ortho, self.proj_x * 2.0, self.proj_y)
         return K[: self.out_channels, : self.conv_in_channels].contiguous()
 
+    compute_eval_operator = compute_operator
+
     def operator_bound(self, op, size):
         return 1.0
 
@@ -126,17 +124,9 @@ def test_a_wrong_layer_is_caught():
         check_conv_spec(wrong)
 
 
-def test_network_bound_covers_the_jacobian():
-    reg = create_host(autoload=False, extra=[("bcop", plugin)]).registry()
-    bound, norm = check_conv_network_bound("bcop", registry=reg, width=2, points=1)
-    assert norm <= bound
-
-
-def test_entry_point_when_installed():
-    try:
-        dist = md.distribution(DIST)
-    except md.PackageNotFoundError:
-        pytest.skip(f"{DIST} is not installed")
-    eps = [ep for ep in dist.entry_points if ep.group == "lipcli"]
-    assert [(ep.name, ep.value) for ep in eps] == [("bcop", "lipcli_bcop.plugin")]
-    assert eps[0].load().lip_convolutions()[0].name == "bcop"
+def test_the_bound_is_for_the_eval_filter_in_either_mode():
+    layer = perturbed(BCOPConv(4, 4), seed=9)
+    eval_bound = layer.lipschitz_upper_bound()
+    layer.train()
+    assert layer.lipschitz_upper_bound() == eval_bound
+    assert torch.equal(layer.eval_operator(), layer.eval().eval_operator())

@@ -125,16 +125,17 @@ class BCOPConv(LipConvBase):
     eval_grad_to_params = False
 
     def compute_operator(self, size: tuple[int, int] | None) -> Tensor:
-        """The truncated filter ``(out, in·s², k, k)``: Björck with ``bjorck_iters`` steps in
-        training, to convergence in float64 in eval mode."""
-        if self.training:
-            H = bjorck(self.ortho, self.bjorck_iters)
-            Vx = bjorck(self.proj_x, self.bjorck_iters)
-            Vy = bjorck(self.proj_y, self.bjorck_iters)
-            K = bcop_kernel(H, Vx, Vy)
-        else:
-            H, Vx, Vy = (bjorck_converged(p) for p in (self.ortho, self.proj_x, self.proj_y))
-            K = bcop_kernel(H, Vx, Vy).to(self.ortho.dtype)
+        """The training filter ``(out, in·s², k, k)``: Björck with ``bjorck_iters`` steps."""
+        H = bjorck(self.ortho, self.bjorck_iters)
+        Vx = bjorck(self.proj_x, self.bjorck_iters)
+        Vy = bjorck(self.proj_y, self.bjorck_iters)
+        return bcop_kernel(H, Vx, Vy)[: self.out_channels, : self.conv_in_channels]
+
+    def compute_eval_operator(self, size: tuple[int, int] | None) -> Tensor:
+        """The eval filter: Björck to convergence in float64, cast to the parameters' dtype
+        (cached by the base class; the bound is computed for it)."""
+        H, Vx, Vy = (bjorck_converged(p) for p in (self.ortho, self.proj_x, self.proj_y))
+        K = bcop_kernel(H, Vx, Vy).to(self.ortho.dtype)
         return K[: self.out_channels, : self.conv_in_channels].contiguous()
 
     def apply_operator(self, x: Tensor, op: Tensor) -> Tensor:
