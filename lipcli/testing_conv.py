@@ -108,15 +108,15 @@ def _declared_bound(module: nn.Module, spec: ConvSpec, label: str) -> float:
 
 
 def _roundtrip(module: nn.Module, build: Any, x: torch.Tensor, label: str) -> None:
-    from safetensors.torch import load, save
+    from .testing import _state_roundtrip
 
     with torch.no_grad():
         reference = module(x)
-    state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
+    loaded = _state_roundtrip(module.state_dict())
     torch.manual_seed(987654)
     fresh = build()
     try:
-        fresh.load_state_dict(load(save(state)), strict=True)
+        fresh.load_state_dict(loaded, strict=True)
     except RuntimeError as exc:
         _fail(f"{label}: a freshly built module does not accept the saved state dict: {exc}")
     fresh.eval()
