@@ -13,7 +13,8 @@ FINAL=${OUT:-device-out}
 mkdir -p "$FINAL"
 FINAL=$(cd "$FINAL" && pwd)
 WORK=$(mktemp -d)
-trap 'cp "$WORK/summary.txt" "$FINAL/" 2>/dev/null; tar czf "$FINAL/device-check.tgz" -C "$WORK" . ; ls -l "$FINAL"' EXIT
+# the archive holds the reports, not the model files (the device tool returns files < 16 MiB)
+trap 'cp "$WORK/summary.txt" "$FINAL/" 2>/dev/null; tar czf "$FINAL/device-check.tgz" --exclude="*.safetensors" -C "$WORK" . ; ls -l "$FINAL"' EXIT
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 LIP="$PY -m lipcli"
@@ -26,6 +27,7 @@ log() { echo "$*" | tee -a "$WORK/summary.txt"; }
 # to min(LIMIT, time left); skipped when less than MIN seconds are left
 step() {
   local name=$1 limit=$2 min=$3; shift 3
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
   local l; l=$(left)
   if [ "$l" -lt "$min" ]; then log "== $name: SKIPPED ($l s left, needs $min)"; return 0; fi
   [ "$l" -lt "$limit" ] && limit=$l
@@ -53,6 +55,12 @@ step digits 100 50 "set -e; for g in on off; do $LIP train --dataset digits --ar
 for head in lln mlp; do for c in 10 100; do
   step certify-$head-$c 45 25 "$LIP bench certify --arch 20 --head $head --classes $c --n 4096 --device cuda --lipschitz-iters 5 --fit-head 300 -o $J/certify-$head-$c.json"
 done; done
+# certification variants (LLN, 10 classes): batch 256 vs 1024, NCHW vs channels-last series
+for v in "b1024-cl:1024:1" "b256-cl:256:1" "b1024-nchw:1024:0" "b256-nchw:256:0"; do
+  IFS=: read -r tag bs cl <<< "$v"
+  step certify-var-$tag 30 12 "LIPCLI_CUDA_CHANNELS_LAST=$cl $LIP bench certify --arch 20 --head lln --n 2048 --batch-size $bs --device cuda --lipschitz-iters 1 -o $J/certify-var-$tag.json"
+done
+step certify-mlp-100-b256 45 25 "$LIP bench certify --arch 20 --head mlp --classes 100 --n 4096 --batch-size 256 --device cuda --lipschitz-iters 5 --fit-head 300 -o $J/certify-mlp-100-b256.json"
 # 5. Table 1 at batch 512 (graphs on for both modes)
 step table1-b512 100 60 "$LIP bench train $TABLE --batch-size 512 --steps 5 --warmup 3 --no-memory --no-floor -o $J/table1-b512.json"
 # 6. fused filter kernel (torch.compile) A/B, LipConvnet-20, batch 128, graphs on

@@ -579,7 +579,9 @@ class _TrainingRun:
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         scaler.step(optimizer)
         scaler.update()
-        return loss, logits, parts
+        # detached: a returned graph would keep the step's autograd graph (and, when it is
+        # captured, the graph's gradient-accumulation nodes) alive between steps
+        return loss.detach(), logits, parts
 
     def _check_finite(self, sums: torch.Tensor, checked: torch.Tensor, epoch: int, i: int) -> None:
         """Raise :class:`TrainingDiverged` when the summed loss over all ranks is NaN or inf."""
