@@ -40,8 +40,6 @@ on the true robust accuracy, which the certified accuracy bounds from below).
 
 from __future__ import annotations
 
-import dataclasses
-
 import copy
 import math
 import os
@@ -105,10 +103,6 @@ def parse_radii(text: str, unit: float = 255.0) -> list[float]:
     return sorted(set(out))
 
 
-#: batch size for features, certificates and attacks per device type when none is given
-DEFAULT_BATCH_SIZE = {"cpu": 256, "cuda": 1024}
-
-
 @dataclass
 class CertifyOptions:
     """What :func:`run_certification` does (the CLI's options)."""
@@ -120,8 +114,7 @@ class CertifyOptions:
     download: bool = False
     split: str = "test"
     limit: int | None = None
-    #: None: :data:`DEFAULT_BATCH_SIZE` for the device (large on GPUs, which need the work)
-    batch_size: int | None = None
+    batch_size: int = 256
     device: str = "auto"
     lipschitz: str = "bound"
     lipschitz_iters: int = 50
@@ -297,7 +290,7 @@ def _check_options(options: CertifyOptions) -> None:
     """Usage errors in ``options`` (before any work)."""
     if options.lipschitz not in LIPSCHITZ_METHODS:
         raise LipUsageError(f"--lipschitz must be one of {', '.join(LIPSCHITZ_METHODS)}")
-    if options.batch_size is not None and options.batch_size < 1:
+    if options.batch_size < 1:
         raise LipUsageError("--batch-size must be >= 1")
     if options.limit is not None and options.limit < 1:
         raise LipUsageError("--limit must be >= 1")
@@ -536,8 +529,6 @@ def run_certification(
     report = progress or (lambda stage, done, total: None)
     _check_options(options)
     device = resolve_device(options.device)
-    if options.batch_size is None:
-        options = dataclasses.replace(options, batch_size=DEFAULT_BATCH_SIZE.get(device.type, 256))
     if options.write:
         check_model_writable(model_path)
     reg = registry or get_registry()

@@ -82,7 +82,7 @@ def _quantiles(values: torch.Tensor) -> dict[str, float]:
 def bench_certify(
     model: nn.Module,
     *,
-    batch_size: int | None = None,
+    batch_size: int = 256,
     n: int = 1024,
     device: torch.device | str = "cpu",
     top_k: int | None = None,
@@ -102,11 +102,6 @@ def bench_certify(
     from ..lipschitz import lipschitz_report, model_input_shape
     from ..plugins import get_registry
 
-    from ..certify import DEFAULT_BATCH_SIZE
-
-    device = torch.device(device)
-    if batch_size is None:
-        batch_size = DEFAULT_BATCH_SIZE.get(device.type, 256)
     _check_positive(batch_size=batch_size, n=n)
     if top_k is not None and top_k < 1:
         raise LipUsageError(f"top-k must be at least 1, got {top_k}")

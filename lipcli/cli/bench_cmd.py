@@ -294,8 +294,7 @@ def certify(
     pool: str = typer.Option("max", "--pool", help="Pool component."),
     width: int = typer.Option(32, "--width", help="LipConvnet width."),
     classes: int = typer.Option(10, "--classes", help="Number of classes (10 or 100 for CIFAR)."),
-    batch_size: Optional[int] = typer.Option(
-        None, "--batch-size", help="Inputs per batch (default 256 on CPU, 1024 on CUDA)."),
+    batch_size: int = typer.Option(256, "--batch-size", help="Inputs per batch."),
     n: int = typer.Option(1024, "--n", help="Number of synthetic inputs."),
     top_k: Optional[int] = typer.Option(
         None, "--top-k", help="Also time the certificate restricted to the top-k classes (heuristic)."

@@ -31,9 +31,7 @@ def certify(
     download: bool = typer.Option(False, "--download", help="Download the data set if missing."),
     split: str = typer.Option("test", "--split", help="Data set split to certify."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N points of the split."),
-    batch_size: Optional[int] = typer.Option(
-        None, "--batch-size", help="Batch size for features, certificates and attacks (default 256 on "
-        "CPU, 1024 on CUDA)."),
+    batch_size: int = typer.Option(256, "--batch-size", help="Batch size for features, certificates and attacks."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     lipschitz: str = typer.Option(
         "bound", "--lipschitz",
