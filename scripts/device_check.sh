@@ -48,7 +48,7 @@ TABLE="--archs 5,10,15,20,25,30,35,40 --device cuda --cuda-graphs on"
 # 1. the cuda-marked tests (graphed step vs eager, fused filter kernels vs eager, bench on CUDA)
 step pytest-cuda 110 40 "$PY -m pytest -q -m cuda -p no:cacheprovider --continue-on-collection-errors tests"
 # 2. Table 1 at batch 128 with CUDA graphs for both modes, and the convolution-kernel floor
-step table1-b128 110 60 "$LIP bench train $TABLE --steps 6 --warmup 3 --no-memory -o $J/table1-b128.json"
+step table1-b128 130 60 "$LIP bench train $TABLE --steps 6 --warmup 3 --no-memory -o $J/table1-b128.json"
 # 3. the digits quick start, 3 epochs, graphs on vs off; certify the graphed model with PGD
 step digits 100 50 "set -e; for g in on off; do $LIP train --dataset digits --arch lipconvnet-5 --width 8 --epochs 3 --device cuda --cuda-graphs \$g --out $WORK/q-\$g/model.safetensors -q --json > $WORK/digits-train-\$g.json; done; $LIP certify $WORK/q-on/model.safetensors --radii 36,72,108 --device cuda --attack --attack-steps 50 --attack-restarts 1 --json > $WORK/digits-certify-on.json; $PY scripts/device_digits_report.py $WORK"
 # 4. certification throughput, LipConvnet-20, LLN and CRC-Lip, 10 and 100 classes
