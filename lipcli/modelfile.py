@@ -37,6 +37,12 @@ PREFIX = "lipcli."
 #: metadata slots every model file has (value may be null)
 SLOTS = ("config", "dataset", "normalization", "lipschitz", "results", "training", "cache")
 REQUIRED = ("format", "format_version", "version", "config")
+#: limits on what a model file may ask a reader to parse (model files are untrusted input):
+#: the safetensors header (tensor table + metadata), all metadata values together, and the
+#: nesting depth of any one JSON value (a real file stays far below each)
+MAX_HEADER_BYTES = 64 << 20
+MAX_METADATA_BYTES = 4 << 20
+MAX_JSON_DEPTH = 64
 
 
 @dataclass
@@ -137,6 +143,7 @@ def _read_raw(path: str | os.PathLike, *, tensors: bool) -> tuple[dict[str, torc
         raise ModelFileError(f"model file not found: {path}")
     if path.is_dir():
         raise ModelFileError(f"{path} is a directory, not a model file")
+    _check_header_size(path)
     try:
         out: dict[str, torch.Tensor] = {}
         with safe_open(str(path), framework="pt", device="cpu") as fh:
@@ -154,16 +161,58 @@ def _read_raw(path: str | os.PathLike, *, tensors: bool) -> tuple[dict[str, torc
     return out, raw
 
 
+def _check_header_size(path: Path) -> None:
+    """Refuse a header larger than :data:`MAX_HEADER_BYTES` before safetensors parses it."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(head) == 8 and int.from_bytes(head, "little") > MAX_HEADER_BYTES:
+        raise ModelFileError(
+            f"bad model file: {path}: its header claims {int.from_bytes(head, 'little')} bytes "
+            f"(limit {MAX_HEADER_BYTES})"
+        )
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in the JSON ``text`` (strings skipped), computed
+    without recursion or a Python-level loop, so that a hostile value costs milliseconds."""
+    import re
+
+    import numpy as np
+
+    # drop escapes (\\" included); then every other '"'-separated piece is outside a string
+    outside = "".join(re.sub(r"\\.", "", text).split('"')[::2])
+    codes = np.frombuffer(outside.encode("utf-8", "replace"), dtype=np.uint8)
+    if not codes.size:
+        return 0
+    opens = (codes == ord("[")) | (codes == ord("{"))
+    closes = (codes == ord("]")) | (codes == ord("}"))
+    steps = opens.astype(np.int64) - closes
+    return max(0, int(np.cumsum(steps).max()))
+
+
 def _decode(path: str | os.PathLike, raw: dict[str, str]) -> dict[str, Any]:
     if f"{PREFIX}format" not in raw:
         raise ModelFileError(f"{path} is a safetensors file but not a lipcli model (no lipcli metadata)")
+    size = sum(len(k) + len(v) for k, v in raw.items())
+    if size > MAX_METADATA_BYTES:
+        raise ModelFileError(
+            f"bad model file: {path}: {size} bytes of metadata (limit {MAX_METADATA_BYTES})"
+        )
     meta: dict[str, Any] = {}
     for key, value in raw.items():
         if not key.startswith(PREFIX):
             continue
+        if json_depth(value) > MAX_JSON_DEPTH:
+            raise ModelFileError(
+                f"bad model file: {path}: metadata key {key!r} is nested deeper than "
+                f"{MAX_JSON_DEPTH} levels"
+            )
         try:
             meta[key[len(PREFIX):]] = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, over-long integers
             raise ModelFileError(f"{path}: metadata key {key!r} is not valid JSON") from None
     for key in REQUIRED:
         if key not in meta:

@@ -238,32 +238,17 @@ def load_model(
     The model is returned in eval mode.  Its power-iteration vectors are the saved ones,
     so the operator evaluated (and bounded by ``lip lipschitz``) is exactly the saved one.
     """
+    from .modelcheck import check_config_limits, guarded_build
+
     mf = read_model_file(path)
     config = mf.config
     _check_config(path, config)
+    check_config_limits(path, config, COMPONENT_KINDS)
     reg = registry or get_registry()
-    try:
-        model = build_model(config, reg)
+    try:  # nothing much larger than the file's tensors is allocated
+        model = guarded_build(path, lambda: build_model(config, reg), mf.tensors)
     except UnknownComponentError as exc:
-        dist = (config.get(exc.kind) or {}).get("distribution") or "the plugin that provides it"
-        from .plugins import DISABLE_AUTOLOAD_ENV, autoload_disabled
-
-        external = dist not in ("lipcli", "(in-process)")
-        if autoload_disabled() and external and _is_installed(dist):
-            raise MissingPluginError(
-                f"{path}: model needs {exc.kind} {exc.name!r} from distribution {dist!r}, which "
-                f"is installed, but installed plugins are not loaded ({DISABLE_AUTOLOAD_ENV} "
-                "is set)"
-            ) from None
-        hint = (
-            f"pip install {dist}"
-            if external
-            else "it was provided by a different lipcli version or an in-process plugin"
-        )
-        raise MissingPluginError(
-            f"{path}: model needs {exc.kind} {exc.name!r} from distribution {dist!r}, which is "
-            f"not installed ({hint})"
-        ) from None
+        raise _missing_component(path, exc, config.get(exc.kind) or {}, reg) from None
     except LipUsageError as exc:  # e.g. a parameter the component does not have: the file is bad
         raise ModelFileError(f"{path}: metadata: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -289,6 +274,36 @@ def load_model(
     model.to(device)
     model.eval()
     return model, mf
+
+
+def _missing_component(
+    path: str | os.PathLike, exc: UnknownComponentError, entry: dict[str, Any], reg: Registry
+) -> MissingPluginError:
+    """The error for a model that needs a component no loaded plugin provides: the
+    distribution is broken (its error), not loaded (autoload disabled) or not installed (with
+    ``pip install NAME`` when the recorded NAME is a valid distribution name)."""
+    from .plugins import DISABLE_AUTOLOAD_ENV, autoload_disabled
+    from .safetext import clean, install_hint, is_distribution_name
+
+    dist = entry.get("distribution") or "the plugin that provides it"
+    needs = f"{path}: model needs {exc.kind} {exc.name!r} from distribution {clean(repr(dist))}"
+    external = dist not in ("lipcli", "(in-process)")
+    broken = [p for p in reg.plugins.values() if p.error and p.distribution == dist]
+    if external and broken:
+        return MissingPluginError(
+            f"{needs}, which is installed but BROKEN (plugin {broken[0].name!r}: "
+            f"{clean(broken[0].error)}); see `lip plugins`"
+        )
+    if autoload_disabled() and external and is_distribution_name(dist) and _is_installed(dist):
+        return MissingPluginError(
+            f"{needs}, which is installed, but installed plugins are not loaded "
+            f"({DISABLE_AUTOLOAD_ENV} is set)"
+        )
+    hint = (
+        install_hint(dist) if external
+        else "it was provided by a different lipcli version or an in-process plugin"
+    )
+    return MissingPluginError(f"{needs}, which is not installed ({hint})")
 
 
 def _check_config(path: str | os.PathLike, config: dict[str, Any]) -> None:
@@ -333,8 +348,10 @@ def recorded_dataset(
     try:
         return reg.component("dataset", {"name": recorded["name"], "params": params})
     except UnknownComponentError as exc:
+        from .safetext import install_hint
+
         dist = recorded.get("distribution")
-        hint = (f"pip install {dist}, or pass --dataset NAME"
+        hint = (f"{install_hint(dist)}, or pass --dataset NAME"
                 if isinstance(dist, str) and dist and dist not in ("lipcli", "(in-process)")
                 else "pass --dataset NAME")
         raise MissingPluginError(f"{path}: metadata: {exc} ({hint})") from None

@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from lipcli.errors import LipUsageError
+from lipcli.errors import LipError, LipUsageError
 from lipcli.hookspecs import hookimpl
 from lipcli.specs import DatasetSpec, Param
 
@@ -236,8 +236,8 @@ def _download_cifar(variant: str, root: Path) -> None:
     try:
         root.mkdir(parents=True, exist_ok=True)
         cls(str(root), train=True, download=True)
-    except Exception as exc:  # noqa: BLE001 - network errors of every kind
-        raise LipUsageError(f"could not download {variant} into {root}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - network errors of every kind: runtime (exit 1)
+        raise LipError(f"could not download {variant} into {root}: {exc}") from None
 
 
 def load_cifar(

@@ -574,6 +574,10 @@ def _select_on_host(device: torch.device) -> bool:
 #: power-iteration steps run when a layer is built: SPEC §1.2 (a freshly built model refreshes
 #: its vectors with the reference's 50 steps before evaluation; 10 steps left σ 1-4 % low)
 INIT_POWER_STEPS = 50
+#: upper limits of the series terms and power steps (the paper uses 6-15 terms, 1 step): a
+#: model file asking for more is refused before any work (model files are untrusted input)
+MAX_TERMS = 64
+MAX_POWER_ITERS = 1000
 
 
 class SOC(nn.Module):
@@ -619,10 +623,10 @@ class SOC(nn.Module):
             raise ValueError(f"SOC supports stride 1 or 2, got {stride}")
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"SOC needs an odd kernel size, got {kernel_size}")
-        if train_terms < 2 or eval_terms < 2:
-            raise ValueError("train_terms and eval_terms must be at least 2")
-        if power_iters < 0:
-            raise ValueError("power_iters must be non-negative")
+        if not (2 <= train_terms <= MAX_TERMS and 2 <= eval_terms <= MAX_TERMS):
+            raise ValueError(f"train_terms and eval_terms must be between 2 and {MAX_TERMS}")
+        if not 0 <= power_iters <= MAX_POWER_ITERS:
+            raise ValueError(f"power_iters must be between 0 and {MAX_POWER_ITERS}")
         self.in_channels = int(in_channels)
         self.out_channels = int(out_channels)
         self.kernel_size = int(kernel_size)

@@ -18,6 +18,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: wraps cleanly at any width (rich truncates)
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -54,14 +55,25 @@ for _mod, _attr, _name in _COMMANDS:
 app.add_typer(importlib.import_module(f"{__name__}.bench_cmd").bench_app, name="bench")
 
 
+def debug_first(args: list[str]) -> list[str]:
+    """``--debug`` is a global option; accept it anywhere on the command line (``lip certify
+    m.safetensors --debug``) by moving it to the front (not after a ``--``)."""
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" not in args[:end]:
+        return args
+    return ["--debug", *(a for i, a in enumerate(args) if not (a == "--debug" and i < end))]
+
+
 def main() -> None:
     """Console-script entry point: usage errors found while parsing the command line (an
     unknown option or command, a value of the wrong type) are one ``error: ...`` line on
     stderr and exit 2, like the errors the commands report themselves."""
     import sys
 
+    from .common import other_rank
+
     try:
-        code = app(prog_name="lip", standalone_mode=False)
+        code = app(args=debug_first(sys.argv[1:]), prog_name="lip", standalone_mode=False)
     except Exception as exc:  # Typer's (vendored) click exceptions, matched by shape
         name = type(exc).__name__
         if name == "NoArgsIsHelpError":  # plain ``lip``: the help was printed already
@@ -71,9 +83,13 @@ def main() -> None:
             sys.exit(1)
         if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
             raise
+        if other_rank():  # torchrun: rank 0 reports it
+            sys.exit(exc.exit_code)
+        from ..safetext import clean
+
         ctx = getattr(exc, "ctx", None)
         where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        message = " ".join(str(exc.format_message()).split())
+        message = " ".join(clean(exc.format_message()).split())
         typer.echo(f"error: {message}{where}", err=True)
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

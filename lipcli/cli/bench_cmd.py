@@ -16,6 +16,7 @@ bench_app = typer.Typer(
         "certification throughput, and a profile of one training step."
     ),
     no_args_is_help=True,
+    rich_markup_mode=None,  # plain click help, as the main app
 )
 
 #: every registered LipConvnet depth (lipcli.builtins.lipconvnet.DEPTHS; spelled out here so

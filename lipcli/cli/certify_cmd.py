@@ -56,7 +56,7 @@ def certify(
         None, "--per-sample", help="Write index,label,prediction,correct,radius (input-space l2 radius of the prediction) to this CSV."
     ),
     plot: Optional[Path] = typer.Option(
-        None, "--plot", help="Write the certified accuracy vs radius curve (needs matplotlib: pip install 'lipcli\\[plot]')."
+        None, "--plot", help="Write the certified accuracy vs radius curve (needs matplotlib: pip install 'lipcli[plot]')."
     ),
     ignore_class_names: bool = typer.Option(
         False, "--ignore-class-names",
@@ -178,9 +178,17 @@ def write_per_sample_csv(path: Path, outcome: Any) -> None:
 
 
 def print_summary(summary: dict[str, Any]) -> None:
-    """The paper-style table on stdout (rich)."""
+    """The paper-style table on stdout (rich); no control characters or rich markup from
+    the model file's strings reach the terminal."""
+    from rich.markup import escape
     from rich.table import Table
 
+    from ..safetext import clean_tree
+
+    summary = clean_tree(summary)
+    for key in ("arch", "head", "model"):
+        summary[key] = escape(summary[key])
+    summary["dataset"]["name"] = escape(summary["dataset"]["name"])
     console = stdout_console()
     say = functools.partial(console.print, soft_wrap=True)  # long labels stay on one line
     lip = summary["lipschitz"]

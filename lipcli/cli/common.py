@@ -12,7 +12,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 
-from ..errors import LipError
+from ..errors import LipError, LipUsageError
 from ..strictjson import dumps_json
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,8 +38,11 @@ def stdout_console():
 
 
 def fail(message: str, code: int = 1) -> None:
-    """Print ``error: message`` on one line to stderr and exit with ``code``."""
-    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
+    """Print ``error: message`` on one line to stderr and exit with ``code``; control
+    characters (e.g. from a model file's strings) are removed first (:mod:`lipcli.safetext`)."""
+    from ..safetext import clean
+
+    typer.echo(f"error: {' '.join(clean(message).split())}", err=True)
     raise typer.Exit(code)
 
 
@@ -55,7 +58,9 @@ def cli_errors(func: F) -> F:
         except LipError as exc:
             if state.debug:
                 raise
-            if getattr(exc, "silent", False):  # e.g. the other ranks of a torchrun job
+            # the other ranks of a torchrun job: rank 0 says it (a usage error is the same
+            # on every rank, so it is printed once)
+            if getattr(exc, "silent", False) or (isinstance(exc, LipUsageError) and other_rank()):
                 raise typer.Exit(exc.exit_code) from None
             fail(str(exc), exc.exit_code)
         except KeyboardInterrupt:
@@ -68,6 +73,13 @@ def cli_errors(func: F) -> F:
             fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)", 1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def other_rank() -> bool:
+    """Whether this process is a torchrun worker other than rank 0 (``RANK`` set, not 0)."""
+    import os
+
+    return os.environ.get("RANK", "0").strip() not in ("", "0")
 
 
 def print_json(data: Any) -> None:

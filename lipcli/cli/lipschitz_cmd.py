@@ -25,7 +25,7 @@ def lipschitz(
         False, "--write", help="Store the report in the model file's 'lipschitz' slot (atomic rewrite); "
         "an estimate or empirical bound not recomputed now (--no-estimate, no --empirical) keeps the "
         "stored one when it belongs to the same weights."),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or auto."),
+    device: str = typer.Option("auto", "--device", help="auto (default), cpu, cuda or cuda:N."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Lipschitz constant of MODEL's feature map (input normalisation included).
@@ -69,8 +69,15 @@ def lipschitz(
 
 
 def print_report(report: dict[str, Any]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
+    from ..safetext import clean_tree
+
+    report = clean_tree(report)  # no control characters or markup from file text
+    report["model"] = escape(report["model"])
+    for row in report["layers"]:
+        row["name"], row["type"] = escape(row["name"]), escape(row["type"])
     console = stdout_console()
     say = functools.partial(console.print, soft_wrap=True)  # long labels stay on one line
     table = Table(title=f"Lipschitz constants of {report['model']}", title_justify="left")

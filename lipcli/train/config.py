@@ -28,7 +28,8 @@ BEST_NAME = "best.safetensors"
 MODEL_NAME = "model.safetensors"
 CHECKPOINT_FORMAT = "lipcli-checkpoint"
 CHECKPOINT_VERSION = 1
-#: testing hook: "EPOCH:STEP" (0-based) raises KeyboardInterrupt before that training step
+#: testing hook: "EPOCH:STEP" (0-based) raises KeyboardInterrupt before that training step;
+#: "end" sends the process a real SIGINT after the last epoch, before the model is written
 INTERRUPT_ENV = "LIPCLI_TRAIN_INTERRUPT_AT"
 
 

@@ -25,7 +25,8 @@ from .errors import TrainingDiverged, TrainingInterrupted
 from .evaluation import evaluate, lipschitz_record
 from .losses import CurvaturePenalty, FeatureAttack, TrainStep
 from .optim import recipe_sgd, weight_decay_groups
-from .paths import RunPaths, _check_writable_dir, plan_paths
+from .paths import RunPaths, _check_writable_dir, check_replaceable, plan_paths
+from ..locks import check_run_unlocked, run_locks
 from .reporting import Reporter
 
 
@@ -42,7 +43,7 @@ class _State:
 
 def _interrupt_point() -> tuple[int, int] | None:
     raw = os.environ.get(INTERRUPT_ENV, "").strip()
-    if not raw:
+    if not raw or raw == "end":
         return None
     epoch, _, step = raw.partition(":")
     return int(epoch), int(step or 0)
@@ -151,20 +152,19 @@ def train(
             )
         cfg = cfg.updated({k: v for k, v in overrides.items() if k in RESUME_CHANGEABLE}, source="--resume")
         stored_out = ckpt_meta.get("out")
-        new_out = out is not None and (
-            not stored_out or Path(out).expanduser().absolute() != Path(stored_out).absolute()
-        )
+        if stored_out is not None and (not isinstance(stored_out, str) or not stored_out.strip()):
+            raise LipError(f"{rd / CHECKPOINT_NAME} records an invalid output path; pass --out FILE")
         out = out or stored_out
         if not os.access(rd, os.W_OK | os.X_OK):
             raise LipUsageError(f"run directory {rd} is not writable")
         paths = RunPaths(run_dir=rd, out=Path(out).expanduser() if out else rd / MODEL_NAME)
         if paths.out.is_dir():
             raise LipUsageError(f"--out {paths.out} is a directory; give a file name (e.g. model.safetensors)")
-        if new_out and paths.out.exists() and not overwrite:
-            raise LipUsageError(
-                f"model file {paths.out} already exists; pass --overwrite to replace it or choose another --out"
-            )
+        # the same rule as a new run: an existing file is replaced only with --overwrite,
+        # and only if it is a lipcli model file (the checkpoint's path is not trusted)
+        check_replaceable(paths.out, overwrite, f"or write elsewhere: lip train --resume {rd} --out OTHER")
         _check_writable_dir(paths.out.parent, "output directory")
+        check_run_unlocked(rd, paths.out)
     else:
         cfg = config or TrainConfig()
         paths = None  # decided after validation, below
@@ -220,6 +220,7 @@ def train(
         model = model.to(device)
         run = _TrainingRun.build(cfg, ctx, device, paths, reporter, data, model, model_config,
                                  crc=crc, workers=workers)
+        run.overwrite = overwrite
         return run.execute(ckpt_tensors, ckpt_meta)
     finally:
         reporter.stop()
@@ -312,6 +313,7 @@ class _TrainingRun:
     graphed: GraphedStep | None = None
     graph_reason: str | None = None
     graph_reported: bool = False
+    overwrite: bool = False  # the final write may replace an existing model file
 
     @classmethod
     def build(cls, cfg: TrainConfig, ctx: DistContext, device: torch.device, paths: RunPaths,
@@ -338,10 +340,16 @@ class _TrainingRun:
         file; returns the summary (empty on ranks other than 0)."""
         if ckpt_tensors is not None:
             self.restore_checkpoint(ckpt_tensors, ckpt_meta)
-        self.create_run_dir()
-        self.announce()
-        self.train_epochs()
-        return self.finish()
+        self.make_dirs()
+        # one writer per run directory and model file for the whole run (lipcli.locks)
+        with run_locks(self.paths.run_dir, self.paths.out, enabled=self.ctx.is_main):
+            self.create_run_dir()
+            self.announce()
+            self.train_epochs()
+            try:
+                return self.finish()
+            except KeyboardInterrupt:
+                raise self._interrupted(self.state.epoch, "after the last epoch") from None
 
     # ---- checkpoints ------------------------------------------------------------------------
     def restore_checkpoint(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -399,9 +407,8 @@ class _TrainingRun:
         write_checkpoint(self.paths.checkpoint, tensors, meta)
 
     # ---- before training --------------------------------------------------------------------
-    def create_run_dir(self) -> None:
-        """Rank 0 creates the run and output directories; a new run also drops a stale log and
-        best model and writes config.json and the epoch-0 checkpoint.  All ranks then wait."""
+    def make_dirs(self) -> None:
+        """Rank 0 creates the run and output directories."""
         paths = self.paths
         if self.ctx.is_main:
             try:
@@ -409,6 +416,12 @@ class _TrainingRun:
                 paths.out.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise LipError(f"cannot create {paths.run_dir}: {exc.strerror or exc}") from None
+
+    def create_run_dir(self) -> None:
+        """Rank 0 (holding the run's locks): a new run drops a stale log and best model and
+        writes config.json and the epoch-0 checkpoint.  All ranks then wait."""
+        paths = self.paths
+        if self.ctx.is_main:
             if not self.resumed:
                 for stale in (paths.log, paths.best):
                     if stale.exists():
@@ -500,7 +513,7 @@ class _TrainingRun:
                 self._finish_epoch(epoch, record, int(sums[2]), train_time)
         except KeyboardInterrupt:
             self.reporter.stop()
-            raise self._interrupted(current_epoch) from None
+            raise self._interrupted(self.state.epoch, f"during epoch {current_epoch + 1}") from None
         finally:
             self.reporter.stop()
 
@@ -654,8 +667,9 @@ class _TrainingRun:
             + f"  lr {record['lr']:.3g}  {record['images_per_s']:.0f} img/s  {train_time:.1f}s"
         )
 
-    def _interrupted(self, current_epoch: int) -> TrainingInterrupted:
-        """The error for a Ctrl-C during ``current_epoch`` (0-based), with the resume command."""
+    def _interrupted(self, done: int, when: str) -> TrainingInterrupted:
+        """The error for a Ctrl-C ``when`` (e.g. "during epoch 3") with ``done`` epochs
+        checkpointed, with the resume command."""
         ctx = self.ctx
         command = (
             "lip train" if ctx.world_size == 1
@@ -663,8 +677,8 @@ class _TrainingRun:
         )
         run_dir = self.paths.run_dir
         interrupted = TrainingInterrupted(
-            f"interrupted during epoch {current_epoch + 1}; the checkpoint after epoch "
-            f"{self.state.epoch} is in {run_dir}; resume with: {command} --resume {run_dir}"
+            f"interrupted {when}; the checkpoint after epoch {done} is in {run_dir}; resume "
+            f"with: {command} --resume {run_dir}"
         )
         interrupted.silent = not ctx.is_main  # one message per run, from rank 0
         return interrupted
@@ -673,6 +687,10 @@ class _TrainingRun:
     def finish(self) -> dict[str, Any]:
         """Test the selected weights; rank 0 writes the model file and the final checkpoint.
         Returns the summary (empty on ranks other than 0)."""
+        if os.environ.get(INTERRUPT_ENV, "").strip() == "end":  # testing hook: a real Ctrl-C
+            import signal
+
+            os.kill(os.getpid(), signal.SIGINT)
         test, results = self._test_selected_model()
         summary: dict[str, Any] = {}
         if self.ctx.is_main:
@@ -738,8 +756,17 @@ class _TrainingRun:
 
         lipschitz = lipschitz_record(self.model, estimate=self.cfg.lipschitz_estimate)
         training = self._training_metadata()
-        save_model(self.model, self.paths.out, dataset=self.data.info(), lipschitz=lipschitz,
-                   results=results, training=training)
+        try:  # never replace a file that appeared meanwhile unless --overwrite (and a model)
+            check_replaceable(self.paths.out, self.overwrite)
+            save_model(self.model, self.paths.out, dataset=self.data.info(), lipschitz=lipschitz,
+                       results=results, training=training)
+        except LipError as exc:  # e.g. disk full: the run is not lost
+            run_dir = self.paths.run_dir
+            raise LipError(
+                f"{exc}; the trained run is kept in {run_dir} (checkpoint after epoch "
+                f"{self.state.epoch}): write the model with `lip train --resume {run_dir} "
+                "--out OTHER.safetensors`"
+            ) from None
         self.save_checkpoint(status="complete")
         summary = {
             "model": str(self.paths.out),

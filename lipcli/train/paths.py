@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import LipError, LipUsageError
+from ..locks import check_run_unlocked
 from ..outputs import cannot_create_in
 from .checkpoint import read_checkpoint
 from .config import BEST_NAME, CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, MODEL_NAME, TrainConfig
@@ -58,6 +59,25 @@ def _check_writable_dir(path: Path, what: str) -> None:
         raise LipUsageError(f"cannot create {what} {path}: {anchor} is not writable")
 
 
+def check_replaceable(out: Path, overwrite: bool, hint: str = "or choose another --out") -> None:
+    """An existing ``out`` may be replaced only with ``overwrite``, and only when it is a
+    lipcli model file: lip train never replaces anything else, whatever the flags or a
+    checkpoint say (:class:`LipUsageError` otherwise)."""
+    if not out.exists():
+        return
+    if not overwrite:
+        raise LipUsageError(f"model file {out} already exists; pass --overwrite to replace it {hint}")
+    from ..modelfile import read_metadata
+
+    try:
+        read_metadata(out)
+    except LipError:
+        raise LipUsageError(
+            f"{out} exists and is not a lipcli model file; lip train never replaces it, even "
+            "with --overwrite (choose another --out)"
+        ) from None
+
+
 def plan_paths(
     cfg: TrainConfig, *, run_dir: str | None, out: str | None, overwrite: bool = False
 ) -> RunPaths:
@@ -68,7 +88,9 @@ def plan_paths(
     * ``out`` defaults to ``<run dir>/model.safetensors``.
     * A run directory holding an unfinished run's checkpoint is refused (resume it instead).
     * An existing model file, or a run directory holding a finished run, is refused unless
-      ``overwrite`` (``lip train --overwrite``): its files would be replaced.
+      ``overwrite`` (``lip train --overwrite``): its files would be replaced.  A file at
+      ``out`` that is not a lipcli model file is never replaced.
+    * A run directory or model file held by a live run (:mod:`lipcli.locks`) is refused.
     """
     if out is not None:
         out_path = Path(out).expanduser()
@@ -91,6 +113,7 @@ def plan_paths(
     _check_writable_dir(out_path.parent, "output directory")
     if out_path.exists() and not os.access(out_path, os.W_OK):
         raise LipUsageError(f"--out {out_path} is not writable")
+    check_run_unlocked(rd, out_path)  # a live run holds them: say so (not "unfinished run")
     ckpt = rd / CHECKPOINT_NAME
     finished = False
     if ckpt.exists():
@@ -104,12 +127,8 @@ def plan_paths(
                 f"{rd} holds an unfinished run; resume it with `lip train --resume {rd}` "
                 "or choose another --run-dir"
             )
+    check_replaceable(out_path, overwrite)
     if not overwrite:
-        if out_path.exists():
-            raise LipUsageError(
-                f"model file {out_path} already exists; pass --overwrite to replace it "
-                "or choose another --out"
-            )
         if finished:
             raise LipUsageError(
                 f"run directory {rd} holds a finished run; pass --overwrite to replace it "

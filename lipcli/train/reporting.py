@@ -19,8 +19,10 @@ class Reporter:
             self.console = Console(stderr=True)
 
     def print(self, text: str) -> None:
-        if self.enabled:
-            self.console.print(text, highlight=False, markup=False, soft_wrap=True)
+        if self.enabled:  # no control characters (paths and names may come from a checkpoint)
+            from ..safetext import clean
+
+            self.console.print(clean(text), highlight=False, markup=False, soft_wrap=True)
 
     def start(self) -> None:
         if not self.enabled or not self.console.is_terminal:
