@@ -32,6 +32,15 @@ TINY = ["--dataset", "digits", "--width", "4", "--batch-size", "16", "--limit-tr
         "--limit-test", "16", "--device", "cpu", "-q", "--no-lipschitz-estimate"]
 
 
+@pytest.fixture(autouse=True)
+def _few_power_steps(tmp_path):
+    """Every run here reads a settings file with 3 power steps per refresh (fast)."""
+    (tmp_path / "tiny.toml").write_text("power_iter_steps = 3\n")
+    TINY.extend(["--config", str(tmp_path / "tiny.toml")])
+    yield
+    del TINY[-2:]
+
+
 def lip(args: list[str], cwd: Path, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "lipcli", *args], cwd=cwd, env=full_env,
@@ -88,6 +97,7 @@ def test_lock_names_the_holder_and_a_killed_holders_lock_is_taken_over(tmp_path)
 # --------------------------------------------------------------------------------------------
 # two lip train runs: the second is refused, the first is untouched
 # --------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_second_run_on_the_same_output_or_run_directory_is_refused(tmp_path):
     first = lip(["train", *TINY, "--epochs", "2", "--out", "m.safetensors", "--run-dir", "ra"],
                 tmp_path)
@@ -116,6 +126,7 @@ def test_a_second_run_on_the_same_output_or_run_directory_is_refused(tmp_path):
     assert not (tmp_path / "ra" / ".lipcli.lock").exists()  # released
 
 
+@pytest.mark.slow
 def test_the_stale_lock_of_a_killed_run_is_taken_over_by_resume(tmp_path):
     first = lip(["train", *TINY, "--epochs", "2", "--out", "m.safetensors"], tmp_path)
     run = tmp_path / "m-run"
@@ -225,6 +236,7 @@ def test_full_disk_at_the_final_write_says_how_to_recover(tmp_path, monkeypatch)
 # --------------------------------------------------------------------------------------------
 # signals and torchrun
 # --------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_ctrl_c_after_the_last_epoch_prints_the_resume_hint(tmp_path):
     code, _, err = finish(lip(["train", *TINY, "--epochs", "1", "--out", "m.safetensors"], tmp_path,
                               env={INTERRUPT_ENV: "end"}))  # a real SIGINT to the process
@@ -237,6 +249,7 @@ def test_ctrl_c_after_the_last_epoch_prints_the_resume_hint(tmp_path):
     assert not (tmp_path / "m-run" / ".lipcli.lock").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
                     reason="torchrun not installed next to this interpreter")
 def test_a_usage_error_under_torchrun_is_printed_once(tmp_path):

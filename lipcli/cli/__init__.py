@@ -40,19 +40,20 @@ def _root(
     state.debug = debug
 
 
-#: (module, attribute, command name); modules are imported here, heavy libraries inside
-#: each command function
+#: (module, attribute, command name, one-line summary for `lip --help`: fits 80 columns);
+#: modules are imported here, heavy libraries inside each command function
 _COMMANDS = (
-    ("plugins_cmd", "plugins", "plugins"),
-    ("train_cmd", "train", "train"),
-    ("certify_cmd", "certify", "certify"),
-    ("lipschitz_cmd", "lipschitz", "lipschitz"),
+    ("plugins_cmd", "plugins", "plugins", "Installed plugins and the components they provide."),
+    ("train_cmd", "train", "train", "Train a provably 1-Lipschitz network (resumable)."),
+    ("certify_cmd", "certify", "certify", "Clean and certified accuracy of a model at l2 radii."),
+    ("lipschitz_cmd", "lipschitz", "lipschitz", "Lipschitz bound and estimates of a model."),
 )
 
-for _mod, _attr, _name in _COMMANDS:
-    app.command(_name)(getattr(importlib.import_module(f"{__name__}.{_mod}"), _attr))
+for _mod, _attr, _name, _summary in _COMMANDS:
+    app.command(_name, short_help=_summary)(getattr(importlib.import_module(f"{__name__}.{_mod}"), _attr))
 
-app.add_typer(importlib.import_module(f"{__name__}.bench_cmd").bench_app, name="bench")
+app.add_typer(importlib.import_module(f"{__name__}.bench_cmd").bench_app, name="bench",
+              short_help="Speed: Table 1 training steps, certification, a step profile.")
 
 
 def debug_first(args: list[str]) -> list[str]:

@@ -138,7 +138,7 @@ def _mib(value: Any) -> str:
     return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
 
 
-@bench_app.command("train")
+@bench_app.command("train", short_help="Step time of soc-fast vs soc (the paper's Table 1).")
 @cli_errors
 def train(
     archs: str = typer.Option(
@@ -282,7 +282,7 @@ def _print_train(report: dict[str, Any]) -> None:
 _MODEL_OPTIONS = ("arch", "head", "conv", "pool", "width", "classes")
 
 
-@bench_app.command("certify")
+@bench_app.command("certify", short_help="Inputs/s of feature extraction and certificates.")
 @cli_errors
 def certify(
     ctx: typer.Context,
@@ -410,7 +410,7 @@ def _print_certify(report: dict[str, Any]) -> None:
         console.print(f"note: {note}", highlight=False)
 
 
-@bench_app.command("profile")
+@bench_app.command("profile", short_help="Share of a training step spent in convolutions.")
 @cli_errors
 def profile(
     arch: str = typer.Option("lipconvnet-20", "--arch", help="Architecture (e.g. 20 or lipconvnet-20)."),
