@@ -5,7 +5,9 @@ Pipeline (:func:`run_certification`):
 1. load the model file (:func:`lipcli.models.load_model`, eval mode, the saved power-iteration
    vectors: the operator certified is exactly the saved one) and the data set named on the
    command line or recorded in the file's ``dataset`` slot; check classes and input shape;
-2. features ``y = g(x)`` in float32, batched, eval mode, no gradients;
+2. features ``y = g(x)`` in float32, batched, eval mode, no gradients; then every layer
+   counted as 1 by its promise is measured with the trained parameters at the first data
+   points (:mod:`lipcli.promises`: a broken promise is an error, never a certificate);
 3. the head's certificate (``HeadSpec.certificate``; all classes unless ``top_k``):
    ``prepare(head, cache)`` with the file's ``cache[<name>]`` slot, then ``certify`` on the
    features; the certifier works in float64 and returns feature-space radii ``r_y``;
@@ -560,9 +562,16 @@ def run_certification(
     ds_info["limit"] = options.limit
 
     # -- 2. features (float32, eval mode) --------------------------------------------------------
+    from .promises import capture_inputs, verify_promises
+
     t0 = time.perf_counter()
-    feats = _extract_features(model, dataset, n, options.batch_size, device, ds_info["name"], report)
+    with capture_inputs(model) as layer_inputs:  # for the promise check below
+        feats = _extract_features(model, dataset, n, options.batch_size, device, ds_info["name"], report)
     times["features"] = time.perf_counter() - t0
+    # -- 2b. every layer counted as 1 by its promise, measured with the trained parameters at
+    #    the first data points (lipcli.promises; a broken promise is an error) ----------------
+    promises = verify_promises(model, inputs=layer_inputs).to_json()
+    times["promises"] = promises["time_s"]
 
     # -- 3. certificate (feature space) ----------------------------------------------------------
     file_cache = mf.metadata.get("cache")
@@ -640,6 +649,7 @@ def run_certification(
         "mean_certified_radius": _mean_certified_radius(correct, radius),
         "attack": attack_info,
         "violations": len(violations),
+        "promises": promises,
         "time_s": times,
         "notes": notes,
     }

@@ -109,6 +109,7 @@ def weights_fingerprint(model: nn.Module) -> str:
     for key, value in sorted(model.state_dict().items()):
         t = value.detach().contiguous().cpu()
         digest.update(f"{key}|{tuple(t.shape)}|{t.dtype}|".encode())
+        # reshape(-1): a 0-d tensor cannot be viewed as bytes directly
         digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return digest.hexdigest()
 

@@ -14,9 +14,12 @@ naturally inside pytest) and returns a small report of what it measured.
 * :func:`check_pool_spec` -- a :class:`~lipcli.specs.PoolSpec`: the factory builds an
   ``nn.Module`` mapping ``(N, C, H, W)`` to ``(N, C/2, H, W)`` (also at ``H = W = 1``, as in
   LipConvnet's last block) with finite outputs and gradients, deterministic in eval mode,
-  working in float32 and float64, 1-Lipschitz if it promises ``"1-lipschitz"``, its
-  ``no_weight_decay`` names existing parameters, and its state dict surviving a safetensors
-  round trip into a freshly built module (identical outputs: all state is in the state dict).
+  working in float32 and float64, 1-Lipschitz if it promises ``"1-lipschitz"`` -- as built
+  and again with every parameter perturbed (random, large, negative values, a few optimiser
+  steps on a random loss: a promise must hold for every value training can reach) --, its
+  parameters at least 1-dimensional, its ``no_weight_decay`` names existing parameters, and
+  its state dict surviving a safetensors round trip into a freshly built module (identical
+  outputs: all state is in the state dict).
 * :func:`check_model_roundtrip` -- builds a tiny LipConvnet with your component through
   :func:`lipcli.models.create_model` (``width=4``), saves it as a lipcli model file, loads it
   back through the plugin registry and checks identical logits.
@@ -395,8 +398,12 @@ def check_pool_spec(
     module.zero_grad(set_to_none=True)
     module.eval()
 
-    # no_weight_decay names must exist
+    # no_weight_decay names must exist; parameters are at least 1-d (store a scalar as (1,))
     param_names = dict(module.named_parameters())
+    for pname, p in param_names.items():
+        if p.dim() == 0:
+            _fail(f"{label}: parameter {pname!r} is 0-dimensional; give it shape (1,) (model "
+                  "files, checkpoints and the trainer expect parameters of at least 1 dimension)")
     for local in getattr(module, "no_weight_decay", ()):
         if local not in param_names:
             _fail(f"{label}: no_weight_decay names {local!r}, which is not a parameter "
@@ -435,6 +442,14 @@ def check_pool_spec(
             module64, (channels, 2, 2), pairs=pairs, attack_steps=attack_steps, rtol=rtol,
             seed=seed, name=label,
         )
+        # the promise must hold for every parameter value training can reach, not only at
+        # initialisation (lipcli.promises.perturbed_copies)
+        from .promises import perturbed_copies
+
+        for how, moved in perturbed_copies(module, (channels, 2, 2), seed=seed):
+            check_one_lipschitz(moved, (channels, 2, 2), pairs=max(64, pairs // 4),
+                                attack_steps=min(attack_steps, 10), jacobian_points=2,
+                                rtol=rtol, seed=seed, name=f"{label} with {how}")
     return PoolCheckReport(
         name=spec.name, params=resolved,
         num_parameters=sum(p.numel() for p in module.parameters()), lipschitz=lip,

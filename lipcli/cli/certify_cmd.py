@@ -222,6 +222,10 @@ def print_summary(summary: dict[str, Any]) -> None:
     say(f"Lipschitz of features (normalisation included): [{lip_style}]{lip['value']:.6g} "
                   f"({lip['label']})[/{lip_style}]"
                   + ("" if lip["guaranteed"] else f"; guaranteed bound {lip['upper_bound']:.6g}"))
+    checked = summary.get("promises") or {}
+    if checked.get("layers"):
+        say(f"promises: {len(checked['layers'])} layers counted as 1 measured at most "
+            f"{checked['max_ratio']:.9g} ({checked['label']})", highlight=False)
     cls_style = "green" if cert["exact_classes"] else "bold yellow"
     say(f"certificate: {cert['name']}, [{cls_style}]{cert['classes']}[/{cls_style}]")
     mcr = summary["mean_certified_radius"]

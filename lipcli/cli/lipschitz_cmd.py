@@ -40,6 +40,7 @@ def lipschitz(
     from ..lipschitz import lipschitz_report, merge_stored_record
     from ..modelfile import update_metadata
     from ..models import load_model
+    from ..promises import verify_promises
 
     if not model.exists():
         raise LipUsageError(f"model file not found: {model}")
@@ -50,13 +51,16 @@ def lipschitz(
     if write:  # before the work: the report would otherwise be computed for nothing
         check_model_writable(model, hint="run without --write to only print the report")
     net, mf = load_model(model, device=resolve_device(device))
+    promises = verify_promises(net)  # a broken promise is an error, never a bound
     with ProgressBars(enabled=not quiet) as bars:
         report = lipschitz_report(net, estimate=not no_estimate, iters=iters, empirical=empirical,
                                   progress=bars.update)
+    report["promises"] = promises.to_json()
     report["model"] = str(model)
     if write:
         record = merge_stored_record(
-            {k: v for k, v in report.items() if k != "model"}, mf.metadata.get("lipschitz")
+            {k: v for k, v in report.items() if k not in ("model", "promises")},
+            mf.metadata.get("lipschitz")
         )
         update_metadata(model, {"lipschitz": record})
         report["written"] = True
@@ -95,6 +99,10 @@ def print_report(report: dict[str, Any]) -> None:
         rel = report["estimate"] / report["upper_bound"] - 1
         say(f"[yellow]{report['estimate_label']}: {report['estimate']:.8g}[/yellow] "
                       f"({100 * rel:+.4f}% vs bound; {report['estimate_iters']} iterations)")
+    checked = report.get("promises") or {}
+    if checked.get("layers"):
+        say(f"promises: {len(checked['layers'])} layers counted as 1 measured at most "
+            f"{checked['max_ratio']:.9g} ({checked['label']})")
     emp = report.get("empirical_lower")
     if emp:
         say(f"{emp['label']}: {emp['value']:.8g} ({emp['points']} {emp['source']})")

@@ -1,0 +1,149 @@
+"""Promises are checked with the parameters in use: a pool whose learnable scale starts at 1
+passes the checks at initialisation but not after its scale moved -- ``lipcli.testing`` fails
+it (perturbed parameters) and ``lip certify`` / ``lip lipschitz`` refuse the trained model
+(exit 1, "plugin ... breaks its 1-Lipschitz promise (measured r)") instead of printing a
+GUARANTEED bound.  A 0-d parameter is refused by the conformance check, and no longer
+crashes the final write of ``lip train``."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+import lipcli
+from lipcli import plugins
+from lipcli.cli import app
+from lipcli.models import create_model, save_model
+from lipcli.promises import BrokenPromiseError, layer_ratio, perturbed_copies, verify_promises
+from lipcli.specs import ONE_LIPSCHITZ, PoolSpec
+from lipcli.testing import check_pool_spec
+
+runner = CliRunner()
+DIGITS = {"name": "digits", "params": {}, "num_classes": 10}
+
+
+class ScaledMaxPool(nn.Module):
+    """Channel-pair max times a learnable scale: 1-Lipschitz only while |scale| <= 1."""
+
+    def __init__(self, channels: int, zero_dim: bool = False) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(1.0) if zero_dim else torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(x[:, 0::2], x[:, 1::2]) * self.scale
+
+
+def scaled_spec() -> PoolSpec:
+    return PoolSpec(name="scaled", factory=ScaledMaxPool, promises=(ONE_LIPSCHITZ,),
+                    description="channel-pair max times a learnable scale (a FALSE promise)")
+
+
+def scalar_spec() -> PoolSpec:
+    return PoolSpec(name="scalar0d", factory=lambda channels: ScaledMaxPool(channels, zero_dim=True),
+                    promises=(ONE_LIPSCHITZ,), description="scaled max with a 0-d parameter")
+
+
+@pytest.fixture
+def scaled_plugin():
+    module = types.ModuleType("scaled_pool_plugin")
+    module.lip_pools = lipcli.hookimpl(lambda: [scaled_spec(), scalar_spec()])
+    module.lip_pools.__name__ = "lip_pools"
+    plugins.register_plugin(module, "scaledpool")
+    yield
+    plugins.unregister_plugin("scaledpool")
+    plugins.reset()
+
+
+def _model_file(path, scale: float, pool: str = "scaled"):
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", width=4, pool=pool)
+    model.refresh_power_iteration(10)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, ScaledMaxPool):
+                module.scale.fill_(scale)
+    save_model(model, path, dataset=DIGITS)
+    return path
+
+
+def test_a_learnable_scale_fails_the_conformance_checks():
+    with pytest.raises(AssertionError, match=r"pool 'scaled' with .* is not 1-Lipschitz"):
+        check_pool_spec(scaled_spec(), channels=4)
+
+
+def test_perturbed_copies_move_every_parameter():
+    module = ScaledMaxPool(4)
+    copies = dict(perturbed_copies(module, (4, 2, 2)))
+    assert len(copies) == 4
+    for moved in copies.values():
+        assert moved.scale.dtype == torch.float64 and float(moved.scale.detach()) != 1.0
+    assert float(copies["negative parameters"].scale.detach()) < 0
+    assert float(module.scale) == 1.0  # the original is untouched
+
+
+def test_a_zero_dimensional_parameter_fails_the_conformance_checks():
+    with pytest.raises(AssertionError, match="'scale' is 0-dimensional; give it shape"):
+        check_pool_spec(scalar_spec(), channels=4)
+
+
+@pytest.mark.parametrize("command", [["certify", "--no-write", "--limit", "16"], ["lipschitz", "--no-estimate"]])
+def test_certify_and_lipschitz_refuse_a_broken_promise(scaled_plugin, tmp_path, command):
+    path = _model_file(tmp_path / "m.safetensors", -1.3)
+    r = runner.invoke(app, [command[0], str(path), *command[1:]])
+    assert r.exit_code == 1, r.output
+    line = r.stderr.strip()
+    assert line.startswith("error: plugin scaledpool (distribution (in-process)) breaks its "
+                           "1-Lipschitz promise (measured 1.3"), line
+    assert "pool 'scaled' at layer 'block1_pool'" in line
+    assert "GUARANTEED" not in r.stdout and r.stdout == ""
+
+
+def test_a_kept_promise_certifies_and_reports_the_check(scaled_plugin, tmp_path):
+    path = _model_file(tmp_path / "m.safetensors", 0.5)
+    r = runner.invoke(app, ["certify", str(path), "--no-write", "--limit", "16", "--json"])
+    assert r.exit_code == 0, r.output
+    checked = json.loads(r.stdout)["promises"]
+    names = [row["layer"] for row in checked["layers"]]
+    assert "block1_pool" in names and "stem_act" in names and "flatten" in names
+    assert 0.49 < next(row["max_ratio"] for row in checked["layers"] if row["layer"] == "block1_pool") <= 0.5 + 1e-9
+    assert checked["max_ratio"] <= 1 + 1e-6 and checked["points"] == 8
+    assert "evidence, not proof" in checked["label"]
+
+
+def test_builtin_promises_measure_one_and_a_violation_is_found_at_data_points():
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", width=4, pool="projection")
+    model.refresh_power_iteration(5)
+    check = verify_promises(model)
+    assert 0.9 < check.max_ratio <= 1 + 1e-6
+    x = torch.randn(4, 8, 2, 2)
+    assert layer_ratio(nn.Identity(), x) == pytest.approx(1.0, abs=1e-9)
+    # a map that stretches one coordinate of 32 by 2: random pairs miss it, the power
+    # iteration finds it
+    twice = nn.Sequential(nn.Flatten(1), nn.Linear(32, 32, bias=False))
+    with torch.no_grad():
+        twice[1].weight.copy_(torch.eye(32))
+        twice[1].weight[3, 3] = 2.0
+    assert layer_ratio(twice, x) == pytest.approx(2.0, rel=1e-6)  # found by the power iteration
+
+
+def test_broken_promise_error_is_a_runtime_error():
+    assert BrokenPromiseError("x").exit_code == 1
+
+
+def test_a_zero_dimensional_parameter_trains_and_is_written(scaled_plugin, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.toml").write_text("power_iter_steps = 3\n")
+    r = runner.invoke(app, ["train", "--dataset", "digits", "--width", "4", "--pool", "scalar0d",
+                            "--limit-train", "32", "--limit-test", "16", "--batch-size", "16",
+                            "--epochs", "1", "--device", "cpu", "-q", "--no-lipschitz-estimate",
+                            "--config", "t.toml", "--out", "m.safetensors"])
+    assert r.exit_code == 0, r.output
+    from lipcli.modelfile import read_model_file
+
+    assert read_model_file("m.safetensors").tensors["body.block1_pool.scale"].shape == ()
