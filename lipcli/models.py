@@ -281,6 +281,18 @@ def load_model(
     return model, mf
 
 
+def _broken(reg: Registry, distribution: Any) -> str | None:
+    """``"installed but BROKEN (plugin ...: error); see `lip plugins`"`` when a plugin of
+    ``distribution`` failed to load, else ``None``."""
+    from .safetext import clean
+
+    for info in reg.plugins.values():
+        if info.error and info.distribution == distribution:
+            return (f"installed but BROKEN (plugin {info.name!r}: {clean(info.error)}); "
+                    "see `lip plugins`")
+    return None
+
+
 def _missing_component(
     path: str | os.PathLike, exc: UnknownComponentError, entry: dict[str, Any], reg: Registry
 ) -> MissingPluginError:
@@ -293,12 +305,9 @@ def _missing_component(
     dist = entry.get("distribution") or "the plugin that provides it"
     needs = f"{path}: model needs {exc.kind} {exc.name!r} from distribution {clean(repr(dist))}"
     external = dist not in ("lipcli", "(in-process)")
-    broken = [p for p in reg.plugins.values() if p.error and p.distribution == dist]
+    broken = _broken(reg, dist)
     if external and broken:
-        return MissingPluginError(
-            f"{needs}, which is installed but BROKEN (plugin {broken[0].name!r}: "
-            f"{clean(broken[0].error)}); see `lip plugins`"
-        )
+        return MissingPluginError(f"{needs}, which is {broken}")
     if autoload_disabled() and external and is_distribution_name(dist) and _is_installed(dist):
         return MissingPluginError(
             f"{needs}, which is installed, but installed plugins are not loaded "
@@ -356,6 +365,9 @@ def recorded_dataset(
         from .safetext import install_hint
 
         dist = recorded.get("distribution")
+        broken = _broken(reg, dist) if isinstance(dist, str) else None
+        if broken:
+            raise MissingPluginError(f"{path}: metadata: {exc}; distribution {dist!r} is {broken}") from None
         hint = (f"{install_hint(dist)}, or pass --dataset NAME"
                 if isinstance(dist, str) and dist and dist not in ("lipcli", "(in-process)")
                 else "pass --dataset NAME")

@@ -76,10 +76,14 @@ def cli_errors(func: F) -> F:
 
 
 def other_rank() -> bool:
-    """Whether this process is a torchrun worker other than rank 0 (``RANK`` set, not 0)."""
+    """Whether this process is a torchrun worker other than rank 0 (``RANK`` set and not 0,
+    in a launched job: ``TORCHELASTIC_RUN_ID`` set or ``WORLD_SIZE`` > 1, as
+    :meth:`lipcli.train.distributed.DistContext.from_env` decides)."""
     import os
 
-    return os.environ.get("RANK", "0").strip() not in ("", "0")
+    env = os.environ
+    launched = "TORCHELASTIC_RUN_ID" in env or env.get("WORLD_SIZE", "1").strip() not in ("", "0", "1")
+    return launched and env.get("RANK", "0").strip() not in ("", "0")
 
 
 def print_json(data: Any) -> None:
