@@ -213,7 +213,10 @@ def perturbed_copies(
 ) -> Iterator[tuple[str, nn.Module]]:
     """Float64 copies of ``module`` with every parameter moved: standard normal values,
     values ten times larger (both signs), negative values, and ``steps`` Adam steps (lr 0.5)
-    on a random linear loss of the output at random inputs of ``input_shape``."""
+    on a random linear loss of the output at random inputs of ``input_shape``.  None for a
+    module without parameters."""
+    if not any(True for _ in module.parameters()):
+        return  # nothing to move: the module as built is all there is
     gen = torch.Generator().manual_seed(seed)
 
     def randn_like(p: torch.Tensor) -> torch.Tensor:

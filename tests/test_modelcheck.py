@@ -73,7 +73,7 @@ CASES = {
     "width": (dict(edit=_width), "arch parameter 'width' = 1000000000 is out of range"),
     "classes": (dict(edit=_classes), "num_classes must be an integer from 2 to"),
     "terms": (dict(edit=_terms), "conv parameter 'eval_terms' = 1000000000 is out of range"),
-    "terms65": (dict(edit=_terms_65), "eval_terms must be between 2 and 64"),
+    "terms65": (dict(edit=_terms_65), "train_terms and eval_terms must be at most 64"),
     "hidden": (dict(edit=_hidden), "far more than the file holds"),
     "deep": (dict(dataset="[" * 200_000 + "]" * 200_000), f"nested deeper than {MAX_JSON_DEPTH} levels"),
     "big": (dict(results=json.dumps("a" * 5_000_000)), "bytes of metadata (limit"),

@@ -623,10 +623,14 @@ class SOC(nn.Module):
             raise ValueError(f"SOC supports stride 1 or 2, got {stride}")
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"SOC needs an odd kernel size, got {kernel_size}")
-        if not (2 <= train_terms <= MAX_TERMS and 2 <= eval_terms <= MAX_TERMS):
-            raise ValueError(f"train_terms and eval_terms must be between 2 and {MAX_TERMS}")
-        if not 0 <= power_iters <= MAX_POWER_ITERS:
-            raise ValueError(f"power_iters must be between 0 and {MAX_POWER_ITERS}")
+        if train_terms < 2 or eval_terms < 2:
+            raise ValueError("train_terms and eval_terms must be at least 2")
+        if train_terms > MAX_TERMS or eval_terms > MAX_TERMS:
+            raise ValueError(f"train_terms and eval_terms must be at most {MAX_TERMS}")
+        if power_iters < 0:
+            raise ValueError("power_iters must be non-negative")
+        if power_iters > MAX_POWER_ITERS:
+            raise ValueError(f"power_iters must be at most {MAX_POWER_ITERS}")
         self.in_channels = int(in_channels)
         self.out_channels = int(out_channels)
         self.kernel_size = int(kernel_size)
