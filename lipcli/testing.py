@@ -17,8 +17,7 @@ naturally inside pytest) and returns a small report of what it measured.
   working in float32 and float64, 1-Lipschitz if it promises ``"1-lipschitz"`` -- as built
   and again with every parameter perturbed (random, large, negative values, a few optimiser
   steps on a random loss: a promise must hold for every value training can reach) --, its
-  parameters at least 1-dimensional, its ``no_weight_decay`` names existing parameters, and
-  its state dict surviving a safetensors round trip into a freshly built module (identical
+  ``no_weight_decay`` names existing parameters, and its state dict surviving a safetensors round trip into a freshly built module (identical
   outputs: all state is in the state dict).
 * :func:`check_model_roundtrip` -- builds a tiny LipConvnet with your component through
   :func:`lipcli.models.create_model` (``width=4``), saves it as a lipcli model file, loads it
@@ -398,12 +397,8 @@ def check_pool_spec(
     module.zero_grad(set_to_none=True)
     module.eval()
 
-    # no_weight_decay names must exist; parameters are at least 1-d (store a scalar as (1,))
+    # no_weight_decay names must exist
     param_names = dict(module.named_parameters())
-    for pname, p in param_names.items():
-        if p.dim() == 0:
-            _fail(f"{label}: parameter {pname!r} is 0-dimensional; give it shape (1,) (model "
-                  "files, checkpoints and the trainer expect parameters of at least 1 dimension)")
     for local in getattr(module, "no_weight_decay", ()):
         if local not in param_names:
             _fail(f"{label}: no_weight_decay names {local!r}, which is not a parameter "

@@ -2,8 +2,8 @@
 passes the checks at initialisation but not after its scale moved -- ``lipcli.testing`` fails
 it (perturbed parameters) and ``lip certify`` / ``lip lipschitz`` refuse the trained model
 (exit 1, "plugin ... breaks its 1-Lipschitz promise (measured r)") instead of printing a
-GUARANTEED bound.  A 0-d parameter is refused by the conformance check, and no longer
-crashes the final write of ``lip train``."""
+GUARANTEED bound.  A 0-d parameter passes the conformance checks when its promise holds,
+trains, and no longer crashes the final write of ``lip train``."""
 
 from __future__ import annotations
 
@@ -86,9 +86,21 @@ def test_perturbed_copies_move_every_parameter():
     assert float(module.scale.detach()) == 1.0  # the original is untouched
 
 
-def test_a_zero_dimensional_parameter_fails_the_conformance_checks():
-    with pytest.raises(AssertionError, match="'scale' is 0-dimensional; give it shape"):
-        check_pool_spec(scalar_spec(), channels=4)
+class BoundedScalarPool(nn.Module):
+    """Channel-pair max times tanh(s) with a 0-d parameter s: 1-Lipschitz for every s."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.s = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(x[:, 0::2], x[:, 1::2]) * torch.tanh(self.s)
+
+
+def test_a_zero_dimensional_parameter_is_handled_by_the_conformance_checks():
+    spec = PoolSpec(name="tanhscale", factory=BoundedScalarPool, promises=(ONE_LIPSCHITZ,),
+                    description="max times tanh of a 0-d parameter")
+    assert check_pool_spec(spec, channels=4).num_parameters == 1
 
 
 @pytest.mark.parametrize("command", [["certify", "--no-write", "--limit", "16"], ["lipschitz", "--no-estimate"]])
