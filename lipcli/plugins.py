@@ -224,6 +224,27 @@ def parse_component_choice(text: str) -> tuple[str, dict[str, str]]:
     return name.strip(), params
 
 
+def split_component_choices(text: str) -> list[str]:
+    """Split a comma-separated list of component choices, keeping inline parameters with
+    their component: ``"soc-fast,polygon:vertices=8,radius=1.5,max"`` ->
+    ``["soc-fast", "polygon:vertices=8,radius=1.5", "max"]``.  An item containing ``=`` but
+    no ``:`` continues the previous item's parameters (names never contain ``=``)."""
+    items: list[str] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            raise LipUsageError(f"empty item in the component list {text!r}")
+        if "=" in item and ":" not in item:
+            if not items or ":" not in items[-1]:
+                raise LipUsageError(
+                    f"parameter {item!r} in {text!r} follows no component; use name:key=value"
+                )
+            items[-1] += "," + item
+        else:
+            items.append(item)
+    return items
+
+
 def _check_hook_names(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
     """Raise PluginError if ``plugin`` marks a function as a hookimpl for an unknown hook.
 

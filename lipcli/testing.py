@@ -19,6 +19,10 @@ naturally inside pytest) and returns a small report of what it measured.
   steps on a random loss: a promise must hold for every value training can reach) --, its
   ``no_weight_decay`` names existing parameters, and its state dict surviving a safetensors round trip into a freshly built module (identical
   outputs: all state is in the state dict).
+* :func:`check_activation_spec`, :func:`check_gradient_norm_preserving`,
+  :func:`check_head_lipschitz` -- activations and heads (module
+  :mod:`lipcli.testing_components`); :func:`check_channel_module` holds the module checks
+  pools and activations share.
 * :func:`check_model_roundtrip` -- builds a tiny LipConvnet with your component through
   :func:`lipcli.models.create_model` (``width=4``), saves it as a lipcli model file, loads it
   back through the plugin registry and checks identical logits.
@@ -342,12 +346,88 @@ def check_pool_spec(
     checks (only if the spec promises ``"1-lipschitz"``) run on a float64 copy of the module
     in eval mode with inputs ``(B, channels, 2, 2)``.
     """
+    checked, lip = check_channel_spec(
+        spec, PoolSpec, channels, channels // 2, params=params, spatial=spatial, batch=batch,
+        pairs=pairs, attack_steps=attack_steps, seed=seed, rtol=rtol,
+        rule="a pool must map (N, C, H, W) to (N, C/2, H, W)",
+    )
+    return PoolCheckReport(
+        name=spec.name, params=checked.params, num_parameters=checked.num_parameters,
+        lipschitz=lip,
+    )
+
+
+def check_channel_spec(
+    spec: ComponentSpec,
+    spec_type: type,
+    channels: int,
+    out_channels: int,
+    *,
+    params: dict[str, Any] | None,
+    spatial: tuple[int, int],
+    batch: int,
+    pairs: int,
+    attack_steps: int,
+    seed: int,
+    rtol: float,
+    rule: str,
+) -> tuple["ChannelModuleCheck", LipschitzReport | None]:
+    """:func:`check_component_spec`, the spec's type, :func:`check_channel_module` and, if the
+    spec promises ``"1-lipschitz"``, :func:`check_one_lipschitz` on the float64 module with
+    inputs ``(B, channels, 2, 2)``: the checks pools and activations share."""
     check_component_spec(spec)
-    if not isinstance(spec, PoolSpec):
-        _fail(f"expected a PoolSpec, got {type(spec).__name__}")
+    if not isinstance(spec, spec_type):
+        _fail(f"expected a {spec_type.__name__}, got {type(spec).__name__}")
     if channels < 2 or channels % 2:
         raise ValueError("channels must be a positive even number")
-    label = f"pool {spec.name!r}"
+    checked = check_channel_module(
+        spec, channels, out_channels, params=params, spatial=spatial, batch=batch, seed=seed,
+        rule=rule,
+    )
+    lip = None
+    if ONE_LIPSCHITZ in spec.promises:
+        lip = check_one_lipschitz(
+            checked.module64, (channels, 2, 2), pairs=pairs, attack_steps=attack_steps,
+            rtol=rtol, seed=seed, name=checked.label,
+        )
+        # the promise must hold for every parameter value training can reach, not only at
+        # initialisation (lipcli.promises.perturbed_copies)
+        from .promises import perturbed_copies
+
+        for how, moved in perturbed_copies(checked.module64, (channels, 2, 2), seed=seed):
+            check_one_lipschitz(moved, (channels, 2, 2), pairs=max(64, pairs // 4),
+                                attack_steps=min(attack_steps, 10), jacobian_points=2,
+                                rtol=rtol, seed=seed, name=f"{checked.label} with {how}")
+    return checked, lip
+
+
+@dataclass(frozen=True)
+class ChannelModuleCheck:
+    """What :func:`check_channel_module` built: the float64 eval-mode copy to test further."""
+
+    label: str
+    params: dict[str, Any]
+    num_parameters: int
+    module64: nn.Module
+
+
+def check_channel_module(
+    spec: ComponentSpec,
+    channels: int,
+    out_channels: int,
+    *,
+    params: dict[str, Any] | None = None,
+    spatial: tuple[int, int] = (3, 3),
+    batch: int = 4,
+    seed: int = 0,
+    rule: str = "",
+) -> ChannelModuleCheck:
+    """The checks shared by pools and activations: ``spec.factory(channels, **params)`` is an
+    ``nn.Module`` mapping ``(N, channels, H, W)`` to ``(N, out_channels, H, W)`` (also at
+    ``1 x 1``) with finite float32 outputs and gradients, deterministic in eval mode, its
+    ``no_weight_decay`` names existing parameters, its state dict surviving a safetensors
+    round trip into a freshly built module, and running in float64."""
+    label = f"{spec.kind} {spec.name!r}"
     try:
         resolved = spec.resolve_params(params)
     except (KeyError, ValueError) as exc:
@@ -367,10 +447,10 @@ def check_pool_spec(
             out = module(z)
         if not isinstance(out, torch.Tensor):
             _fail(f"{label}: forward must return a tensor, got {type(out).__name__}")
-        expected = (batch, channels // 2, h, w)
+        expected = (batch, out_channels, h, w)
         if tuple(out.shape) != expected:
-            _fail(f"{label}: maps {tuple(z.shape)} to {tuple(out.shape)}; a pool must map "
-                  f"(N, C, H, W) to (N, C/2, H, W) = {expected}")
+            _fail(f"{label}: maps {tuple(z.shape)} to {tuple(out.shape)}, expected {expected}"
+                  + (f"; {rule}" if rule else ""))
         if out.dtype != z.dtype:
             _fail(f"{label}: output dtype {out.dtype} differs from the input dtype {z.dtype}")
         if not torch.isfinite(out).all():
@@ -382,7 +462,7 @@ def check_pool_spec(
         first, second = module(z), module(z)
     if not torch.equal(first, second):
         _fail(f"{label}: two eval-mode forward passes on the same input differ "
-              f"(max difference {float((first - second).abs().max()):.3g}); pools must be deterministic")
+              f"(max difference {float((first - second).abs().max()):.3g}); it must be deterministic")
 
     # gradients (train mode): finite for the input and every trainable parameter
     module.train()
@@ -422,7 +502,7 @@ def check_pool_spec(
               f"the output differs (max difference {float((reference - again).abs().max()):.3g}); "
               "keep all state in parameters or persistent buffers")
 
-    # float64 and the Lipschitz promise
+    # float64
     try:
         module64 = copy.deepcopy(module).double().eval()
         with torch.no_grad():
@@ -431,23 +511,9 @@ def check_pool_spec(
         _fail(f"{label}: the module does not run in float64 (.double()): {type(exc).__name__}: {exc}")
     if out64.dtype != torch.float64:
         _fail(f"{label}: float64 input gave {out64.dtype} output")
-    lip = None
-    if ONE_LIPSCHITZ in spec.promises:
-        lip = check_one_lipschitz(
-            module64, (channels, 2, 2), pairs=pairs, attack_steps=attack_steps, rtol=rtol,
-            seed=seed, name=label,
-        )
-        # the promise must hold for every parameter value training can reach, not only at
-        # initialisation (lipcli.promises.perturbed_copies)
-        from .promises import perturbed_copies
-
-        for how, moved in perturbed_copies(module, (channels, 2, 2), seed=seed):
-            check_one_lipschitz(moved, (channels, 2, 2), pairs=max(64, pairs // 4),
-                                attack_steps=min(attack_steps, 10), jacobian_points=2,
-                                rtol=rtol, seed=seed, name=f"{label} with {how}")
-    return PoolCheckReport(
-        name=spec.name, params=resolved,
-        num_parameters=sum(p.numel() for p in module.parameters()), lipschitz=lip,
+    return ChannelModuleCheck(
+        label=label, params=resolved,
+        num_parameters=sum(p.numel() for p in module.parameters()), module64=module64,
     )
 
 
@@ -558,3 +624,28 @@ from .testing_conv import (  # noqa: E402
 )
 
 __all__ += ["ConvCaseReport", "affine_matrix", "check_conv_network_bound", "check_conv_spec"]
+
+
+# activation and head components (their own module: lipcli.testing_components)
+from .testing_components import (  # noqa: E402
+    ActivationCheckReport,
+    HeadCheckReport,
+    check_activation_spec,
+    check_gradient_norm_preserving,
+    check_head_lipschitz,
+    declared_lipschitz_bound,
+    installed_plugin_modules,
+)
+
+__all__ += [
+    "ActivationCheckReport",
+    "ChannelModuleCheck",
+    "HeadCheckReport",
+    "check_activation_spec",
+    "check_channel_module",
+    "check_channel_spec",
+    "check_gradient_norm_preserving",
+    "check_head_lipschitz",
+    "declared_lipschitz_bound",
+    "installed_plugin_modules",
+]

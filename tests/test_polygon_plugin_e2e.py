@@ -8,45 +8,19 @@ group, trains, certifies, and its absence is reported with an install hint.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-PLUGIN = ROOT / "plugins" / "lipcli-polygon-pool"
+from plugin_sites import install_plugins, lip as _lip
 
 
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("polygon-site")
-    build = tmp_path_factory.mktemp("polygon-src")
-    # build from a copy so the source tree stays clean (setuptools writes build/ and egg-info)
-    import shutil
-
-    src = build / "lipcli-polygon-pool"
-    shutil.copytree(PLUGIN, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(src)],
-        capture_output=True, text=True, timeout=600,
+    return install_plugins(
+        ["lipcli-polygon-pool"], tmp_path_factory.mktemp("polygon-site"),
+        tmp_path_factory.mktemp("polygon-src"),
     )
-    if out.returncode != 0:
-        pytest.fail(f"pip install of the plugin failed: {out.stderr[-2000:]}")
-    return target
-
-
-def _lip(args, *, site: Path | None, extra_env=None, cwd=None):
-    env = dict(os.environ)
-    env.pop("LIPCLI_DISABLE_PLUGIN_AUTOLOAD", None)
-    paths = [str(site)] if site else []
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env.update(extra_env or {})
-    return subprocess.run([sys.executable, "-m", "lipcli", *args], capture_output=True, text=True,
-                          env=env, timeout=900, cwd=cwd)
 
 
 def test_polygon_plugin_end_to_end(plugin_site, tmp_path):

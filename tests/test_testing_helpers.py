@@ -256,3 +256,28 @@ def test_every_builtin_spec_passes_component_check():
     for kind in KIND_TITLES:
         for spec in reg.specs(kind):
             check_component_spec(spec)
+
+
+def test_activation_conformance_on_maxmin_and_a_leaky_relu():
+    from lipcli.builtins.activations import lip_activations
+    from lipcli.specs import ONE_LIPSCHITZ, ActivationSpec
+    from lipcli.testing import check_activation_spec
+
+    (maxmin,) = lip_activations()
+    report = check_activation_spec(maxmin, channels=8, gradient_norm_preserving=True)
+    assert report.singular_values == pytest.approx((1.0, 1.0), abs=1e-12)
+    # 1-Lipschitz but not gradient-norm preserving: the first check passes, the second fails
+    leaky = ActivationSpec(
+        name="leaky", factory=lambda channels: torch.nn.LeakyReLU(0.1),
+        description="leaky ReLU", promises=(ONE_LIPSCHITZ,),
+    )
+    assert check_activation_spec(leaky, channels=4).lipschitz is not None
+    with pytest.raises(AssertionError, match="not gradient-norm preserving"):
+        check_activation_spec(leaky, channels=4, gradient_norm_preserving=True)
+    # shape changes are caught
+    halving = ActivationSpec(
+        name="halving", factory=lambda channels: torch.nn.MaxPool3d((2, 1, 1)),
+        description="not shape preserving",
+    )
+    with pytest.raises(AssertionError, match="keep the shape"):
+        check_activation_spec(halving, channels=4)

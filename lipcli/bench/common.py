@@ -3,6 +3,7 @@ report, model twins, the recipe training step and synthetic batches."""
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
@@ -119,6 +120,30 @@ def environment(device: torch.device) -> dict[str, Any]:
             gpu_memory_gib=round(props.total_memory / 2**30, 1),
         )
     return env
+
+
+def record_load_after(env: dict[str, Any]) -> None:
+    """Add the 1/5/15-minute load averages after a run to an :func:`environment` report."""
+    try:
+        env["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        pass
+
+
+def step_settings(batch_size: int) -> dict[str, Any]:
+    """Report fields shared by the training-step benchmarks: inputs, epoch size, recipe."""
+    return {
+        "input_shape": list(CIFAR_SHAPE),
+        "epoch_images": EPOCH_IMAGES,
+        "steps_per_epoch": math.ceil(EPOCH_IMAGES / batch_size),
+        "optimizer": (
+            f"SGD lr {RECIPE_LR}, momentum {RECIPE_MOMENTUM}, weight decay "
+            f"{RECIPE_WEIGHT_DECAY} on >=2-D non-head-excluded parameters (the paper's recipe)"
+        ),
+        "step": "zero_grad + forward + cross-entropy + backward + optimizer step",
+        "epoch_time": f"median step time x ceil({EPOCH_IMAGES} / batch); data loading excluded",
+        "inputs": "synthetic: uniform [0,1] images, uniform random labels; random init",
+    }
 
 
 def _sync(device: torch.device) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -13,13 +12,9 @@ from typing import Any
 import torch
 
 from .common import (
-    CIFAR_SHAPE,
     EPOCH_IMAGES,
     EXACT_CONV,
     FAST_CONV,
-    RECIPE_LR,
-    RECIPE_MOMENTUM,
-    RECIPE_WEIGHT_DECAY,
     Progress,
     RecipeStep,
     build_twins,
@@ -28,6 +23,8 @@ from .common import (
     count_parameters,
     environment,
     _no_progress,
+    record_load_after,
+    step_settings,
     soc_layers,
     synthetic_batch,
     _timed,
@@ -176,36 +173,24 @@ def bench_train(
                 progress=progress,
             )
         )
-    try:
-        env["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        pass
+    record_load_after(env)
     return {
         "benchmark": "train",
         "environment": env,
         "settings": {
             "batch_size": batch_size, "steps": steps, "warmup": warmup, "width": width,
             "head": head, "pool": pool, "num_classes": num_classes, "seed": seed,
-            "input_shape": list(CIFAR_SHAPE),
-            "epoch_images": EPOCH_IMAGES,
-            "steps_per_epoch": math.ceil(EPOCH_IMAGES / batch_size),
             "fast_conv": FAST_CONV, "exact_conv": EXACT_CONV,
-            "optimizer": (
-                f"SGD lr {RECIPE_LR}, momentum {RECIPE_MOMENTUM}, weight decay "
-                f"{RECIPE_WEIGHT_DECAY} on >=2-D non-head-excluded parameters (the paper's recipe)"
-            ),
             "schedule": (
                 "interleaved: each round both models take one step on the same synthetic "
                 "batch, order alternating between rounds; warm-up rounds not timed"
             ),
-            "step": "zero_grad + forward + cross-entropy + backward + optimizer step",
             "cuda_graphs": cuda_graphs,
             "kernel_floor": (
                 f"CUDA: GPU kernel time per step and its convolution kernels, profiled over "
                 f"{FLOOR_STEPS} eager steps after the timed ones" if floor and device.type == "cuda"
                 else None),
-            "epoch_time": f"median step time x ceil({EPOCH_IMAGES} / batch); data loading excluded",
-            "inputs": "synthetic: uniform [0,1] images, uniform random labels; random init",
+            **step_settings(batch_size),
         },
         "results": results,
     }

@@ -150,8 +150,21 @@ def train(
     warmup: int = typer.Option(2, "--warmup", help="Untimed warm-up steps per model."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
     width: int = typer.Option(32, "--width", help="LipConvnet width (channels after the stem)."),
-    head: str = typer.Option("lln", "--head", help="Head component (Table 1: lln)."),
-    pool: str = typer.Option("max", "--pool", help="Pool component (Table 1: max)."),
+    conv: Optional[str] = typer.Option(
+        None, "--conv",
+        help="Compare these convolutions instead of Table 1, e.g. soc-fast,soc,cayley "
+        "(any installed plugin's; inline parameters as name:key=value).",
+    ),
+    activation: Optional[str] = typer.Option(
+        None, "--activation",
+        help="Compare these activations, e.g. maxmin,householder (default: maxmin).",
+    ),
+    head: str = typer.Option(
+        "lln", "--head", help="Head component(s) (Table 1: lln); several compare them."
+    ),
+    pool: str = typer.Option(
+        "max", "--pool", help="Pool component(s) (Table 1: max); several compare them."
+    ),
     classes: int = typer.Option(10, "--classes", help="Number of classes."),
     seed: int = typer.Option(0, "--seed", help="Seed for weights and synthetic batches."),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch.set_num_threads."),
@@ -176,7 +189,12 @@ def train(
 ) -> None:
     """Time per training step and per CIFAR-10 epoch, fast (soc-fast) vs exact (soc)
     gradient, interleaved from identical weights (paper Table 1); on CUDA also the
-    convolution kernel time per step beside the step time."""
+    convolution kernel time per step beside the step time.
+
+    With --conv or --activation (or several --pool/--head): compare those
+    components instead, every combination on the same architecture and batch,
+    interleaved in one run (step time, images/s, peak memory, relative to the
+    first; eager steps: --cuda-graphs and --floor apply to Table 1 only)."""
     from ..bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
     from ..cuda_graphs import check_graph_mode
     from ..errors import LipUsageError
@@ -188,6 +206,20 @@ def train(
         raise LipUsageError(f"--{exc}") from None
     dev = _setup(device, threads, cudnn_benchmark)
     names = parse_archs(archs, get_registry().names("arch"))
+    from .bench_components import component_lists, print_components
+
+    choices = component_lists(conv=conv, activation=activation, pool=pool, head=head)
+    if choices is not None:
+        from ..bench.compare import bench_components
+
+        _check_output(output)
+        report = bench_components(
+            names, choices, batch_size=batch_size, steps=steps, warmup=warmup, device=dev,
+            width=width, num_classes=classes, seed=seed, measure_memory=memory,
+            progress=_progress(quiet),
+        )
+        _finish(report, output, json_out, print_components)
+        return
     _check_components(head=head, pool=pool, conv=FAST_CONV)
     _check_components(conv=EXACT_CONV)
     _check_output(output)

@@ -1,0 +1,62 @@
+"""End to end with the activation/head/certificate distributions plugins/lipcli-householder and
+plugins/lipcli-ortho-head, pip-installed beside (not into) the environment: both entry
+points are discovered by ``lip plugins``, a model with ``--activation householder:order=2
+--head ortho`` trains and is certified by ``margin`` through real ``lip`` subprocesses, the
+model file records both distributions, and loading it without them names what to install."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from plugin_sites import install_plugins, lip
+
+DISTS = {"householder": "lipcli-householder", "ortho": "lipcli-ortho-head"}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    return install_plugins(
+        list(DISTS.values()), tmp_path_factory.mktemp("zoo-site"), tmp_path_factory.mktemp("zoo-src")
+    )
+
+
+def test_entry_points_train_certify_and_missing(site, tmp_path):
+    listed = lip(["plugins", "--json"], site=site)
+    assert listed.returncode == 0, listed.stderr
+    plugins = {p["name"]: p for p in json.loads(listed.stdout)["plugins"]}
+    assert plugins["householder"]["distribution"] == "lipcli-householder"
+    assert plugins["householder"]["components"] == {"activation": ["householder"]}
+    assert plugins["ortho"]["distribution"] == "lipcli-ortho-head"
+    assert plugins["ortho"]["components"] == {"head": ["ortho"], "certificate": ["margin"]}
+    assert all(plugins[n]["error"] is None for n in DISTS)
+
+    model = tmp_path / "hh-ortho.safetensors"
+    trained = lip(
+        ["train", "--dataset", "digits", "--arch", "lipconvnet-5", "--width", "4",
+         "--activation", "householder:order=2", "--head", "ortho", "--epochs", "1",
+         "--batch-size", "32", "--limit-train", "64", "--limit-test", "16",
+         "--no-lipschitz-estimate", "-q", "--out", str(model)],
+        site=site,
+    )
+    assert trained.returncode == 0, trained.stderr
+    from lipcli.modelfile import read_metadata
+
+    config = read_metadata(model)["config"]
+    assert config["activation"]["distribution"] == "lipcli-householder"
+    assert config["activation"]["params"] == {"order": 2}
+    assert config["head"]["distribution"] == "lipcli-ortho-head"
+
+    cert = lip(["certify", str(model), "--radii", "36,72", "--limit", "16", "--json",
+                "--no-write", "-q"], site=site)
+    assert cert.returncode == 0, cert.stderr
+    summary = json.loads(cert.stdout)
+    assert summary["certificate"]["name"] == "margin" and summary["sound"] is True
+    assert summary["certificate"]["provider"] == "ortho"
+
+    missing = lip(["certify", str(model), "--limit", "4", "--no-write"], site=None)
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    line = missing.stderr.strip()
+    assert "\n" not in line and "pip install lipcli-" in line, line
