@@ -116,7 +116,10 @@ def check_data_dir(component: Component, root: str | None, download: bool) -> st
     if not spec.needs_root:
         return None if root is None else str(root)
     if root is None:
-        raise LipUsageError(f"dataset {spec.name!r} needs --data-dir DIR")
+        raise LipUsageError(
+            f"dataset {spec.name!r} needs --data-dir DIR (the folder holding its files; with "
+            "--download, where to fetch them); --dataset digits trains on the embedded offline set"
+        )
     path = os.path.expanduser(str(root))
     if not download and not os.path.isdir(path):
         raise LipUsageError(f"data directory {path} does not exist (dataset {spec.name!r})")

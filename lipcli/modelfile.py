@@ -24,7 +24,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -57,8 +57,12 @@ class ModelFile:
         return self.metadata["config"]
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
+def atomic_write_bytes(
+    path: str | os.PathLike, data: bytes, *, check: Callable[[Path], None] | None = None
+) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename.  ``check(tmp)`` (if
+    given) runs on the complete temporary file before the rename; if it raises, the temporary
+    file is removed and ``path`` is left as it was."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -69,6 +73,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        if check is not None:
+            check(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -80,6 +80,19 @@ class MaxMin(nn.Module):
     def extra_repr(self) -> str:
         return "" if self.channels is None else f"channels={self.channels}"
 
+    def export_module(self) -> nn.Module:
+        """Plain-torch stand-in for ``lip export`` (:mod:`lipcli.export.lowering`)."""
+        return PlainMaxMin()
+
+
+class PlainMaxMin(nn.Module):
+    """MaxMin in plain torch operations (``maximum``, ``minimum``, ``cat``): what ``lip
+    export`` writes into the exported program (same values as :class:`MaxMin`)."""
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        a, b = torch.chunk(z, 2, dim=1)
+        return torch.cat((torch.maximum(a, b), torch.minimum(a, b)), dim=1)
+
 
 def _maxmin_factory(channels: int) -> MaxMin:
     return MaxMin(channels)

@@ -832,6 +832,13 @@ class CRCCertifier:
         self.prepare_seconds = time.perf_counter() - start
         return self.cache
 
+    def export_certificate(self, head: nn.Module):
+        """``lip export --certify``: the closed-form certificate with freshly computed
+        guaranteed curvature bounds (:mod:`lipcli.builtins.cert_crc_export`)."""
+        from lipcli.builtins.cert_crc_export import export_crc_certificate
+
+        return export_crc_certificate(head)
+
     def _sync_cache(self) -> None:
         if self.bounds is not None:
             self.cache.update(self.bounds.to_cache())

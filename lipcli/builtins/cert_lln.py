@@ -141,6 +141,53 @@ class LLNCertifier:
         )
 
 
+    def export_certificate(self, head: nn.Module):
+        """``lip export --certify``: this certificate as plain float64 torch operations
+        (:class:`LLNRadius`, the same arithmetic as :func:`lln_radius` over all classes, with
+        ``Ŵ``, ``b`` and the rounding-safe row distances as constants)."""
+        from lipcli.export.lowering import ExportedCertificate
+
+        weight, bias = linear_head_weights(head)
+        module = LLNRadius(weight.cpu(), bias.cpu(), pairwise_row_distances(weight).cpu())
+        return ExportedCertificate(
+            module=module,
+            reference=lambda features: self.certify(head, features).radius,
+            kind=self.name,
+            description="exact linear margin certificate of the LLN head over all classes "
+            "(float64, rounding bounded and subtracted); equal to lip certify's",
+        )
+
+
+class LLNRadius(nn.Module):
+    """Features ``(N, D)`` -> ``(predictions, radius float64)``: :func:`lln_radius` over all
+    classes in plain torch operations (what ``lip export --certify`` writes)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, distances: torch.Tensor) -> None:
+        super().__init__()
+        w = weight.to(torch.float64)
+        self.register_buffer("weight", w)
+        self.register_buffer("bias", bias.to(torch.float64))
+        self.register_buffer("row_norm", w.norm(dim=1))
+        self.register_buffer("distances", distances.to(torch.float64))
+        self.register_buffer("classes", torch.arange(w.shape[0]))
+        self.dim = int(w.shape[1])
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = features.to(torch.float64)
+        logits = y @ self.weight.T + self.bias
+        pred = logits.argmax(dim=1)
+        own = pred.unsqueeze(1)
+        margin = logits.gather(1, own) - logits
+        mag = y.norm(dim=1, keepdim=True) * self.row_norm + self.bias.abs()
+        err = (self.dim + 4) * _U64 * (mag.gather(1, own) + mag)
+        dist = self.distances.index_select(0, pred)
+        ratio = (margin - err) / dist * (1 - 4 * _U64)
+        inf = torch.full_like(ratio, float("inf"))
+        ratio = torch.where(dist > 0, ratio, inf)
+        ratio = torch.where(self.classes.unsqueeze(0) == own, inf, ratio)
+        return pred, ratio.amin(dim=1).clamp_min(0.0)
+
+
 def _lln_factory() -> LLNCertifier:
     return LLNCertifier()
 

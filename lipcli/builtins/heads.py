@@ -63,6 +63,24 @@ class LLNHead(nn.Module):
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, num_classes={self.num_classes}"
 
+    def export_module(self) -> nn.Module:
+        """``lip export``: a plain linear map with ``Ŵ`` computed once (the same float32
+        matrix the forward pass applies)."""
+        with torch.no_grad():
+            return FixedLinear(self.normalized_weight().detach().clone(), self.bias.detach().clone())
+
+
+class FixedLinear(nn.Module):
+    """``y Wᵀ + b`` with ``W`` and ``b`` stored as buffers (the exported LLN head)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.register_buffer("bias", bias)
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return F.linear(y, self.weight, self.bias)
+
 
 class MLPHead(nn.Module):
     """One-hidden-layer softplus MLP ``h(y) = fc2(softplus(fc1(y)))`` (SPEC §4, CRC-Lip).
@@ -85,6 +103,10 @@ class MLPHead(nn.Module):
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.softplus(self.fc1(y)))
+
+    def export_module(self) -> nn.Module:
+        """``lip export``: the forward is plain torch operations already."""
+        return self
 
 
 def _lln_factory(in_features: int, num_classes: int) -> LLNHead:

@@ -80,6 +80,10 @@ class Normalize(nn.Module):
     def extra_repr(self) -> str:
         return f"mean={tuple(self.mean.tolist())}, std={tuple(self.std.tolist())}"
 
+    def export_module(self) -> nn.Module:
+        """``lip export``: the forward is plain torch operations already."""
+        return self
+
 
 @dataclass(frozen=True)
 class _LayerPlan:
@@ -91,8 +95,15 @@ class _LayerPlan:
     flatten: bool = False
 
 
-def _mark(module: nn.Module, promises: tuple[str, ...]) -> nn.Module:
+def _mark(module: nn.Module, promises: tuple[str, ...], component: Component | None = None) -> nn.Module:
+    """Record the promises (``lip_promises``) and, when given, which component built the
+    module (``lip_component``: kind, name, distribution; named in export errors)."""
     module.lip_promises = tuple(promises)
+    if component is not None:
+        module.lip_component = {
+            "kind": component.spec.kind, "name": component.name,
+            "distribution": component.distribution,
+        }
     return module
 
 
@@ -150,15 +161,15 @@ class LipConvnet(nn.Module):
         plan: list[_LayerPlan] = []
 
         def add_conv(name: str, c_in: int, c_out: int, k: int, s: int) -> None:
-            layers[name] = _mark(conv.build(c_in, c_out, k, s), conv.spec.promises)
+            layers[name] = _mark(conv.build(c_in, c_out, k, s), conv.spec.promises, conv)
             plan.append(_LayerPlan(name, c_out, s))
 
         def add_act(name: str, channels: int) -> None:
-            layers[name] = _mark(activation.build(channels), activation.spec.promises)
+            layers[name] = _mark(activation.build(channels), activation.spec.promises, activation)
             plan.append(_LayerPlan(name))
 
         def add_pool(name: str, channels: int) -> None:
-            layers[name] = _mark(pool.build(channels), pool.spec.promises)
+            layers[name] = _mark(pool.build(channels), pool.spec.promises, pool)
             plan.append(_LayerPlan(name, channels // 2))
 
         layers["normalize"] = Normalize(mean, std)
@@ -192,7 +203,7 @@ class LipConvnet(nn.Module):
         self._plan: tuple[_LayerPlan, ...] = tuple(plan)
         #: D, the feature dimension for a 32 x 32 input (spatial 1 x 1 after block 5)
         self.feature_dim = channels
-        self.head = _mark(head.build(self.feature_dim, num_classes), head.spec.promises)
+        self.head = _mark(head.build(self.feature_dim, num_classes), head.spec.promises, head)
 
     # -- the module protocol ------------------------------------------------------------------
     def features(self, x: torch.Tensor) -> torch.Tensor:

@@ -75,6 +75,18 @@ class ChannelMaxPool(nn.Module):
     def extra_repr(self) -> str:
         return "" if self.channels is None else f"channels={self.channels}"
 
+    def export_module(self) -> nn.Module:
+        """Plain-torch stand-in for ``lip export`` (:mod:`lipcli.export.lowering`)."""
+        return PlainPairMax()
+
+
+class PlainPairMax(nn.Module):
+    """``max(z[:, :C/2], z[:, C/2:])`` in plain torch operations (``lip export``)."""
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        a, b = torch.chunk(z, 2, dim=1)
+        return torch.maximum(a, b)
+
 
 def cone_signed_distance(x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     """Signed l2 distance of ``(x, y)`` to the cone ``{r(cos a, sin a): r >= 0, |a| <= theta/2}``.
@@ -161,6 +173,11 @@ class ProjectionPool(nn.Module):
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}"
+
+    def export_module(self) -> nn.Module:
+        """``lip export``: the forward is plain torch operations already (the clamp of
+        ``theta`` and :func:`cone_signed_distance`), so the layer exports as it is."""
+        return self
 
 
 def _max_factory(channels: int) -> ChannelMaxPool:

@@ -909,6 +909,13 @@ class SOC(nn.Module):
         z = soc_series(self._prepare_input(x), S, self.eval_terms)
         return z[:, : self.out_channels]
 
+    def export_module(self) -> nn.Module:
+        """``lip export``: the eval-mode layer as its fixed series of plain convolutions with
+        the current filter (:class:`lipcli.builtins.soc_export.ExportedSOC`)."""
+        from .soc_export import ExportedSOC
+
+        return ExportedSOC.from_layer(self)
+
     def extra_repr(self) -> str:
         return (
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

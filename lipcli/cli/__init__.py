@@ -47,6 +47,8 @@ _COMMANDS = (
     ("train_cmd", "train", "train", "Train a provably 1-Lipschitz network (resumable)."),
     ("certify_cmd", "certify", "certify", "Clean and certified accuracy of a model at l2 radii."),
     ("lipschitz_cmd", "lipschitz", "lipschitz", "Lipschitz bound and estimates of a model."),
+    ("info_cmd", "info", "info", "A model file's card: components, data, bounds, results."),
+    ("export_cmd", "export", "export", "A standalone program (torch or onnxruntime) of a model."),
 )
 
 for _mod, _attr, _name, _summary in _COMMANDS:

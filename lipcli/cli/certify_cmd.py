@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import ProgressBars, cli_errors, fail, print_json, stdout_console
+from .common import MODEL_HELP, ProgressBars, cli_errors, fail, print_json, stdout_console
 
 RADII_HELP = (
     "Comma-separated l2 radii. A plain number v means v/UNIT (see --radius-unit: 36 -> 36/255); "
@@ -18,7 +18,7 @@ RADII_HELP = (
 
 @cli_errors
 def certify(
-    model: Path = typer.Argument(..., help="Model file (.safetensors) written by lip train."),
+    model: Optional[Path] = typer.Argument(None, help=MODEL_HELP, show_default=False),
     radii: str = typer.Option("36,72,108", "--radii", help=RADII_HELP),
     radius_unit: float = typer.Option(
         255.0, "--radius-unit",
@@ -86,7 +86,10 @@ def certify(
     from ..errors import LipError, LipUsageError
     from ..outputs import check_output_file
 
+    from ..runs import resolve_model_argument
+
     radii_list = parse_radii(radii, radius_unit)
+    model = resolve_model_argument(model)
     if not model.exists():
         raise LipUsageError(f"model file not found: {model}")
     if model.is_dir():

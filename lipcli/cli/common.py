@@ -18,6 +18,10 @@ from ..strictjson import dumps_json
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: help of the optional MODEL argument (lip certify, lipschitz, info, export)
+MODEL_HELP = "Model file (.safetensors); default: the most recent one under ./runs (or $LIPCLI_RUNS)."
+
+
 class State:
     debug = False
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
-from .common import ProgressBars, cli_errors, print_json, stdout_console
+from .common import MODEL_HELP, ProgressBars, cli_errors, print_json, stdout_console
 
 
 @cli_errors
 def lipschitz(
-    model: Path = typer.Argument(..., help="Model file (.safetensors)."),
+    model: Optional[Path] = typer.Argument(None, help=MODEL_HELP, show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
     iters: int = typer.Option(50, "--iters", help="Power-method iterations per layer for the estimate."),
     no_estimate: bool = typer.Option(False, "--no-estimate", help="Skip the power-method estimate (bound only, fastest)."),
@@ -42,6 +42,9 @@ def lipschitz(
     from ..models import load_model
     from ..promises import verify_promises
 
+    from ..runs import resolve_model_argument
+
+    model = resolve_model_argument(model)
     if not model.exists():
         raise LipUsageError(f"model file not found: {model}")
     if model.is_dir():

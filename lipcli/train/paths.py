@@ -10,6 +10,7 @@ from pathlib import Path
 from ..errors import LipError, LipUsageError
 from ..locks import check_run_unlocked
 from ..outputs import cannot_create_in
+from ..runs import runs_root
 from .checkpoint import read_checkpoint
 from .config import BEST_NAME, CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, MODEL_NAME, TrainConfig
 
@@ -84,7 +85,7 @@ def plan_paths(
     """Decide the run directory and model path; validate them without writing anything.
 
     * ``run_dir`` given: used as is; else derived from ``out`` (``<out dir>/<out stem>-run``);
-      else ``runs/<arch>-<head>-<YYYYmmdd-HHMMSS>``.
+      else ``runs/<arch>-<head>-<YYYYmmdd-HHMMSS>`` (``runs`` is ``$LIPCLI_RUNS`` when set).
     * ``out`` defaults to ``<run dir>/model.safetensors``.
     * A run directory holding an unfinished run's checkpoint is refused (resume it instead).
     * An existing model file, or a run directory holding a finished run, is refused unless
@@ -106,7 +107,7 @@ def plan_paths(
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         arch = cfg.arch.split(":", 1)[0]
         head = cfg.head.split(":", 1)[0]
-        rd = Path("runs") / f"{arch}-{head}-{stamp}"
+        rd = runs_root() / f"{arch}-{head}-{stamp}"
     if out_path is None:
         out_path = rd / MODEL_NAME
     _check_writable_dir(rd, "run directory")

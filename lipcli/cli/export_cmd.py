@@ -1,0 +1,76 @@
+"""``lip export``: a standalone program (torch.export, TorchScript, ONNX) from a model file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from .common import MODEL_HELP, ProgressBars, cli_errors, print_json, stdout_console
+
+
+@cli_errors
+def export(
+    model: Optional[Path] = typer.Argument(None, help=MODEL_HELP, show_default=False),
+    format: str = typer.Option(
+        "pt2", "--format", "-f",
+        help="pt2 (torch.export, torch alone), torchscript (torch alone) or onnx (onnxruntime "
+        "alone; needs pip install 'lipcli\\[onnx]').",
+    ),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o",
+        help="File to write (default: MODEL with the suffix .pt2, .torchscript.pt or .onnx).",
+    ),
+    certify: bool = typer.Option(
+        False, "--certify",
+        help="The program also returns the certified input-space l2 radius of each prediction "
+        "(LLN: exact; CRC-Lip: closed form with guaranteed curvature bounds).",
+    ),
+    check: int = typer.Option(
+        64, "--check",
+        help="Inputs on which the written program is compared with lipcli (test images of the "
+        "model's data set when available offline, else random images).",
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Export MODEL as a program that runs without lipcli.
+
+    The eval-mode network (normalisation, every SOC layer as its fixed
+    series of plain convolutions, pooling, head) is written with a metadata
+    record: lipcli version, config, normalisation, Lipschitz bound,
+    certificate, source model hash.  The file is then loaded in the target
+    runtime and compared with lipcli; a relative difference above 1e-5 is
+    an error and nothing is written.
+    """
+    from ..export import ExportOptions, export_model
+    from ..runs import resolve_model_argument
+
+    path = resolve_model_argument(model)
+    options = ExportOptions(format=format, out=None if output is None else str(output),
+                            certify=certify, check_inputs=check, overwrite=overwrite)
+    with ProgressBars(enabled=not quiet) as bars:
+        report = export_model(path, options, progress=bars.update)
+    if json_out:
+        print_json(report.to_json())
+    else:
+        print_report(report.to_json())
+
+
+def print_report(report: dict[str, Any]) -> None:
+    console = stdout_console()
+    check = report["check"]
+    say = lambda text: console.print(text, soft_wrap=True, highlight=False)  # noqa: E731
+    say(f"wrote {report['output']} ({report['format']}, {report['bytes']:,} bytes; runs with "
+        f"{report['runtime']})")
+    outputs = " and ".join(report["record"]["outputs"])
+    say(f"outputs: {outputs}" + (f"; certificate {report['certificate']}, guaranteed Lipschitz "
+                                 f"bound {report['lipschitz_upper_bound']:.8g}"
+                                 if report["certificate"] else ""))
+    radius = check["max_rel_radius_diff"]
+    say(f"check on {check['source']}: max relative logit difference "
+        f"{check['max_rel_logit_diff']:.3g}"
+        + ("" if radius is None else f", radius difference {radius:.3g}")
+        + f", {check['prediction_mismatches']} different predictions")

@@ -1,0 +1,95 @@
+"""``lip info``: the model card of a model file (read from the file alone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from .common import MODEL_HELP, cli_errors, print_json, stdout_console
+
+
+@cli_errors
+def info(
+    model: Optional[Path] = typer.Argument(None, help=MODEL_HELP, show_default=False),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable card on stdout."),
+) -> None:
+    """Show MODEL's card: components, data set, Lipschitz bound, results, training.
+
+    Read from the file alone (no data, no network built), so it also works when
+    a plugin the model needs is not installed; the card names what is missing.
+    """
+    from ..info import model_card
+    from ..runs import resolve_model_argument
+
+    card = model_card(resolve_model_argument(model)).to_json()
+    if json_out:
+        print_json(card)
+    else:
+        print_card(card)
+
+
+def _fmt(value: Any, digits: int = 6) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def print_card(card: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    console = stdout_console()
+
+    def say(text: str) -> None:
+        console.print(text, soft_wrap=True, highlight=False, markup=False)
+
+    say(f"{card['file']}: {card['bytes']:,} bytes, sha256 {card['sha256']}")
+    say(f"written by lipcli {card['written_by']} (format {card['format_version']}); input "
+        f"{'x'.join(map(str, card['input_shape']))}, {card['num_classes']} classes")
+    table = Table(title="components", title_justify="left")
+    for col in ("kind", "name", "parameters", "distribution", "installed"):
+        table.add_column(col)
+    for comp in card["components"]:
+        params = ", ".join(f"{k}={v}" for k, v in comp["params"].items()) or "-"
+        table.add_row(comp["kind"], comp["name"], params, comp["distribution"],
+                      "yes" if comp["installed"] else "NO")
+    console.print(table)
+    counts = card["parameters"]
+    say("parameters: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+    ds = card["dataset"] or {}
+    norm = card["normalization"] or {}
+    say(f"data set: {ds.get('name', '-')} {ds.get('params') or ''} sizes {ds.get('sizes', '-')}; "
+        f"normalisation mean {norm.get('mean')}, std {norm.get('std')}")
+    lip = card["lipschitz"]
+    if lip:
+        say(f"Lipschitz: {lip.get('upper_bound_label')} {_fmt(lip.get('upper_bound'), 8)}; "
+            f"estimate {_fmt(lip.get('estimate'), 8)} (not guaranteed); empirical lower bound "
+            f"{_fmt(lip.get('empirical_lower'), 8)}")
+    else:
+        say("Lipschitz: none stored (lip lipschitz MODEL --write)")
+    res = card["results"] or {}
+    if "test_accuracy" in res:
+        say(f"training evaluation: test accuracy {_fmt(res['test_accuracy'], 4)} on "
+            f"{res.get('test_examples')} images ({res.get('selection')})")
+    cert = res.get("certify")
+    if cert:
+        radii = ", ".join(f"{_fmt(r['radius_units'])}: {100 * r['certified_accuracy']:.2f}%"
+                          for r in cert["radii"])
+        ds_c = cert.get("dataset") or {}
+        attack = cert.get("attack")
+        say(f"lip certify ({cert['certificate']}, Lipschitz {cert['lipschitz']}, "
+            f"{'sound' if cert['sound'] else 'NOT sound'}) on {ds_c.get('name')} "
+            f"{ds_c.get('split')} ({cert['total']} points): clean {100 * cert['clean_accuracy']:.2f}%, "
+            f"certified at {radii} (radii x1/{_fmt(cert['radius_unit'])})"
+            + ("" if not attack else f"; PGD check {attack['steps']} steps x {attack['restarts']}: "
+               f"{attack['violations']} violations"))
+    else:
+        say("lip certify: no stored results")
+    tr = card["training"]
+    if tr:
+        say("training: " + ", ".join(f"{k} {_fmt(v)}" for k, v in tr.items()))
+    for note in card["notes"]:
+        say(f"note: {note}")

@@ -1,0 +1,224 @@
+"""Export formats: how an :class:`~lipcli.export.program.ExportedProgram` is serialised, where
+its metadata record goes, and how the target runtime loads it back.
+
+=============  ================  ===============================  ==========================
+format         runtime           file                             metadata record
+=============  ================  ===============================  ==========================
+``pt2``        torch alone       ``torch.export`` archive          extra file ``lipcli.json``
+``torchscript`` torch alone      TorchScript archive (traced)      extra file ``lipcli.json``
+``onnx``       onnxruntime       ONNX model (``torch.onnx``)       ``metadata_props["lipcli"]``
+=============  ================  ===============================  ==========================
+
+Every format takes one input, ``image`` (``float32 (N, C, H, W)``, any ``N``), and returns
+``logits`` and, with a certificate, ``radius`` (see :mod:`lipcli.export.program`).  Loading
+code for deployment (no lipcli needed) is in the docstrings of the format classes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..errors import LipError
+
+#: name of the metadata record (an extra file in the torch archives, a metadata key in ONNX)
+METADATA_NAME = "lipcli.json"
+METADATA_KEY = "lipcli"
+#: batch size of the example input that shapes are traced with (dynamic batch: not 0 or 1)
+EXAMPLE_BATCH = 2
+ONNX_EXTRA_HINT = "pip install 'lipcli[onnx]'"
+
+#: ``run(images float32 numpy (N, C, H, W)) -> (logits, radius or None)`` as numpy arrays
+Runner = Callable[[np.ndarray], tuple[np.ndarray, "np.ndarray | None"]]
+
+
+class MissingRuntimeError(LipError):
+    """The optional packages a format needs are not installed (exit 1)."""
+
+
+def _outputs(result: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    if isinstance(result, (tuple, list)):
+        logits, radius = result
+        return np.asarray(logits.detach().numpy() if torch.is_tensor(logits) else logits), np.asarray(
+            radius.detach().numpy() if torch.is_tensor(radius) else radius)
+    return np.asarray(result.detach().numpy() if torch.is_tensor(result) else result), None
+
+
+@dataclass(frozen=True)
+class Pt2Format:
+    """``torch.export`` archive (``.pt2``). Deploy with torch alone::
+
+        import json, torch
+        extra = {"lipcli.json": ""}
+        program = torch.export.load("model.pt2", extra_files=extra).module()
+        logits, radius = program(images)      # images: float32 (N, C, H, W) in [0, 1]
+        record = json.loads(extra["lipcli.json"])
+    """
+
+    name: str = "pt2"
+    suffix: str = ".pt2"
+    runtime: str = "torch (torch.export)"
+
+    def available(self) -> None:
+        return None
+
+    def serialise(self, program: torch.nn.Module, example: torch.Tensor, record: dict) -> bytes:
+        dims = ({0: torch.export.Dim.DYNAMIC},)
+        with torch.no_grad():
+            exported = torch.export.export(program, (example,), dynamic_shapes=dims, strict=False)
+        buf = io.BytesIO()
+        torch.export.save(exported, buf, extra_files={METADATA_NAME: json.dumps(record, sort_keys=True)})
+        return buf.getvalue()
+
+    def load(self, path: Path) -> tuple[Runner, dict]:
+        extra = {METADATA_NAME: ""}
+        with open(path, "rb") as fh:
+            module = torch.export.load(fh, extra_files=extra).module()
+
+        def run(images: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+            with torch.no_grad():
+                return _outputs(module(torch.from_numpy(images)))
+
+        return run, json.loads(extra[METADATA_NAME])
+
+
+@dataclass(frozen=True)
+class TorchScriptFormat:
+    """TorchScript archive (``.torchscript.pt``, traced). Deploy with torch alone::
+
+        import json, torch
+        extra = {"lipcli.json": ""}
+        program = torch.jit.load("model.torchscript.pt", _extra_files=extra)
+        logits, radius = program(images)
+        record = json.loads(extra["lipcli.json"])
+    """
+
+    name: str = "torchscript"
+    suffix: str = ".torchscript.pt"
+    runtime: str = "torch (TorchScript)"
+
+    def available(self) -> None:
+        return None
+
+    def serialise(self, program: torch.nn.Module, example: torch.Tensor, record: dict) -> bytes:
+        import warnings
+
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TorchScript's deprecation and tracer notes
+            traced = torch.jit.trace(program, (example,), check_trace=False)
+            buf = io.BytesIO()
+            torch.jit.save(traced, buf, _extra_files={METADATA_NAME: json.dumps(record, sort_keys=True)})
+        return buf.getvalue()
+
+    def load(self, path: Path) -> tuple[Runner, dict]:
+        import warnings
+
+        extra = {METADATA_NAME: ""}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = torch.jit.load(str(path), _extra_files=extra, map_location="cpu")
+
+        def run(images: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+            with torch.no_grad():
+                return _outputs(module(torch.from_numpy(images)))
+
+        return run, json.loads(extra[METADATA_NAME])
+
+
+@dataclass(frozen=True)
+class OnnxFormat:
+    """ONNX model (``.onnx``), written by ``torch.onnx`` (needs ``lipcli[onnx]``). Deploy with
+    onnxruntime alone::
+
+        import json, onnxruntime as ort
+        session = ort.InferenceSession("model.onnx", providers=["CPUExecutionProvider"])
+        logits, radius = session.run(None, {"image": images})   # numpy float32 (N, C, H, W)
+        meta = session.get_modelmeta().custom_metadata_map
+        record = json.loads(meta["lipcli"])
+    """
+
+    name: str = "onnx"
+    suffix: str = ".onnx"
+    runtime: str = "onnxruntime"
+
+    def available(self) -> None:
+        missing = []
+        for module in ("onnx", "onnxscript", "onnxruntime"):
+            try:
+                __import__(module)
+            except ImportError:
+                missing.append(module)
+        if missing:
+            raise MissingRuntimeError(
+                f"--format onnx needs the optional packages {', '.join(missing)}, which are not "
+                f"installed: {ONNX_EXTRA_HINT}"
+            )
+
+    def serialise(self, program: torch.nn.Module, example: torch.Tensor, record: dict) -> bytes:
+        import contextlib
+        import logging
+        import warnings
+
+        outputs = ["logits", "radius"] if getattr(program, "certificate", None) is not None else ["logits"]
+        dims = ({0: torch.export.Dim.DYNAMIC},)
+        quiet = io.StringIO()
+        with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(quiet):
+            warnings.simplefilter("ignore")
+            logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+            onnx_program = torch.onnx.export(
+                program, (example,), dynamo=True, dynamic_shapes=dims, input_names=["image"],
+                output_names=outputs, optimize=True, verbose=False,
+            )
+        proto = onnx_program.model_proto
+        entry = proto.metadata_props.add()
+        entry.key = METADATA_KEY
+        entry.value = json.dumps(record, sort_keys=True)
+        return proto.SerializeToString()
+
+    def load(self, path: Path) -> tuple[Runner, dict]:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        meta = session.get_modelmeta().custom_metadata_map
+
+        def run(images: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+            result = session.run(None, {"image": images})
+            return (result[0], result[1]) if len(result) > 1 else (result[0], None)
+
+        return run, json.loads(meta[METADATA_KEY])
+
+
+FORMATS: dict[str, Any] = {f.name: f for f in (Pt2Format(), OnnxFormat(), TorchScriptFormat())}
+
+
+def get_format(name: str) -> Any:
+    """The format called ``name`` (``LipUsageError`` listing the valid ones otherwise)."""
+    from ..errors import LipUsageError
+
+    key = (name or "").strip().lower()
+    if key not in FORMATS:
+        raise LipUsageError(f"unknown export format {name!r}; valid formats: {', '.join(FORMATS)}")
+    return FORMATS[key]
+
+
+def read_record(path: str | Path) -> dict:
+    """The metadata record of an exported file of any format (by suffix)."""
+    p = Path(path)
+    for fmt in FORMATS.values():
+        if p.name.endswith(fmt.suffix):
+            if fmt.name == "onnx":
+                import onnx
+
+                model = onnx.load(str(p), load_external_data=False)
+                return json.loads({e.key: e.value for e in model.metadata_props}[METADATA_KEY])
+            return fmt.load(p)[1]
+    raise LipError(f"{p}: not an exported lipcli program (suffix not one of "
+                   f"{', '.join(f.suffix for f in FORMATS.values())})")

@@ -1,0 +1,137 @@
+"""The lowering protocol: how a component takes part in ``lip export``.
+
+The exported program is built from the model's **eval-mode** network, one child at a time,
+without the export driver knowing any component:
+
+* every child of ``model.body`` (the feature map ``g``: normalisation, convolutions,
+  activations, pools, flatten) and ``model.head`` is replaced by ``child.export_module()``,
+  a module of **plain torch operations** with the current weights baked in (no custom
+  autograd functions, no in-place writes into views, no backend-specific calls, no Python
+  control flow that depends on the values).  It must compute what ``child`` computes in
+  eval mode, up to floating-point rounding; the driver checks the whole program against
+  lipcli on real or random inputs after writing it (``--check``).  A module whose forward
+  already is plain may return ``self``;
+* modules of ``torch.nn`` itself (``nn.Flatten``, ``nn.Identity``, ...) without parameters
+  are taken as they are;
+* the head's certificate (``HeadSpec.certificate``) takes part when its certifier has
+  ``export_certificate(head) -> ExportedCertificate`` (see :class:`ExportedCertificate`).
+
+Anything else is an :class:`ExportError` naming the layer and the component that provides
+it.  Plugin authors implement ``export_module()`` on their ``nn.Module`` (and
+``export_certificate`` on their certifier); nothing needs registering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..errors import LipError
+
+#: name of the method a module implements to take part in export
+EXPORT_METHOD = "export_module"
+#: name of the method a certifier implements to take part in ``lip export --certify``
+CERTIFICATE_METHOD = "export_certificate"
+
+
+class ExportError(LipError):
+    """The model cannot be exported (a component without a lowering, a failed check) (exit 1)."""
+
+
+@dataclass
+class ExportedCertificate:
+    """A certificate lowered to plain torch operations.
+
+    Attributes:
+        module: ``nn.Module`` mapping the float32 features ``y`` ``(N, D)`` to
+            ``(predictions LongTensor[N], radius float64[N])``: the feature-space l2 radius
+            around ``y`` on which the head's (float64) prediction cannot change, ``>= 0``,
+            never larger than what ``reference`` gives for the same features.
+        reference: lipcli's own computation of the same certificate: features ``(N, D)`` ->
+            feature-space radius ``float64[N]`` (what the exported one is compared with).
+        kind: the certificate's name (``"lln"``, ``"crc-lip"``).
+        description: what is computed, for people (stored in the export's metadata).
+        record: JSON-serialisable details for the metadata (bounds used, their level, ...).
+    """
+
+    module: nn.Module
+    reference: Callable[[torch.Tensor], torch.Tensor]
+    kind: str
+    description: str
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def describe_origin(module: nn.Module) -> str:
+    """``"<kind> '<name>' from distribution '<dist>'"`` when the architecture recorded the
+    component on the module (``lip_component``), else the class and its top-level package."""
+    comp = getattr(module, "lip_component", None)
+    if isinstance(comp, dict) and comp.get("name"):
+        dist = comp.get("distribution") or "?"
+        return f"{comp.get('kind', 'component')} {comp['name']!r} from distribution {dist!r}"
+    cls = type(module)
+    return f"{cls.__name__} from package {cls.__module__.split('.')[0]!r}"
+
+
+def _plain_torch(module: nn.Module) -> bool:
+    """A parameter-free module of ``torch.nn`` itself (Flatten, Identity, ...)."""
+    cls = type(module)
+    return cls.__module__.startswith("torch.nn.") and next(module.parameters(), None) is None and all(
+        _plain_torch(child) for child in module.children()
+    )
+
+
+def lower_module(module: nn.Module, where: str) -> nn.Module:
+    """The plain-torch stand-in of ``module`` (see the module docstring); ``where`` names the
+    layer in errors (``"layer 'block1_pool'"``)."""
+    lower = getattr(module, EXPORT_METHOD, None)
+    if callable(lower):
+        try:
+            lowered = lower()
+        except ExportError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - foreign component code
+            raise ExportError(
+                f"{where} ({describe_origin(module)}) failed to lower itself for export: "
+                f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            ) from None
+        if not isinstance(lowered, nn.Module):
+            raise ExportError(
+                f"{where} ({describe_origin(module)}): {EXPORT_METHOD}() returned "
+                f"{type(lowered).__name__}, not an nn.Module"
+            )
+        return lowered.eval()
+    if _plain_torch(module):
+        return module
+    raise ExportError(
+        f"{where} ({describe_origin(module)}) cannot be exported: {type(module).__name__} has "
+        f"no {EXPORT_METHOD}() method (see lipcli.export.lowering for the protocol)"
+    )
+
+
+def lower_certificate(certifier: Any, head: nn.Module, name: str) -> ExportedCertificate:
+    """``certifier.export_certificate(head)``, or an :class:`ExportError` naming ``name``."""
+    method = getattr(certifier, CERTIFICATE_METHOD, None)
+    if not callable(method):
+        raise ExportError(
+            f"certificate {name!r} cannot be exported: its certifier "
+            f"({type(certifier).__name__}) has no {CERTIFICATE_METHOD}() method; export "
+            "without --certify"
+        )
+    try:
+        exported = method(head)
+    except LipError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - foreign component code
+        raise ExportError(
+            f"certificate {name!r} failed to lower itself for export: "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        ) from None
+    if not isinstance(exported, ExportedCertificate):
+        raise ExportError(
+            f"certificate {name!r}: {CERTIFICATE_METHOD}() returned {type(exported).__name__}, "
+            "not an ExportedCertificate"
+        )
+    return exported

@@ -1,0 +1,181 @@
+"""``lip info``: a model card read from the model file alone (no data, no network built).
+
+Only the safetensors header is parsed (tensor names, dtypes and shapes, and lipcli's JSON
+metadata), so the card works for a file whose plugins are not installed: every component is
+checked against the installed registry and the missing ones are listed with the
+distribution that provides them.  Stored values are reported with how they were obtained
+(the guaranteed Lipschitz bound, the power-method estimate, labelled, and the empirical
+lower bound; ``lip certify``'s results with its certificate and soundness flag).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelFileError
+from .modelfile import read_metadata
+
+COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
+
+
+@dataclass
+class ComponentCard:
+    kind: str
+    name: str
+    params: dict[str, Any]
+    distribution: str
+    installed: bool
+
+
+@dataclass
+class ModelCard:
+    """Everything ``lip info`` shows (``to_json`` for ``--json``)."""
+
+    file: str
+    bytes: int
+    sha256: str
+    written_by: str | None
+    format_version: int
+    components: list[ComponentCard]
+    missing: list[str]
+    num_classes: Any
+    input_shape: list[Any]
+    parameters: dict[str, int]
+    dataset: dict[str, Any] | None
+    normalization: dict[str, Any] | None
+    lipschitz: dict[str, Any] | None
+    results: dict[str, Any] | None
+    training: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _parameter_counts(path: Path) -> dict[str, int]:
+    """Element counts per top-level module (``body``, ``head``) from the safetensors header;
+    power-iteration vectors (``power_*``) counted apart as buffers."""
+    with open(path, "rb") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(size))
+    counts: dict[str, int] = {}
+    for name, entry in header.items():
+        if name == "__metadata__" or not isinstance(entry, dict):
+            continue
+        n = math.prod(int(d) for d in entry.get("shape", []))
+        leaf = name.rsplit(".", 1)[-1]
+        group = "buffers" if leaf.startswith("power_") or leaf in ("mean", "std") else name.split(".", 1)[0]
+        counts[group] = counts.get(group, 0) + n
+    counts["total_trainable"] = sum(v for k, v in counts.items() if k != "buffers")
+    return counts
+
+
+def _components(config: dict[str, Any]) -> tuple[list[ComponentCard], list[str]]:
+    from .errors import LipError
+    from .plugins import get_registry
+
+    try:
+        reg = get_registry()
+    except LipError:
+        reg = None
+    cards, missing = [], []
+    for kind in COMPONENT_KINDS:
+        entry = config.get(kind) if isinstance(config.get(kind), dict) else {}
+        name = str(entry.get("name", "?"))
+        dist = str(entry.get("distribution") or "?")
+        installed = False
+        if reg is not None:
+            try:
+                reg.get(kind, name)
+                installed = True
+            except LipError:
+                installed = False
+        if not installed:
+            missing.append(f"{kind} {name!r} (pip install {dist})" if dist not in ("lipcli", "?", "(in-process)")
+                           else f"{kind} {name!r} (from {dist})")
+        params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+        cards.append(ComponentCard(kind, name, dict(params), dist, installed))
+    return cards, missing
+
+
+def _lipschitz(meta: dict[str, Any]) -> dict[str, Any] | None:
+    lip = meta.get("lipschitz")
+    if not isinstance(lip, dict):
+        return None
+    out = {k: lip.get(k) for k in ("upper_bound", "upper_bound_label", "estimate", "estimate_label",
+                                    "estimate_iters", "includes_normalization", "weights_sha256")}
+    emp = lip.get("empirical_lower")
+    out["empirical_lower"] = emp.get("value") if isinstance(emp, dict) else emp
+    out["how"] = ("upper bound: product of per-layer guaranteed bounds (SPEC §5); estimate: product "
+                  "of per-layer power-method estimates (not guaranteed)")
+    return out
+
+
+def _results(meta: dict[str, Any]) -> dict[str, Any] | None:
+    res = meta.get("results")
+    if not isinstance(res, dict):
+        return None
+    out = {k: v for k, v in res.items() if k != "certify"}
+    cert = res.get("certify")
+    if isinstance(cert, dict):
+        out["certify"] = {
+            "dataset": cert.get("dataset"),
+            "clean_accuracy": cert.get("clean_accuracy"),
+            "total": cert.get("total"),
+            "radii": [{k: r.get(k) for k in ("radius_units", "radius", "certified_accuracy")}
+                      for r in cert.get("radii", []) if isinstance(r, dict)],
+            "radius_unit": cert.get("radius_unit"),
+            "certificate": (cert.get("certificate") or {}).get("name"),
+            "lipschitz": (cert.get("lipschitz") or {}).get("label"),
+            "sound": cert.get("sound"),
+            "attack": None if not isinstance(cert.get("attack"), dict) else {
+                k: cert["attack"].get(k) for k in ("steps", "restarts", "violations")},
+        }
+    return out
+
+
+def _training(meta: dict[str, Any]) -> dict[str, Any] | None:
+    tr = meta.get("training")
+    if not isinstance(tr, dict):
+        return None
+    keys = ("epochs", "steps", "time_s", "images_per_s", "seed", "device", "world_size",
+            "lipcli_version", "torch_version", "resumed_from_epochs", "run_dir")
+    return {k: tr.get(k) for k in keys if k in tr}
+
+
+def model_card(path: str | os.PathLike) -> ModelCard:
+    """Read the card of the model file at ``path`` (:class:`ModelFileError` when it is not one)."""
+    p = Path(path)
+    meta = read_metadata(p)  # validates: exists, safetensors, lipcli metadata
+    config = meta["config"]
+    components, missing = _components(config)
+    notes = []
+    if missing:
+        notes.append("not installed: " + "; ".join(missing) + " (the card is read from the file alone; "
+                     "certify, lipschitz and export need them)")
+    try:
+        params = _parameter_counts(p)
+    except (OSError, ValueError) as exc:
+        raise ModelFileError(f"{p}: cannot read the tensor header: {exc}") from None
+    image = config.get("image_size") or [32, 32]
+    return ModelCard(
+        file=str(p), bytes=p.stat().st_size, sha256=_sha256(p), written_by=meta.get("version"),
+        format_version=meta.get("format_version"), components=components, missing=missing,
+        num_classes=config.get("num_classes"), input_shape=[config.get("in_channels"), *image],
+        parameters=params, dataset=meta.get("dataset"), normalization=meta.get("normalization"),
+        lipschitz=_lipschitz(meta), results=_results(meta), training=_training(meta), notes=notes,
+    )

@@ -1,0 +1,262 @@
+"""``lip export``: round trips (LLN, CRC-Lip; LipConvnet-5 and -20 at width 4) through every
+format, run in a subprocess where lipcli cannot be imported; certificates compared with
+lipcli's own (exported radii <= lip certify's, equal for LLN); the lowering protocol (a
+component without a lowering is named); bad input leaves nothing behind."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from lipcli import create_model, plugins, save_model
+from lipcli.cli import app
+from lipcli.export import ExportCheckError, ExportOptions, export_model
+from lipcli.export.formats import OnnxFormat
+from lipcli.modelfile import update_metadata
+from lipcli.models import load_model
+from lipcli.plugins import get_registry
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
+needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="needs the lipcli[onnx] extra")
+
+#: loads an exported file with lipcli (and plugins) made unimportable; writes the outputs
+RUNNER_SCRIPT = r'''
+import json, sys
+for blocked in ("lipcli", "lipcli_polygon_pool"):
+    sys.modules[blocked] = None          # any import of them now fails
+import numpy as np
+fmt, path, images, out = sys.argv[1:]
+x = np.load(images)
+if fmt == "onnx":
+    import onnxruntime as ort
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    result = session.run(None, {"image": x})
+    record = session.get_modelmeta().custom_metadata_map["lipcli"]
+else:
+    import torch
+    extra = {"lipcli.json": ""}
+    if fmt == "pt2":
+        program = torch.export.load(path, extra_files=extra).module()
+    else:
+        program = torch.jit.load(path, _extra_files=extra)
+    with torch.no_grad():
+        result = [t.numpy() for t in program(torch.from_numpy(x))]
+    record = extra["lipcli.json"]
+np.savez(out, logits=result[0], radius=result[1])
+loaded = sorted(m for m in sys.modules if m.startswith("lipcli") and sys.modules[m] is not None)
+print(json.dumps({"record": json.loads(record), "lipcli_modules": loaded}))
+'''
+
+
+def make_model(path: Path, head: str, depth: int = 5, classes: int = 10, seed: int = 0) -> Path:
+    torch.manual_seed(seed)
+    model = create_model(f"lipconvnet-{depth}", width=4, num_classes=classes,
+                         head=head + (":hidden=32" if head == "mlp" else ""))
+    with torch.no_grad():  # a trained-looking head: larger logits, so that radii are not all 0
+        for p in model.head.parameters():
+            p.mul_(4.0)
+    save_model(model, path, dataset=None)
+    return path
+
+
+def run_isolated(tmp_path: Path, fmt: str, exported: Path, images: np.ndarray) -> tuple[dict, dict]:
+    script = tmp_path / "run_export.py"
+    script.write_text(RUNNER_SCRIPT)
+    np.save(tmp_path / "images.npy", images)
+    out = tmp_path / "outputs.npz"
+    proc = subprocess.run(
+        [sys.executable, "-I", str(script), fmt, str(exported), str(tmp_path / "images.npy"), str(out)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    data = np.load(out)
+    return info, {"logits": data["logits"], "radius": data["radius"]}
+
+
+def lipcli_reference(model_path: Path, images: torch.Tensor) -> dict:
+    """lipcli's logits and ``lip certify``'s input-space radii (full certificate: LLN exact,
+    CRC-Lip closed form AND dual, lazy curvature), as run_certification computes them."""
+    from lipcli.certify import _input_radii
+    from lipcli.lipschitz import guaranteed_upper_bound
+
+    model, _ = load_model(model_path)
+    reg = get_registry()
+    with torch.no_grad():
+        y = model.features(images)
+        logits = model.head(y)
+        name = reg.get("head", model.lipcli_config["head"]["name"]).certificate
+        certifier = reg.component("certificate", name).build()
+        certifier.prepare(model.head, None)
+        result = certifier.certify(model.head, y)
+    bound = guaranteed_upper_bound(model)[0]
+    return {"logits": logits.numpy(), "radius": _input_radii(result.radius, bound).numpy(),
+            "predictions": result.predictions.numpy()}
+
+
+CASES = [
+    pytest.param("lln", 5, "pt2", id="lln-5-pt2"),
+    pytest.param("mlp", 5, "torchscript", id="crc-5-torchscript"),
+    pytest.param("lln", 5, "onnx", id="lln-5-onnx", marks=needs_onnx),
+    pytest.param("mlp", 5, "onnx", id="crc-5-onnx", marks=needs_onnx),
+    pytest.param("lln", 20, "torchscript", id="lln-20-torchscript", marks=pytest.mark.slow),
+    pytest.param("mlp", 20, "pt2", id="crc-20-pt2", marks=pytest.mark.slow),
+    pytest.param("mlp", 20, "onnx", id="crc-20-onnx", marks=[pytest.mark.slow, needs_onnx]),
+    pytest.param("lln", 20, "pt2", id="lln-20-pt2", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("head,depth,fmt", CASES)
+def test_round_trip_matches_lipcli_without_lipcli(tmp_path, head, depth, fmt):
+    classes = 4 if head == "mlp" else 10  # 4 classes: 12 exact curvature bounds, not 90
+    model_path = make_model(tmp_path / "m.safetensors", head, depth, classes)
+    report = export_model(model_path, ExportOptions(format=fmt, certify=True, check_inputs=8))
+    out = Path(report.output)
+    assert out.is_file() and out.suffix == ("." + fmt if fmt != "torchscript" else ".pt")
+    assert report.check.max_rel_logit_diff <= 1e-5 and report.check.max_rel_radius_diff <= 1e-5
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m.safetensors", out.name])
+
+    images = torch.rand(12, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    info, got = run_isolated(tmp_path, fmt, out, images.numpy())
+    assert info["lipcli_modules"] == []
+    record = info["record"]
+    assert record["certificate"]["kind"] == ("lln" if head == "lln" else "crc-lip")
+    assert record["config"]["arch"]["name"] == f"lipconvnet-{depth}"
+    assert record["lipschitz"]["upper_bound"] == report.lipschitz_upper_bound
+    assert record["source_model"]["sha256"] == __import__("hashlib").sha256(model_path.read_bytes()).hexdigest()
+
+    ref = lipcli_reference(model_path, images)
+    scale = np.abs(ref["logits"]).max()
+    assert np.abs(got["logits"] - ref["logits"]).max() <= 1e-5 * scale
+    assert (got["logits"].argmax(1) == ref["predictions"]).all()
+    assert got["radius"].dtype == np.float64 and (got["radius"] >= 0).all()
+    rscale = max(ref["radius"].max(), 1e-12)
+    # never above lip certify's radius (up to the float32 feature rounding both share)
+    assert (got["radius"] <= ref["radius"] + 1e-5 * rscale).all(), (got["radius"], ref["radius"])
+    if head == "lln":  # the same certificate: equal
+        np.testing.assert_allclose(got["radius"], ref["radius"], rtol=0, atol=1e-5 * rscale)
+    assert (ref["radius"] > 0).any()
+
+
+def test_crc_closed_form_equals_lipcli_closed_form_with_the_same_bounds(tmp_path):
+    """The exported CRC certificate is exactly lipcli's closed form (same float64 arithmetic)."""
+    from lipcli.builtins.cert_crc_export import export_crc_certificate
+
+    model, _ = load_model(make_model(tmp_path / "m.safetensors", "mlp", classes=4))
+    exported = export_crc_certificate(model.head)
+    y = model.features(torch.rand(16, 3, 32, 32, generator=torch.Generator().manual_seed(1))).detach()
+    pred, radius = exported.module(y)
+    # equal up to the last bit or two (the batched matrix products may round differently)
+    np.testing.assert_allclose(radius.numpy(), exported.reference(y).numpy(), rtol=1e-14, atol=0)
+    assert exported.record["curvature_level"] == "exact per-pair"
+
+
+def test_export_without_certificate_and_default_output(tmp_path):
+    model_path = make_model(tmp_path / "m.safetensors", "lln")
+    r = runner.invoke(app, ["export", str(model_path), "--format", "torchscript", "--check", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["output"] == str(tmp_path / "m.torchscript.pt") and data["certificate"] is None
+    assert data["record"]["outputs"] == ["logits"] and data["check"]["max_rel_radius_diff"] is None
+    program = torch.jit.load(data["output"])
+    assert program(torch.rand(3, 3, 32, 32)).shape == (3, 10)
+    again = runner.invoke(app, ["export", str(model_path), "--format", "torchscript"])
+    assert again.exit_code == 2 and "already exists; pass --overwrite" in again.output
+
+
+def _one_line(result) -> str:
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("args,code,text", [
+    (["--format", "tflite"], 2, "unknown export format 'tflite'; valid formats: pt2, onnx, torchscript"),
+    (["-o", "{tmp}"], 2, "is a directory; give a file name"),
+    (["-o", "{tmp}/missing/x.pt2"], 2, "does not exist"),
+    (["--check", "0"], 2, "--check must be >= 1"),
+])
+def test_bad_options_one_line_nothing_written(tmp_path, args, code, text):
+    model_path = make_model(tmp_path / "m.safetensors", "lln")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = runner.invoke(app, ["export", str(model_path), *[a.format(tmp=tmp_path) for a in args]])
+    assert r.exit_code == code and text in _one_line(r), r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_corrupt_model_and_failed_check_leave_nothing(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    r = runner.invoke(app, ["export", str(bad)])
+    assert r.exit_code == 1 and "not a valid safetensors model file" in _one_line(r)
+    model_path = make_model(tmp_path / "m.safetensors", "lln")
+    monkeypatch.setattr("lipcli.export.driver.TOLERANCE", 0.0)  # every float difference fails
+    with pytest.raises(ExportCheckError, match="nothing was written"):
+        export_model(model_path, ExportOptions(certify=True, check_inputs=4))
+    r = runner.invoke(app, ["export", str(model_path), "--check", "4"])
+    assert r.exit_code == 1 and "differs from lipcli" in _one_line(r)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.safetensors", "m.safetensors"]
+
+
+def test_missing_plugin_info_works_export_names_distribution(tmp_path):
+    model_path = make_model(tmp_path / "m.safetensors", "lln")
+    config = json.loads(json.dumps(load_model(model_path)[1].config))
+    config["pool"] = {"name": "hexagon", "params": {}, "provider": "hex", "distribution": "lipcli-hexagon"}
+    update_metadata(model_path, {"config": config})
+    r = runner.invoke(app, ["info", str(model_path), "--json"])
+    assert r.exit_code == 0, r.output
+    card = json.loads(r.stdout)
+    assert card["missing"] == ["pool 'hexagon' (pip install lipcli-hexagon)"]
+    assert {c["kind"]: c["installed"] for c in card["components"]}["pool"] is False
+    table = runner.invoke(app, ["info", str(model_path)])
+    assert table.exit_code == 0 and "pip install lipcli-hexagon" in table.stdout
+    r = runner.invoke(app, ["export", str(model_path)])
+    assert r.exit_code == 1 and "'lipcli-hexagon'" in _one_line(r) and "hexagon" in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]
+
+
+def test_component_without_lowering_is_named(tmp_path, monkeypatch):
+    src = str(ROOT / "plugins" / "lipcli-polygon-pool" / "src")
+    monkeypatch.syspath_prepend(src)
+    module = __import__("lipcli_polygon_pool.plugin", fromlist=["plugin"])
+    plugins.reset()
+    try:
+        if "polygon" not in get_registry().names("pool"):  # not installed as a distribution
+            plugins.register_plugin(module, "polygon-in-process")
+        torch.manual_seed(0)
+        model = create_model("lipconvnet-5", width=4, pool="polygon")
+        save_model(model, tmp_path / "p.safetensors")
+        r = runner.invoke(app, ["export", str(tmp_path / "p.safetensors")])
+        line = _one_line(r)
+        assert r.exit_code == 1
+        assert "layer 'block1_pool' (pool 'polygon' from distribution" in line
+        assert "has no export_module() method" in line
+    finally:
+        plugins.reset()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.safetensors"]
+
+
+def test_onnx_missing_names_the_extra(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_onnxruntime(name, *args, **kwargs):
+        if name == "onnxruntime":
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_onnxruntime)
+    with pytest.raises(Exception) as info:
+        OnnxFormat().available()
+    assert "onnxruntime" in str(info.value) and "pip install 'lipcli[onnx]'" in str(info.value)
