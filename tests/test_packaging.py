@@ -1,0 +1,41 @@
+"""Release check: sdist + wheel built with ``python -m build`` and installed into a fresh
+venv outside the source tree (``scripts/check_wheel.sh --smoke``: version, plugins, a short
+quick start and one test file against the installed wheel; the full fast subset runs with
+``bash scripts/check_wheel.sh``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("build") is None, reason="needs the 'build' package")
+def test_wheel_builds_installs_and_runs_outside_the_source_tree(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "check_wheel.sh"), str(tmp_path), "--smoke"],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "wheel check passed" in proc.stdout
+    dist = sorted(p.name for p in (tmp_path / "dist").iterdir())
+    assert any(n.endswith(".tar.gz") and n.startswith("lipcli-") for n in dist)
+    assert any(n.startswith("lipcli_polygon_pool-") and n.endswith(".whl") for n in dist)
+
+
+def test_version_is_defined_once():
+    import lipcli
+
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in text and 'version = {attr = "lipcli.__version__"}' in text
+    assert "\nversion =" not in text.split("[tool.setuptools.dynamic]")[0]
+    from importlib.metadata import version
+
+    assert version("lipcli") == lipcli.__version__
+    assert (ROOT / "lipcli" / "py.typed").is_file()
