@@ -323,8 +323,10 @@ def test_command_line_usage_errors_are_one_line_with_exit_2():
         (["nosuchcmd"], "nosuchcmd"),
         (["certify"], "model"),
     ):
+        # (no runs directory: ``lip certify`` without MODEL would take the newest model there)
+        env = {**os.environ, "LIPCLI_RUNS": str(ROOT / "tests" / "no-such-runs-dir")}
         out = subprocess.run([sys.executable, "-m", "lipcli", *args], capture_output=True,
-                             text=True, timeout=120)
+                             text=True, timeout=120, env=env)
         assert out.returncode == 2, (args, out.stderr)
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines

@@ -446,6 +446,52 @@ def closed_form_radius(g: torch.Tensor, grad_norm: torch.Tensor, curvature: torc
     return r * (1 - 1e-14)
 
 
+@dataclass
+class PairMargins:
+    """Float64 quantities at ``y`` for every input and class ``j`` (see :func:`pair_margins`)."""
+
+    z0: torch.Tensor  # (B, H) W₁y + b₁
+    z0_err: torch.Tensor  # (B, H) bound on its rounding error
+    s1: torch.Tensor  # (B, H) σ'(z0) = sigmoid
+    logits: torch.Tensor  # (B, c)
+    pred: torch.Tensor  # (B,) argmax
+    g: torch.Tensor  # (B, c) margins h_l - h_j
+    g_lo: torch.Tensor  # (B, c) lower bounds on the exact margins
+    gn_hi: torch.Tensor  # (B, c) upper bounds on ‖∇g_lj(y)‖
+
+
+def pair_margins(w, y: torch.Tensor, w1_sq_bound: float, pair_gradients) -> PairMargins:
+    """Logits, predictions, margin lower bounds and gradient-norm upper bounds at ``y``
+    (float64, every rounding error bounded), the inputs of the closed form and the dual.
+
+    ``w`` has the fields of :class:`MLPWeights` (``w1, b1, w2, b2, w1_row_norm, w2_abs,
+    w2_row_norm, w1_frob, hidden, dim``): the certifier's weights, or the exported
+    certificate module holding them as buffers.  ``pair_gradients(s1, pred)`` gives
+    ``‖∇g_lj(y)‖`` ``(B, c)`` (its matrix-product rounding is covered by the bound below).
+    Written with ``gather``/``index_select`` so that ``torch.export`` and ONNX can trace it."""
+    u, hidden = _U64, w.hidden
+    z0 = y @ w.w1.T + w.b1
+    y_norm = y.norm(dim=1, keepdim=True)
+    z0_err = (w.dim + 4) * u * (w.w1_row_norm * y_norm + w.b1.abs()) + 2 * u * z0.abs()
+    sp = softplus64(z0)
+    s1 = torch.sigmoid(z0)
+    logits = sp @ w.w2.T + w.b2
+    pred = logits.argmax(dim=1)
+    own = pred.unsqueeze(1)
+    hid_err = _hidden_error(z0, z0_err, sp, hidden) @ w.w2_abs.T  # (B, c)
+    bias_err = 4 * u * w.b2.abs()
+    top = logits.gather(1, own)
+    g = top - logits
+    g_err = hid_err.gather(1, own) + hid_err + bias_err.index_select(0, pred).unsqueeze(1) + bias_err
+    g_err = g_err + 4 * u * (top.abs() + logits.abs())
+    gn = pair_gradients(s1, pred)
+    max_zerr = z0_err.amax(dim=1, keepdim=True)
+    gn_err = ((hidden + 4) * u * w.w1_frob + math.sqrt(w1_sq_bound) * (0.25 * max_zerr + 8 * u)) * (
+        w.w2_row_norm.index_select(0, pred).unsqueeze(1) + w.w2_row_norm.unsqueeze(0)
+    ) + 8 * u * gn
+    return PairMargins(z0, z0_err, s1, logits, pred, g, g - g_err, gn + gn_err)
+
+
 # --------------------------------------------------------------------------------------------
 # dual (CRC) certificate: batched safeguarded Newton on the KKT system
 # --------------------------------------------------------------------------------------------
@@ -924,30 +970,13 @@ class CRCCertifier:
         assert w is not None and bounds is not None
         dev = w.device
         y = feats.to(device=dev, dtype=torch.float64)
-        batch, c, hidden = y.shape[0], w.num_classes, w.hidden
+        batch, c = y.shape[0], w.num_classes
         rows = torch.arange(batch, device=dev)
 
-        # logits at y, float64, with rounding bounds
-        z0 = y @ w.w1.T + w.b1
-        y_norm = y.norm(dim=1, keepdim=True)
-        z0_err = (w.dim + 4) * _U64 * (w.w1_row_norm * y_norm + w.b1.abs()) + 2 * _U64 * z0.abs()
-        sp = softplus64(z0)
-        s1 = torch.sigmoid(z0)
-        logits = sp @ w.w2.T + w.b2
-        pred = logits.argmax(dim=1)
+        t = pair_margins(w, y, bounds.w1_sq_bound, self._pair_gradients)
+        z0, z0_err, s1, logits, pred, g, g_lo, gn_hi = (
+            t.z0, t.z0_err, t.s1, t.logits, t.pred, t.g, t.g_lo, t.gn_hi)
         cand, exact_classes = competing_classes(logits, pred, top_k)
-        hid_err = _hidden_error(z0, z0_err, sp, hidden) @ w.w2_abs.T  # (B, c)
-        bias_err = 4 * _U64 * w.b2.abs()
-        g = logits[rows, pred].unsqueeze(1) - logits
-        g_err = hid_err[rows, pred].unsqueeze(1) + hid_err + bias_err[pred].unsqueeze(1) + bias_err
-        g_err = g_err + 4 * _U64 * (logits[rows, pred].abs().unsqueeze(1) + logits.abs())
-        g_lo = g - g_err
-        gn = self._pair_gradients(s1, pred)
-        max_zerr = z0_err.amax(dim=1, keepdim=True)
-        gn_err = ((hidden + 4) * _U64 * w.w1_frob + math.sqrt(bounds.w1_sq_bound) * (0.25 * max_zerr + 8 * _U64)) * (
-            w.w2_row_norm[pred].unsqueeze(1) + w.w2_row_norm.unsqueeze(0)
-        ) + 8 * _U64 * gn
-        gn_hi = gn + gn_err
 
         inf = math.inf
         m, m_exact = bounds.lower_curvature(pred)

@@ -32,13 +32,11 @@ from torch import nn
 from lipcli.builtins.cert_crc import (
     CRCCertifier,
     CurvatureBounds,
-    _hidden_error,
     closed_form_radius,
     mlp_weights,
-    softplus64,
+    pair_margins,
 )
 from lipcli.certificates import make_cache
-from lipcli.spectral import UNIT_ROUNDOFF as _U64
 
 #: heads with at most this many classes get exact per-pair curvature bounds at export
 EXACT_PAIRS_MAX_CLASSES = 10
@@ -60,35 +58,19 @@ class CRCClosedForm(nn.Module):
         self.w1_frob = float(w.w1_frob)
         self.w1_sq_bound = float(w1_sq_bound)
 
-    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        u = _U64
-        y = features.to(torch.float64)
-        z0 = y @ self.w1.T + self.b1
-        y_norm = y.norm(dim=1, keepdim=True)
-        z0_err = (self.dim + 4) * u * (self.w1_row_norm * y_norm + self.b1.abs()) + 2 * u * z0.abs()
-        sp = softplus64(z0)
-        s1 = torch.sigmoid(z0)
-        logits = sp @ self.w2.T + self.b2
-        pred = logits.argmax(dim=1)
-        own = pred.unsqueeze(1)
-        hid_err = _hidden_error(z0, z0_err, sp, self.hidden) @ self.w2_abs.T
-        bias_err = 4 * u * self.b2.abs()
-        top = logits.gather(1, own)
-        g = top - logits
-        g_err = hid_err.gather(1, own) + hid_err + bias_err.index_select(0, pred).unsqueeze(1) + bias_err
-        g_err = g_err + 4 * u * (top.abs() + logits.abs())
-        g_lo = g - g_err
+    def _pair_gradients(self, s1: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+        """‖∇g_lj(y)‖ ``(B, c)``, as the certifier computes it but in one batch (no loop whose
+        length depends on the batch size, which would not trace)."""
         diff = (self.w2.index_select(0, pred).unsqueeze(1) - self.w2.unsqueeze(0)) * s1.unsqueeze(1)
-        gn = (diff @ self.w1).norm(dim=2)
-        max_zerr = z0_err.amax(dim=1, keepdim=True)
-        scale = (self.hidden + 4) * u * self.w1_frob + math.sqrt(self.w1_sq_bound) * (0.25 * max_zerr + 8 * u)
-        gn_hi = gn + scale * (self.w2_row_norm.index_select(0, pred).unsqueeze(1) + self.w2_row_norm) + 8 * u * gn
-        m = self.curvature.index_select(0, pred)
-        r = closed_form_radius(g_lo, gn_hi, m)
-        r = torch.where(self.classes.unsqueeze(0) == own, torch.full_like(r, math.inf), r)
+        return (diff @ self.w1).norm(dim=2)
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = pair_margins(self, features.to(torch.float64), self.w1_sq_bound, self._pair_gradients)
+        r = closed_form_radius(t.g_lo, t.gn_hi, self.curvature.index_select(0, t.pred))
+        r = torch.where(self.classes.unsqueeze(0) == t.pred.unsqueeze(1), torch.full_like(r, math.inf), r)
         radius = r.amin(dim=1)
         radius = torch.where(torch.isnan(radius), torch.zeros_like(radius), radius)
-        return pred, radius.clamp_min(0.0)
+        return t.pred, radius.clamp_min(0.0)
 
 
 def export_crc_certificate(head: nn.Module):
