@@ -22,6 +22,8 @@ runner = CliRunner()
 @pytest.fixture
 def runs(tmp_path: Path) -> Path:
     root = tmp_path / "runs"
+    for sub in ("a", "b/nested"):
+        (root / sub).mkdir(parents=True)
     old = save_tiny_model(root / "a" / "model.safetensors", dataset=None, seed=0)
     new = save_tiny_model(root / "b" / "nested" / "other.safetensors", dataset=None, seed=1)
     decoy = root / "c" / "checkpoint.safetensors"  # newest, but a checkpoint: not a model
