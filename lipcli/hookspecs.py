@@ -16,6 +16,7 @@ from .specs import (
     ConvSpec,
     DatasetSpec,
     HeadSpec,
+    LossSpec,
     PoolSpec,
 )
 
@@ -59,6 +60,11 @@ def lip_datasets() -> list[DatasetSpec]:
     """Data sets, e.g. ``cifar10``, ``cifar100``, ``imagefolder``, ``digits``."""
 
 
+@hookspec
+def lip_losses() -> list[LossSpec]:
+    """Training losses, e.g. ``ce``, ``crc-lip``, ``cr``, ``offset-ce``."""
+
+
 #: hook name -> spec kind it returns
 HOOK_KINDS: dict[str, str] = {
     "lip_convolutions": ConvSpec.kind,
@@ -68,4 +74,5 @@ HOOK_KINDS: dict[str, str] = {
     "lip_certificates": CertificateSpec.kind,
     "lip_architectures": ArchSpec.kind,
     "lip_datasets": DatasetSpec.kind,
+    "lip_losses": LossSpec.kind,
 }

@@ -41,6 +41,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "lipcli.builtins.cert_crc",
     "lipcli.builtins.lipconvnet",
     "lipcli.builtins.datasets",
+    "lipcli.builtins.losses",
+    "lipcli.builtins.loss_crc",
 )
 
 #: spec kind -> plural title (the hook's name without ``lip_``), e.g. ``"pool": "pools"``

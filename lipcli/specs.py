@@ -22,6 +22,8 @@ kind             factory call
                  std, **params)`` -> ``nn.Module``; the first four are :class:`Component`
 ``dataset``      ``factory(root, split, *, download=False, augment=False, **params)`` ->
                  a ``torch.utils.data.Dataset`` yielding ``(image in [0, 1], label)``
+``loss``         ``factory(context, **params)`` -> a training loss ``nn.Module``:
+                 ``loss(model, images, labels) -> LossOutput`` (see :mod:`lipcli.losses`)
 ===============  ===========================================================================
 """
 
@@ -159,12 +161,15 @@ class HeadSpec(ComponentSpec):
 
     ``features`` says what the architecture feeds the head: ``"pool"`` (the last SOC output
     pooled to half its channels, as for LLN) or ``"activation"`` (MaxMin of it, full width,
-    as for the CRC-Lip MLP).
+    as for the CRC-Lip MLP).  ``loss`` is the training loss the head is trained with by
+    default (``"ce"``; the CRC-Lip MLP: ``"crc-lip"``).
     """
 
     kind: ClassVar[str] = "head"
     certificate: str
     features: str = "pool"
+    #: the training loss (a ``loss`` component choice) used when ``--loss`` is not given
+    loss: str = "ce"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -198,9 +203,33 @@ class DatasetSpec(ComponentSpec):
     needs_root: bool = True
 
 
+@dataclass(frozen=True, kw_only=True)
+class LossSpec(ComponentSpec):
+    """A training loss (e.g. ``ce``, ``crc-lip``); the protocol is in :mod:`lipcli.losses`.
+
+    ``recipe`` (optional): ``recipe(dataset_name) -> dict`` of parameter values that a
+    published recipe uses for that data set; the trainer applies them to every parameter the
+    user did not give (e.g. CRC-Lip's radius and weight differ for CIFAR-100).
+    ``grad_clip``: the gradient-norm clipping the loss's recipe trains with when the user
+    gives none (0 = off).
+    """
+
+    kind: ClassVar[str] = "loss"
+    recipe: Callable[[str], dict[str, Any]] | None = None
+    grad_clip: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.recipe is not None and not callable(self.recipe):
+            raise TypeError(f"loss {self.name!r}: recipe is not callable")
+        if not self.grad_clip >= 0:
+            raise ValueError(f"loss {self.name!r}: grad_clip must be >= 0")
+
+
 SPEC_KINDS: dict[str, type[ComponentSpec]] = {
     cls.kind: cls
-    for cls in (ConvSpec, ActivationSpec, PoolSpec, HeadSpec, CertificateSpec, ArchSpec, DatasetSpec)
+    for cls in (ConvSpec, ActivationSpec, PoolSpec, HeadSpec, CertificateSpec, ArchSpec,
+                DatasetSpec, LossSpec)
 }
 
 

@@ -88,6 +88,7 @@ _FACTORY_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
         ("conv", "activation", "pool", "head", "num_classes", "in_channels", "mean", "std")
     )),
     "dataset": (("root", "train"), {"download": False, "augment": False}),
+    "loss": ((None,), {}),
 }
 
 

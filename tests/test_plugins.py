@@ -23,6 +23,7 @@ from lipcli.specs import (
     ConvSpec,
     DatasetSpec,
     HeadSpec,
+    LossSpec,
     Param,
     PoolSpec,
 )
@@ -69,6 +70,10 @@ class AllHooksPlugin:
         return [DatasetSpec(name="t-data", factory=_factory, description="test data",
                             num_classes=3, needs_root=False)]
 
+    @lipcli.hookimpl
+    def lip_losses(self):
+        return [LossSpec(name="t-loss", factory=_factory, description="test loss")]
+
 
 @pytest.fixture()
 def host():
@@ -95,6 +100,7 @@ def test_every_hook_is_exercised(host):
     assert host.plugins["all-hooks"].components == {
         "conv": ["t-conv"], "activation": ["t-act"], "pool": ["t-pool"], "head": ["t-head"],
         "certificate": ["t-cert"], "arch": ["t-arch"], "dataset": ["t-data"],
+        "loss": ["t-loss"],
     }
     comp = reg.component("conv", "t-conv:k=5")
     assert comp.params == {"k": 5}

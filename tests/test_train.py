@@ -22,9 +22,11 @@ from lipcli.cli import app
 from lipcli.errors import LipUsageError
 from lipcli.modelfile import read_metadata
 from lipcli.models import create_model, load_model
+from lipcli.builtins.loss_crc import CurvaturePenalty, FeatureAttack
+from lipcli.plugins import get_registry
 from lipcli.train import (
-    INTERRUPT_ENV, CurvaturePenalty, FeatureAttack, TrainConfig, flatten_state, load_config_file,
-    read_checkpoint, unflatten_state, weight_decay_groups,
+    INTERRUPT_ENV, TrainConfig, flatten_state, load_config_file, read_checkpoint, resolve_loss,
+    unflatten_state, weight_decay_groups,
 )
 
 runner = CliRunner()
@@ -54,22 +56,38 @@ def files_under(path: Path) -> list[Path]:
 # --------------------------------------------------------------------------------------------
 def test_recipe_defaults():
     cfg = TrainConfig()
-    assert (cfg.lr, cfg.momentum, cfg.weight_decay, cfg.epochs, cfg.batch_size, cfg.seed) == (
+    assert (cfg.resolved().lr, cfg.momentum, cfg.weight_decay, cfg.epochs, cfg.batch_size, cfg.seed) == (
         0.1, 0.9, 5e-4, 200, 128, 0)
+    assert (cfg.optimizer, cfg.schedule, cfg.warmup_epochs, cfg.lookahead, cfg.loss) == (
+        "sgd", "step", 0.0, 0, None)
     assert cfg.lr_milestones == [0.5, 0.75] and cfg.lr_gamma == 0.1 and cfg.augment
     assert (cfg.arch, cfg.conv, cfg.activation, cfg.pool, cfg.head, cfg.dataset) == (
         "lipconvnet-5", "soc-fast", "maxmin", "max", "lln", "cifar10")
     assert json.loads(json.dumps(cfg.to_json())) == cfg.to_json()
-    crc = cfg.resolved(dataset_name="cifar10", crc=True)
-    assert crc.grad_clip == 1.0 and crc.attack_radius == pytest.approx(36 / 255) and crc.curvature_weight == 0.5
-    c100 = cfg.resolved(dataset_name="cifar100", crc=True)
-    assert c100.attack_radius == 0.2 and c100.curvature_weight == 0.75
-    other = cfg.resolved(dataset_name="digits", crc=True)
-    assert other.attack_radius == pytest.approx(36 / 255) and other.curvature_weight == 0.5
-    lln = cfg.resolved(dataset_name="cifar10", crc=False)
-    assert lln.grad_clip == 0.0 and lln.attack_radius is None
-    with pytest.raises(LipUsageError, match="--attack-radius applies only"):
-        TrainConfig(attack_radius=0.1).resolved(dataset_name="cifar10", crc=False)
+    reg = get_registry()
+    mlp, lln_head = reg.component("head", "mlp"), reg.component("head", "lln")
+
+    def loss_of(config, head, dataset):
+        resolved, comp = resolve_loss(config, head, dataset, reg)
+        return resolved, comp.name, comp.params
+
+    crc, name, params = loss_of(cfg, mlp, "cifar10")  # the MLP head's loss, the paper's values
+    assert name == "crc-lip" and crc.grad_clip == 1.0
+    assert params["radius"] == pytest.approx(36 / 255) and params["gamma"] == 0.5
+    assert crc.loss.startswith("crc-lip:radius=0.1411") and crc.attack_radius is None
+    assert loss_of(cfg, mlp, "cifar100")[2]["radius"] == 0.2
+    assert loss_of(cfg, mlp, "cifar100")[2]["gamma"] == 0.75
+    assert loss_of(cfg, mlp, "digits")[2]["gamma"] == 0.5
+    lln, name, _ = loss_of(cfg, lln_head, "cifar10")
+    assert name == "ce" and lln.grad_clip == 0.0 and lln.loss == "ce"
+    # the shorthand options set the loss parameters; inline parameters win over the recipe
+    short, _, params = loss_of(TrainConfig(attack_radius=0.1, curvature_weight=0.0), mlp, "cifar100")
+    assert params["radius"] == 0.1 and params["gamma"] == 0.0 and short.curvature_weight is None
+    assert loss_of(TrainConfig(loss="crc-lip:gamma=0.25"), lln_head, "cifar100")[2]["gamma"] == 0.25
+    with pytest.raises(LipUsageError, match="--attack-radius sets the loss parameter 'radius', which loss 'ce'"):
+        resolve_loss(TrainConfig(attack_radius=0.1), lln_head, "cifar10", reg)
+    with pytest.raises(LipUsageError, match="give it once"):
+        resolve_loss(TrainConfig(loss="crc-lip:radius=0.2", attack_radius=0.1), mlp, "cifar10", reg)
 
 
 def test_config_files(tmp_path):
@@ -346,8 +364,10 @@ def test_crc_mlp_training_on_an_imagefolder_tree(tmp_path, monkeypatch, imagefol
     assert r.exit_code == 0, r.output
     meta = read_metadata("crc.safetensors")
     tc = meta["training"]["config"]
-    assert tc["grad_clip"] == 1.0 and tc["attack_radius"] == pytest.approx(36 / 255)
-    assert tc["curvature_weight"] == 0.5
+    assert tc["grad_clip"] == 1.0 and tc["loss"].startswith("crc-lip:radius=0.1411")
+    loss = meta["training"]["loss"]
+    assert loss["name"] == "crc-lip" and loss["distribution"] == "lipcli"
+    assert loss["params"]["radius"] == pytest.approx(36 / 255) and loss["params"]["gamma"] == 0.5
     assert meta["dataset"]["classes"] == ["circle", "cross", "square"] and meta["config"]["num_classes"] == 3
     assert meta["training"]["weight_decay_parameters"] and not any(
         n.startswith("head.") for n in meta["training"]["weight_decay_parameters"])
@@ -430,7 +450,12 @@ def test_nan_loss_stops_the_run_and_keeps_the_checkpoint(tmp_path, monkeypatch):
         (["--epochs", "-1"], 2, "--epochs must be at least 1, got -1"),
         (["--val-split", "1.5"], 2, "--val-split must be in [0, 1)"),
         (["--keep-best"], 2, "--keep-best needs --val-split"),
-        (["--head", "lln", "--attack-radius", "0.1"], 2, "applies only to heads certified by crc-lip"),
+        (["--head", "lln", "--attack-radius", "0.1"], 2, "which loss 'ce' (head 'lln'"),
+        (["--loss", "focal"], 2, "unknown loss 'focal'; valid names: ce, cr, crc-lip, margin-offset"),
+        (["--loss", "margin-offset:temperature=0"], 2, "temperature must be positive"),
+        (["--optimizer", "adam"], 2, "--optimizer must be one of sgd, adamw, nadam"),
+        (["--schedule", "linear"], 2, "--schedule must be one of step, cosine"),
+        (["--extra-ratio", "0.5"], 2, "--extra-ratio needs --extra-data FILE"),
         (["--device", "tpu"], 2, "unknown --device 'tpu'; use cpu, cuda, cuda:N or auto"),
         (["--out", "blocker/model.safetensors"], 2, "blocker is not a directory"),
         (["--run-dir", "blocker/run"], 2, "blocker is not a directory"),

@@ -133,6 +133,7 @@ def lip_heads() -> list[HeadSpec]:
             description="1-hidden-layer softplus MLP certified by CRC-Lip",
             certificate="crc-lip",
             features="activation",
+            loss="crc-lip",
             params=(Param(name="hidden", type=int, default=4096, help="hidden width H"),),
         ),
     ]

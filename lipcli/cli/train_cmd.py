@@ -7,9 +7,13 @@ from typing import Any, Optional
 
 import typer
 
+from ..train.config import DEFAULT_EXTRA_RATIO, OPTIMIZER_LR, SCHEDULES, TrainConfig
 from .common import cli_errors, print_json
 
 _COMPONENT = "NAME or NAME:key=value,..."
+#: the defaults the help texts quote (written once, in TrainConfig)
+_D = TrainConfig()
+_LRS = ", ".join(f"{name} {lr:g}" for name, lr in OPTIMIZER_LR.items())
 
 
 @cli_errors
@@ -21,14 +25,22 @@ def train(
     activation: Optional[str] = typer.Option(None, "--activation", help="Activation; default maxmin."),
     pool: Optional[str] = typer.Option(None, "--pool", help="Pooling (max, projection, ...); default max."),
     head: Optional[str] = typer.Option(
-        None, "--head", help="Head: lln (plain cross-entropy) or mlp (CRC-Lip training: feature attack "
-        "+ curvature regulariser); default lln."),
+        None, "--head", help=f"Head: lln (trained with ce) or mlp (trained with crc-lip: feature attack "
+        f"+ curvature regulariser); default {_D.head}."),
+    loss: Optional[str] = typer.Option(
+        None, "--loss", help=f"Training loss ({_COMPONENT}): ce, crc-lip, cr, margin-offset or a "
+        "plugin's; default: the head's (lln: ce, mlp: crc-lip). `lip plugins -v` lists parameters."),
     width: Optional[int] = typer.Option(None, "--width", help="Architecture width (channels after the stem; paper 32)."),
     dataset: Optional[str] = typer.Option(
         None, "--dataset", help="Data set: cifar10 (default), cifar100, imagefolder, digits, or a plugin's."),
     data_dir: Optional[Path] = typer.Option(
         None, "--data-dir", help="Data set root (cifar10: DIR/cifar-10-batches-py/...; imagefolder: DIR/train, DIR/test)."),
     download: Optional[bool] = typer.Option(None, "--download", help="Download the data set into --data-dir if missing."),
+    extra_data: Optional[Path] = typer.Option(
+        None, "--extra-data", help="Extra training images: an uncompressed .npz (or a directory) with "
+        "'image' uint8 NxHxWxC and 'label'; memory-mapped, augmented like the data set."),
+    extra_ratio: Optional[float] = typer.Option(
+        None, "--extra-ratio", help=f"Fraction of each batch drawn from --extra-data (default {DEFAULT_EXTRA_RATIO:g})."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Model file to write (default RUN_DIR/model.safetensors)."),
     run_dir: Optional[Path] = typer.Option(
@@ -37,8 +49,19 @@ def train(
     epochs: Optional[int] = typer.Option(None, "--epochs", help="Epochs (default 200)."),
     batch_size: Optional[int] = typer.Option(
         None, "--batch-size", help="Global batch size, split over processes (default 128)."),
-    lr: Optional[float] = typer.Option(None, "--lr", help="SGD learning rate (default 0.1; x0.1 at 50% and 75%)."),
-    momentum: Optional[float] = typer.Option(None, "--momentum", help="SGD momentum (default 0.9)."),
+    optimizer: Optional[str] = typer.Option(
+        None, "--optimizer", help=f"Optimiser: {', '.join(OPTIMIZER_LR)} (default {_D.optimizer}, the paper's)."),
+    lr: Optional[float] = typer.Option(
+        None, "--lr", help=f"Learning rate (default per optimiser: {_LRS})."),
+    momentum: Optional[float] = typer.Option(None, "--momentum", help=f"SGD momentum (default {_D.momentum})."),
+    lookahead: Optional[int] = typer.Option(
+        None, "--lookahead", help=f"Wrap the optimiser in Lookahead, syncing every K steps (alpha "
+        f"{_D.lookahead_alpha}); default {_D.lookahead} (off)."),
+    schedule: Optional[str] = typer.Option(
+        None, "--schedule", help=f"LR schedule per step: {' or '.join(SCHEDULES)} (default {_D.schedule}: "
+        f"x{_D.lr_gamma:g} at {' and '.join(f'{m:.0%}' for m in _D.lr_milestones)} of training)."),
+    warmup_epochs: Optional[float] = typer.Option(
+        None, "--warmup-epochs", help=f"Linear LR warm-up over this many epochs (default {_D.warmup_epochs:g})."),
     weight_decay: Optional[float] = typer.Option(
         None, "--weight-decay", help="Weight decay on conv filters and the LLN weight (default 5e-4)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default 0)."),
@@ -52,13 +75,14 @@ def train(
     augment: Optional[bool] = typer.Option(
         None, "--augment/--no-augment", help="Random crop (+ flip) augmentation (default on)."),
     attack_radius: Optional[float] = typer.Option(
-        None, "--attack-radius", help="CRC-Lip training: input-space l2 radius rho of the feature attack "
-        "(default: cifar10 36/255, cifar100 0.2, others 36/255)."),
+        None, "--attack-radius", help="Sets the loss parameter radius (crc-lip: input-space l2 radius "
+        "rho of the feature attack; default cifar10 36/255, cifar100 0.2, others 36/255)."),
     curvature_weight: Optional[float] = typer.Option(
-        None, "--curvature-weight", help="CRC-Lip training: curvature weight gamma (default: cifar10 0.5, "
-        "cifar100 0.75, others 0.5)."),
+        None, "--curvature-weight", help="Sets the loss parameter gamma (crc-lip: curvature weight; "
+        "default cifar10 0.5, cifar100 0.75, others 0.5)."),
     grad_clip: Optional[float] = typer.Option(
-        None, "--grad-clip", help="Gradient-norm clipping (default 1.0 for the MLP head, off otherwise; 0 = off)."),
+        None, "--grad-clip", help="Gradient-norm clipping (default: the loss's, 1.0 for crc-lip, off "
+        "otherwise; 0 = off)."),
     val_split: Optional[float] = typer.Option(
         None, "--val-split", help="Hold out this fraction of the training set for validation (never the test set)."),
     keep_best: Optional[bool] = typer.Option(
@@ -92,9 +116,12 @@ def train(
 
     given: dict[str, Any] = {
         "arch": arch, "conv": conv, "activation": activation, "pool": pool, "head": head,
-        "width": width, "dataset": dataset,
+        "width": width, "dataset": dataset, "loss": loss,
         "data_dir": None if data_dir is None else str(data_dir), "download": download,
-        "epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum,
+        "extra_data": None if extra_data is None else str(extra_data), "extra_ratio": extra_ratio,
+        "epochs": epochs, "batch_size": batch_size, "optimizer": optimizer, "lr": lr,
+        "momentum": momentum, "lookahead": lookahead, "schedule": schedule,
+        "warmup_epochs": warmup_epochs,
         "weight_decay": weight_decay, "seed": seed, "workers": workers, "device": device,
         "amp": amp, "cuda_graphs": None if cuda_graphs is None else cuda_graphs.strip().lower(),
         "augment": augment, "attack_radius": attack_radius,

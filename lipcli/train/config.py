@@ -10,17 +10,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cuda_graphs import GRAPH_MODES
-from ..devices import check_device_name
 from ..errors import LipUsageError
 
 
-#: paper settings (ρ in input space, γ) per data set name; other data sets use "cifar10"'s
-PAPER_CRC_SETTINGS: dict[str, tuple[float, float]] = {
-    "cifar10": (36.0 / 255.0, 0.5),
-    "cifar100": (0.2, 0.75),
+#: older names of loss parameters, kept as settings (and ``lip train`` options): each sets the
+#: parameter of that name of whatever loss is chosen (an error for a loss without it)
+LOSS_SHORTHANDS: dict[str, str] = {
+    "attack_radius": "radius",
+    "curvature_weight": "gamma",
+    "attack_steps": "attack_steps",
+    "curvature_power_steps": "power_steps",
+    "curvature_classes": "classes",
 }
-CRC_CERTIFICATE = "crc-lip"
+#: optimisers (``--optimizer``) and the learning rate each uses when ``--lr`` is not given
+OPTIMIZER_LR: dict[str, float] = {"sgd": 0.1, "adamw": 1e-3, "nadam": 1e-3}
+#: learning-rate schedules (``--schedule``): the paper's step decay, or cosine to 0
+SCHEDULES: tuple[str, ...] = ("step", "cosine")
+#: the fraction of each batch drawn from ``--extra-data`` when ``--extra-ratio`` is not given
+DEFAULT_EXTRA_RATIO = 0.5
 CHECKPOINT_NAME = "checkpoint.safetensors"
 LOG_NAME = "train_log.jsonl"
 CONFIG_NAME = "config.json"
@@ -57,24 +64,33 @@ class TrainConfig:
     keep_best: bool = False
     limit_train: int | None = None
     limit_test: int | None = None
-    # optimisation (SPEC §6)
+    extra_data: str | None = None
+    extra_ratio: float | None = None
+    # optimisation (SPEC §6); the paper's recipe: SGD, step decay, no warm-up, no lookahead
     epochs: int = 200
     batch_size: int = 128
-    lr: float = 0.1
+    optimizer: str = "sgd"
+    lr: float | None = None
     momentum: float = 0.9
     weight_decay: float = 5e-4
+    lookahead: int = 0
+    lookahead_alpha: float = 0.5
+    schedule: str = "step"
+    warmup_epochs: float = 0.0
     lr_milestones: list[float] = field(default_factory=lambda: [0.5, 0.75])
     lr_gamma: float = 0.1
     grad_clip: float | None = None
     seed: int = 0
     power_iter_steps: int = 50
     lipschitz_estimate: bool = True
-    # CRC-Lip training (SPEC §4); None: paper value for the data set, unused for other heads
+    # training loss (a ``loss`` component); None: the head's default (lln: ce, mlp: crc-lip)
+    loss: str | None = None
+    # shorthands for loss parameters (LOSS_SHORTHANDS); None: not given
     attack_radius: float | None = None
     curvature_weight: float | None = None
-    attack_steps: int = 5
-    curvature_power_steps: int = 2
-    curvature_classes: int = 0
+    attack_steps: int | None = None
+    curvature_power_steps: int | None = None
+    curvature_classes: int | None = None
     # execution
     device: str = "auto"
     workers: int | None = None
@@ -116,7 +132,18 @@ class TrainConfig:
         need(self.epochs >= 1, f"--epochs must be at least 1, got {self.epochs}")
         need(self.batch_size >= 1, f"--batch-size must be at least 1, got {self.batch_size}")
         need(self.eval_batch_size >= 1, f"eval_batch_size must be at least 1, got {self.eval_batch_size}")
-        need(math.isfinite(self.lr) and self.lr > 0, f"--lr must be positive, got {self.lr}")
+        need(self.lr is None or (math.isfinite(self.lr) and self.lr > 0), f"--lr must be positive, got {self.lr}")
+        need(self.optimizer in OPTIMIZER_LR,
+             f"--optimizer must be one of {', '.join(OPTIMIZER_LR)}, got {self.optimizer!r}")
+        need(self.schedule in SCHEDULES,
+             f"--schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        need(math.isfinite(self.warmup_epochs) and 0 <= self.warmup_epochs <= self.epochs,
+             f"--warmup-epochs must be in [0, --epochs], got {self.warmup_epochs}")
+        need(self.lookahead >= 0, f"--lookahead must be >= 0 (0 = off), got {self.lookahead}")
+        need(0 < self.lookahead_alpha <= 1, f"lookahead_alpha must be in (0, 1], got {self.lookahead_alpha}")
+        need(self.extra_ratio is None or self.extra_data is not None, "--extra-ratio needs --extra-data FILE")
+        need(self.extra_ratio is None or (0 < self.extra_ratio < 1),
+             f"--extra-ratio must be in (0, 1), got {self.extra_ratio}")
         need(0 <= self.momentum < 1, f"--momentum must be in [0, 1), got {self.momentum}")
         need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
         need(self.lr_gamma > 0, f"lr_gamma must be positive, got {self.lr_gamma}")
@@ -141,41 +168,38 @@ class TrainConfig:
             self.curvature_weight is None or self.curvature_weight >= 0,
             f"--curvature-weight must be >= 0, got {self.curvature_weight}",
         )
-        need(self.attack_steps >= 1, f"attack_steps must be at least 1, got {self.attack_steps}")
-        need(self.curvature_power_steps >= 0, "curvature_power_steps must be >= 0")
-        need(self.curvature_classes >= 0, "curvature_classes must be >= 0 (0 = all classes)")
+        need(self.attack_steps is None or self.attack_steps >= 1, f"attack_steps must be at least 1, got {self.attack_steps}")
+        need(self.curvature_power_steps is None or self.curvature_power_steps >= 0, "curvature_power_steps must be >= 0")
+        need(self.curvature_classes is None or self.curvature_classes >= 0, "curvature_classes must be >= 0 (0 = all classes)")
         need(self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}")
         need(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
+        from ..cuda_graphs import GRAPH_MODES  # (imports torch: not at module level)
+        from ..devices import check_device_name
+
         check_device_name(self.device)
         need(self.cuda_graphs in GRAPH_MODES,
              f"--cuda-graphs must be one of {', '.join(GRAPH_MODES)}, got {self.cuda_graphs!r}")
 
-    def resolved(self, *, dataset_name: str, crc: bool) -> "TrainConfig":
-        """Fill the automatic values: gradient clipping and the CRC settings for the head."""
+    def resolved(self) -> "TrainConfig":
+        """Fill the automatic values that need no plugin: the optimiser's learning rate, the
+        extra-data ratio, absolute paths.  (The loss and ``grad_clip`` are resolved by
+        :func:`lipcli.train.objective.resolve_loss`.)"""
         changes: dict[str, Any] = {}
-        if self.grad_clip is None:
-            changes["grad_clip"] = 1.0 if crc else 0.0
-        if crc:
-            rho, gamma = PAPER_CRC_SETTINGS.get(dataset_name, PAPER_CRC_SETTINGS["cifar10"])
-            if self.attack_radius is None:
-                changes["attack_radius"] = rho
-            if self.curvature_weight is None:
-                changes["curvature_weight"] = gamma
-        else:
-            for name in ("attack_radius", "curvature_weight"):
-                if getattr(self, name) is not None:
-                    raise LipUsageError(
-                        f"--{name.replace('_', '-')} applies only to heads certified by "
-                        f"{CRC_CERTIFICATE} (e.g. --head mlp), not to head {self.head!r}"
-                    )
+        if self.lr is None:
+            changes["lr"] = OPTIMIZER_LR[self.optimizer]
+        if self.extra_data is not None:
+            changes["extra_data"] = str(Path(self.extra_data).expanduser().absolute())
+            if self.extra_ratio is None:
+                changes["extra_ratio"] = DEFAULT_EXTRA_RATIO
         if self.data_dir is not None:
             changes["data_dir"] = str(Path(self.data_dir).expanduser().absolute())
         return dataclasses.replace(self, **changes)
 
 
-_OPTIONAL_INT = {"width", "limit_train", "limit_test", "workers"}
-_OPTIONAL_FLOAT = {"grad_clip", "attack_radius", "curvature_weight"}
-_OPTIONAL_STR = {"data_dir"}
+_OPTIONAL_INT = {"width", "limit_train", "limit_test", "workers", "attack_steps",
+                 "curvature_power_steps", "curvature_classes"}
+_OPTIONAL_FLOAT = {"grad_clip", "attack_radius", "curvature_weight", "lr", "extra_ratio"}
+_OPTIONAL_STR = {"data_dir", "loss", "extra_data"}
 
 
 def _coerce(key: str, value: Any, source: str) -> Any:
@@ -208,7 +232,7 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad("a number")
         return float(value)
-    if isinstance(value, dict) and "name" in value and key in ("arch", "conv", "activation", "pool", "head", "dataset"):
+    if isinstance(value, dict) and "name" in value and key in ("arch", "conv", "activation", "pool", "head", "dataset", "loss"):
         params = value.get("params") or {}
         return value["name"] + ("" if not params else ":" + ",".join(f"{k}={v}" for k, v in params.items()))
     if not isinstance(value, str):

@@ -18,13 +18,13 @@ from ..cuda_graphs import GraphedStep, graph_unsupported_reason
 from ..errors import LipError, LipUsageError
 from .checkpoint import (_prefixed, flatten_state, read_checkpoint, rng_state, set_rng_state,
                          unflatten_state, write_checkpoint)
-from .config import (CHECKPOINT_FORMAT, CHECKPOINT_NAME, CHECKPOINT_VERSION, CRC_CERTIFICATE,
-                     INTERRUPT_ENV, MODEL_NAME, TrainConfig)
+from .config import (CHECKPOINT_FORMAT, CHECKPOINT_NAME, CHECKPOINT_VERSION, INTERRUPT_ENV,
+                     MODEL_NAME, TrainConfig)
 from .distributed import DistContext
 from .errors import TrainingDiverged, TrainingInterrupted
 from .evaluation import evaluate, lipschitz_record
-from .losses import CurvaturePenalty, FeatureAttack, TrainStep
-from .optim import recipe_sgd, weight_decay_groups
+from .objective import TrainStep, build_loss, loss_record, resolve_loss
+from .optim import build_optimization, optimization_record
 from .paths import RunPaths, _check_writable_dir, check_replaceable, plan_paths
 from ..locks import check_run_unlocked, run_locks
 from .reporting import Reporter
@@ -55,7 +55,7 @@ def _component_names(cfg: TrainConfig) -> dict[str, str]:
 
 
 RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs"})
-COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset")
+COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset", "loss")
 
 
 def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Any) -> bool:
@@ -173,8 +173,7 @@ def train(
     for kind, choice in _component_names(cfg).items():
         comps[kind] = _arch_component(cfg, reg) if kind == "arch" else reg.component(kind, choice)
     data_comp = resolve_dataset(cfg.dataset, reg)
-    crc = getattr(comps["head"].spec, "certificate", None) == CRC_CERTIFICATE
-    cfg = cfg.resolved(dataset_name=data_comp.name, crc=crc)
+    cfg, loss_comp = resolve_loss(cfg.resolved(), comps["head"], data_comp.name, reg)
     root = check_data_dir(data_comp, cfg.data_dir, cfg.download)
     device = ctx.resolve_device(cfg.device)
     if cfg.batch_size % ctx.world_size:
@@ -219,7 +218,7 @@ def train(
             raise LipUsageError(_component_error_message(exc, cfg)) from exc
         model = model.to(device)
         run = _TrainingRun.build(cfg, ctx, device, paths, reporter, data, model, model_config,
-                                 crc=crc, workers=workers)
+                                 loss=loss_comp, workers=workers)
         run.overwrite = overwrite
         return run.execute(ckpt_tensors, ckpt_meta)
     finally:
@@ -247,16 +246,6 @@ def _make_loaders(cfg: TrainConfig, ctx: DistContext, device: torch.device, data
     return loader, sampler, val_loader, test_loader
 
 
-def _make_optimizer(cfg: TrainConfig, model: nn.Module, total_steps: int) -> tuple[list, Any, Any]:
-    """The weight-decay parameter groups, the recipe's SGD and its per-step MultiStepLR."""
-    groups = weight_decay_groups(model, cfg.weight_decay)
-    optimizer = recipe_sgd(groups, lr=cfg.lr, momentum=cfg.momentum)
-    # as the reference: milestones [total // 2, 3 * total // 4] (a list: equal ones compound)
-    milestones = [int(f * total_steps) for f in cfg.lr_milestones]
-    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=cfg.lr_gamma)
-    return groups, optimizer, scheduler
-
-
 def _make_scaler(cfg: TrainConfig, device: torch.device) -> tuple[torch.dtype, torch.amp.GradScaler]:
     """The autocast dtype (bfloat16, float16 where CUDA lacks bf16) and the gradient scaler
     (enabled only for float16)."""
@@ -267,20 +256,15 @@ def _make_scaler(cfg: TrainConfig, device: torch.device) -> tuple[torch.dtype, t
     return amp_dtype, scaler
 
 
-def _make_crc_losses(cfg: TrainConfig, device: torch.device, data: Any,
-                     model: nn.Module) -> tuple[FeatureAttack | None, CurvaturePenalty | None]:
-    """The CRC-Lip feature attack and curvature penalty, each None where its setting is off."""
-    min_std = min(data.std)
-    attack = FeatureAttack(cfg.attack_radius / min_std, steps=cfg.attack_steps) if cfg.attack_radius else None
-    curvature = None
-    if cfg.curvature_weight:
-        feat_dim = CurvaturePenalty.head_weights(model.head)[0].shape[1]
-        curvature = CurvaturePenalty(
-            feat_dim, power_steps=cfg.curvature_power_steps, other_classes=cfg.curvature_classes,
-            seed=cfg.seed,
-        ).to(device)
-        curvature.update_u(model.head, cfg.power_iter_steps)
-    return attack, curvature
+def _make_loss(cfg: TrainConfig, device: torch.device, data: Any, model: nn.Module,
+               component: Any) -> nn.Module:
+    """The run's training loss, built by its component's factory (see :mod:`lipcli.losses`)."""
+    from ..losses import LossContext
+
+    context = LossContext(model=model, num_classes=data.num_classes, dataset=data.component.name,
+                          mean=tuple(data.mean), std=tuple(data.std), seed=cfg.seed, device=device,
+                          refresh_steps=cfg.power_iter_steps)
+    return build_loss(component, context)
 
 
 @dataclass
@@ -306,7 +290,7 @@ class _TrainingRun:
     scheduler: Any
     amp_dtype: torch.dtype
     scaler: torch.amp.GradScaler
-    curvature: CurvaturePenalty | None
+    loss_component: Any
     step_module: TrainStep
     state: _State = field(default_factory=_State)
     resumed: bool = False
@@ -318,20 +302,18 @@ class _TrainingRun:
     @classmethod
     def build(cls, cfg: TrainConfig, ctx: DistContext, device: torch.device, paths: RunPaths,
               reporter: Reporter, data: Any, model: nn.Module, model_config: dict[str, Any], *,
-              crc: bool, workers: int) -> _TrainingRun:
-        """Build the loaders, optimiser, scheduler, AMP scaler and (CRC-Lip) losses for ``model``."""
+              loss: Any, workers: int) -> _TrainingRun:
+        """Build the loaders, optimiser, scheduler, AMP scaler and the training loss for ``model``."""
         loader, sampler, val_loader, test_loader = _make_loaders(cfg, ctx, device, data, workers)
         steps_per_epoch = len(loader)
-        groups, optimizer, scheduler = _make_optimizer(cfg, model, cfg.epochs * steps_per_epoch)
+        groups, optimizer, scheduler = build_optimization(cfg, model, steps_per_epoch=steps_per_epoch)
         amp_dtype, scaler = _make_scaler(cfg, device)
-        attack, curvature = _make_crc_losses(cfg, device, data, model) if crc else (None, None)
-        step_module = TrainStep(model, attack=attack, curvature=curvature,
-                                curvature_weight=cfg.curvature_weight or 0.0)
+        step_module = TrainStep(model, _make_loss(cfg, device, data, model, loss))
         return cls(cfg=cfg, ctx=ctx, device=device, paths=paths, reporter=reporter, data=data,
                    model=model, model_config=model_config, workers=workers, loader=loader,
                    sampler=sampler, val_loader=val_loader, test_loader=test_loader,
                    steps_per_epoch=steps_per_epoch, groups=groups, optimizer=optimizer,
-                   scheduler=scheduler, amp_dtype=amp_dtype, scaler=scaler, curvature=curvature,
+                   scheduler=scheduler, amp_dtype=amp_dtype, scaler=scaler, loss_component=loss,
                    step_module=step_module)
 
     def execute(self, ckpt_tensors: dict[str, torch.Tensor] | None,
@@ -369,8 +351,9 @@ class _TrainingRun:
         self.optimizer.load_state_dict(unflatten_state(meta["optimizer"], tensors))
         self.scheduler.load_state_dict(unflatten_state(meta["scheduler"], tensors))
         self.scaler.load_state_dict(unflatten_state(meta["scaler"], tensors))
-        if self.curvature is not None and meta.get("curvature"):
-            self.curvature.load_state_dict(unflatten_state(meta["curvature"], tensors))
+        loss_state = meta.get("loss", meta.get("curvature"))  # "curvature": before loss plugins
+        if loss_state:
+            self.step_module.loss.load_state_dict(unflatten_state(loss_state, tensors))
         set_rng_state(unflatten_state(meta["rng"], tensors))
         self.state = _State(
             epoch=int(meta["epoch"]), step=int(meta["step"]), elapsed=float(meta.get("elapsed_s", 0.0)),
@@ -381,10 +364,11 @@ class _TrainingRun:
         self.resumed = True
 
     def save_checkpoint(self, status: str = "running") -> None:
-        """Rank 0 writes the checkpoint: model, optimiser, scheduler, scaler, RNG, curvature, progress."""
+        """Rank 0 writes the checkpoint: model, optimiser, scheduler, scaler, RNG, loss state, progress."""
         if not self.ctx.is_main:
             return
-        state, curvature = self.state, self.curvature
+        state = self.state
+        loss_state = dict(self.step_module.loss.state_dict())
         tensors: dict[str, torch.Tensor] = {}
         for k, v in self.model.state_dict().items():
             tensors[f"model.{k}"] = v.detach().cpu().clone().contiguous()
@@ -401,8 +385,7 @@ class _TrainingRun:
             "scheduler": flatten_state(self.scheduler.state_dict(), "sched", tensors),
             "scaler": flatten_state(self.scaler.state_dict(), "scaler", tensors),
             "rng": flatten_state(rng_state(), "rng", tensors),
-            "curvature": None if curvature is None else flatten_state(
-                {k: v for k, v in curvature.state_dict().items()}, "curv", tensors),
+            "loss": flatten_state(loss_state, "loss", tensors) if loss_state else None,
         }
         write_checkpoint(self.paths.checkpoint, tensors, meta)
 
@@ -518,10 +501,10 @@ class _TrainingRun:
             self.reporter.stop()
 
     def _train_epoch(self, epoch: int, forward: nn.Module,
-                     interrupt_at: tuple[int, int] | None) -> tuple[torch.Tensor, torch.Tensor, float]:
+                     interrupt_at: tuple[int, int] | None) -> tuple[torch.Tensor, dict[str, torch.Tensor], float]:
         """One pass over this rank's training data, then the end-of-epoch power-iteration
-        refresh.  Returns the local sums (loss, correct, images), the summed curvature penalty
-        and the time taken."""
+        refresh and the loss's ``end_epoch``.  Returns the local sums (loss, correct, images),
+        the summed loss parts (by name) and the time taken."""
         cfg, device = self.cfg, self.device
         seed = _epoch_seed(cfg.seed, epoch, self.ctx.rank)
         torch.manual_seed(seed)
@@ -534,7 +517,7 @@ class _TrainingRun:
         check_every = 1 if device.type == "cpu" else 25
         mid_step = self.steps_per_epoch // 2
         sums = torch.zeros(3, dtype=torch.float64, device=device)
-        extra = torch.zeros(1, dtype=torch.float64, device=device)
+        extra: dict[str, torch.Tensor] = {}
         checked = torch.zeros(1, dtype=torch.float64, device=device)
         t0 = time.perf_counter()
         seen = 0
@@ -549,8 +532,10 @@ class _TrainingRun:
             sums[0] += loss.detach().double() * n
             sums[1] += (logits.argmax(dim=1) == labels).sum()
             sums[2] += n
-            if "curvature" in parts:
-                extra[0] += parts["curvature"].double() * n
+            for name, value in parts.items():
+                if name not in extra:
+                    extra[name] = torch.zeros((), dtype=torch.float64, device=device)
+                extra[name] += value.double() * n
             if i == mid_step and self.steps_per_epoch > 1:
                 self._refresh_power_iteration()
             if (i + 1) % check_every == 0 or i + 1 == self.steps_per_epoch:
@@ -561,9 +546,8 @@ class _TrainingRun:
                                          seen * self.ctx.world_size / dt)
         self._report_graph_failure()
         self._refresh_power_iteration()  # end of epoch: before evaluation and before the checkpoint
-        if self.curvature is not None:
-            self.curvature.update_u(self.model.head, cfg.power_iter_steps)
-            self.ctx.sync_module_state(self.curvature)
+        self.step_module.end_epoch()
+        self.ctx.sync_module_state(self.step_module.loss)
         return sums, extra, time.perf_counter() - t0
 
     def _optimizer_step(self, forward: nn.Module, images: torch.Tensor,
@@ -615,11 +599,12 @@ class _TrainingRun:
             refresher(self.cfg.power_iter_steps)
         self.ctx.sync_module_state(self.model)
 
-    def _epoch_record(self, epoch: int, sums: torch.Tensor, extra: torch.Tensor,
+    def _epoch_record(self, epoch: int, sums: torch.Tensor, extra: dict[str, torch.Tensor],
                       train_time: float) -> dict[str, Any]:
         """Sum the epoch's statistics over all ranks; the log record of its training metrics."""
         self.ctx.all_reduce_sum(sums)
-        self.ctx.all_reduce_sum(extra)
+        for name in sorted(extra):
+            self.ctx.all_reduce_sum(extra[name])
         record: dict[str, Any] = {
             "epoch": epoch + 1,
             "train_loss": float(sums[0] / sums[2]),
@@ -628,8 +613,8 @@ class _TrainingRun:
             "time_s": round(train_time, 3),
             "images_per_s": round(float(sums[2]) / max(train_time, 1e-9), 1),
         }
-        if self.curvature is not None:
-            record["train_curvature"] = float(extra[0] / sums[2])
+        for name in sorted(extra):
+            record[f"train_{name}"] = float(extra[name] / sums[2])
         return record
 
     def _validate(self, epoch: int, record: dict[str, Any]) -> None:
@@ -743,6 +728,8 @@ class _TrainingRun:
             "lipcli_version": __version__,
             "torch_version": torch.__version__,
             "weight_decay_parameters": self.groups[0]["names"],
+            "loss": loss_record(self.loss_component, self.step_module.loss),
+            "optimization": optimization_record(cfg, self.optimizer),
             "run_dir": str(self.paths.run_dir),
             "resumed_from_epochs": state.resumed_from,
             "cuda_graphs": self.graph_record(),

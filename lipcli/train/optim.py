@@ -1,7 +1,11 @@
-"""The recipe's optimiser: SGD with momentum and weight decay on the right parameters (SPEC §6)."""
+"""Optimisers and schedules: the recipe's SGD with momentum and weight decay on the right
+parameters (SPEC §6), AdamW / NAdam, the Lookahead wrapper, step / cosine schedules with
+linear warm-up."""
 
 from __future__ import annotations
 
+import collections
+import math
 from typing import Any
 
 import torch
@@ -51,3 +55,133 @@ def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict[str,
         {"params": decay, "weight_decay": weight_decay, "names": decay_names},
         {"params": no_decay, "weight_decay": 0.0, "names": no_decay_names},
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# optimiser choices (--optimizer, --lookahead) and schedules (--schedule, --warmup-epochs)
+# ---------------------------------------------------------------------------------------------
+def make_optimizer(name: str, param_groups: list[dict[str, Any]], *, lr: float,
+                   momentum: float) -> torch.optim.Optimizer:
+    """``sgd`` (the recipe's, :func:`recipe_sgd`), ``adamw`` or ``nadam`` over the
+    weight-decay groups.  AdamW and NAdam decay the weights decoupled from the gradient
+    (Loshchilov & Hutter), with torch's default betas (0.9, 0.999) and eps 1e-8; ``momentum``
+    is SGD's only."""
+    if name == "sgd":
+        return recipe_sgd(param_groups, lr=lr, momentum=momentum)
+    groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in param_groups]
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr)
+    if name == "nadam":
+        return torch.optim.NAdam(groups, lr=lr, decoupled_weight_decay=True)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+class Lookahead(torch.optim.Optimizer):
+    """Lookahead (Zhang et al., NeurIPS 2019) around any optimiser, as LiResNet trains.
+
+    The wrapped ("fast") optimiser steps as usual; every ``k`` steps the slow weights move
+    ``alpha`` of the way to the fast ones, ``φ ← φ + α (θ − φ)``, and the fast weights restart
+    from them, ``θ ← φ``.  ``param_groups`` are the wrapped optimiser's (so learning-rate
+    schedulers and the gradient scaler act on it); the slow weights and the step count are
+    part of :meth:`state_dict`.
+    """
+
+    def __init__(self, base: torch.optim.Optimizer, *, k: int = 5, alpha: float = 0.5) -> None:
+        if k < 1 or not 0 < alpha <= 1:
+            raise ValueError("lookahead needs k >= 1 and 0 < alpha <= 1")
+        self.base, self.k, self.alpha = base, int(k), float(alpha)
+        self.defaults = base.defaults
+        self.param_groups = base.param_groups
+        self.state = base.state
+        self._optimizer_step_pre_hooks: Any = collections.OrderedDict()
+        self._optimizer_step_post_hooks: Any = collections.OrderedDict()
+        self._optimizer_state_dict_pre_hooks: Any = collections.OrderedDict()
+        self._optimizer_state_dict_post_hooks: Any = collections.OrderedDict()
+        self._optimizer_load_state_dict_pre_hooks: Any = collections.OrderedDict()
+        self._optimizer_load_state_dict_post_hooks: Any = collections.OrderedDict()
+        self.slow = [p.detach().clone() for g in self.param_groups for p in g["params"]]
+        self.count = 0
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for g in self.param_groups for p in g["params"]]
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        loss = self.base.step(closure)
+        self.count += 1
+        if self.count % self.k == 0:
+            for slow, fast in zip(self.slow, self._params()):
+                slow.add_(fast.detach() - slow, alpha=self.alpha)
+                fast.copy_(slow)
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.base.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        return {"base": self.base.state_dict(), "slow": [s.clone() for s in self.slow],
+                "count": self.count, "k": self.k, "alpha": self.alpha}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+        self.base.load_state_dict(state_dict["base"])
+        for slow, saved in zip(self.slow, state_dict["slow"]):
+            slow.copy_(saved)
+        self.count = int(state_dict["count"])
+
+
+def make_schedule(optimizer: torch.optim.Optimizer, *, schedule: str, total_steps: int,
+                  warmup_steps: int, milestones: list[float], gamma: float) -> Any:
+    """The per-step learning-rate scheduler.
+
+    ``step`` without warm-up is the recipe's ``MultiStepLR`` (×``gamma`` at the given
+    fractions of all steps; a list, so equal milestones compound), exactly as before.
+    Otherwise a ``LambdaLR`` with factor ``w(t) · s(t)``: the linear warm-up
+    ``w(t) = min(1, (t + 1) / warmup_steps)`` and ``s(t)`` = the same step decay, or for
+    ``cosine`` ``½ (1 + cos(π · min(1, (t − W) / (T − W))))`` after the ``W`` warm-up steps
+    (from the base rate down to 0 at the last step ``T``).
+    """
+    steps = [int(f * total_steps) for f in milestones]
+    if schedule == "step" and warmup_steps == 0:
+        return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=steps, gamma=gamma)
+    if schedule not in ("step", "cosine"):
+        raise ValueError(f"unknown schedule {schedule!r}")
+
+    def factor(t: int) -> float:
+        warm = min(1.0, (t + 1) / warmup_steps) if warmup_steps else 1.0
+        if schedule == "step":
+            return warm * gamma ** sum(1 for m in steps if t >= m)
+        span = max(1, total_steps - warmup_steps)
+        progress = min(1.0, max(0.0, (t - warmup_steps) / span))
+        return warm * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def build_optimization(cfg: Any, model: nn.Module, *, steps_per_epoch: int) -> tuple[list, Any, Any]:
+    """The weight-decay groups, optimiser (with lookahead where asked) and per-step scheduler
+    of a run (``cfg``: a resolved :class:`~lipcli.train.config.TrainConfig`)."""
+    groups = weight_decay_groups(model, cfg.weight_decay)
+    optimizer = make_optimizer(cfg.optimizer, groups, lr=cfg.lr, momentum=cfg.momentum)
+    if cfg.lookahead:
+        optimizer = Lookahead(optimizer, k=cfg.lookahead, alpha=cfg.lookahead_alpha)
+    total = cfg.epochs * steps_per_epoch
+    warmup = int(round(cfg.warmup_epochs * steps_per_epoch))
+    scheduler = make_schedule(optimizer, schedule=cfg.schedule, total_steps=total,
+                              warmup_steps=warmup, milestones=list(cfg.lr_milestones),
+                              gamma=cfg.lr_gamma)
+    return groups, optimizer, scheduler
+
+
+def optimization_record(cfg: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The model file's ``training.optimization`` record: the resolved choice."""
+    base = optimizer.base if isinstance(optimizer, Lookahead) else optimizer
+    return {
+        "optimizer": cfg.optimizer, "class": type(base).__name__, "lr": cfg.lr,
+        "momentum": cfg.momentum if cfg.optimizer == "sgd" else None,
+        "betas": list(base.defaults["betas"]) if "betas" in base.defaults else None,
+        "weight_decay": cfg.weight_decay,
+        "lookahead": {"k": cfg.lookahead, "alpha": cfg.lookahead_alpha} if cfg.lookahead else None,
+        "schedule": cfg.schedule, "warmup_epochs": cfg.warmup_epochs,
+        "lr_milestones": list(cfg.lr_milestones) if cfg.schedule == "step" else None,
+        "lr_gamma": cfg.lr_gamma if cfg.schedule == "step" else None,
+    }

@@ -1,0 +1,183 @@
+"""Built-in training losses: ``ce`` (default), ``cr`` and ``margin-offset``.
+
+(The CRC-Lip loss ``crc-lip`` lives with the rest of CRC-Lip training in
+:mod:`lipcli.builtins.loss_crc`.)  All follow :mod:`lipcli.losses`:
+``factory(context, **params)`` -> ``loss(model, images, labels) -> LossOutput``.
+
+``ce``
+    ``CE(f(x), l)``, computed in float32: the paper's loss for the LLN head.
+``cr``
+    The certificate regulariser of the paper authors' code (SOC / LLN training, their
+    ``--gamma``): ``CE(f(x), l) − γ · mean_i relu(R_i)`` with the certificate of an affine head
+    ``f(y) = A y + b`` on the features ``y = g(x)``::
+
+        R_i = min_{j ≠ l} (f_l − f_j) / (‖a_l − a_j‖₂ · L)
+
+    ``a_k`` is row ``k`` of ``A`` (for LLN the normalised weight row, so this is the LLN
+    certificate, SPEC §4) and ``L = 1 / min(std)`` the input normalisation's Lipschitz factor
+    (the paper code's ``L``; the other layers are 1-Lipschitz).  ``A`` is read off the head
+    itself (``A = h(I) − h(0)``, differentiable), so any affine head works; a head that is
+    not affine is rejected at the first step.  ``γ = 0`` is plain ``ce`` (same values).
+``margin-offset``
+    Prach & Lampert (ECCV 2022), offset cross-entropy: the true class's logit is lowered by
+    ``u = √2 · ε · L`` and the logits divided by the temperature ``τ``::
+
+        loss = τ · CE((f(x) − u · onehot(l)) / τ, l)
+
+    so that the loss keeps pushing until the margin exceeds ``√2 ε L`` (what a 1-Lipschitz
+    logit map needs to certify radius ``ε``).  ``ε`` is in input space, ``L = 1 / min(std)``
+    as above.  ``eps = 0, temperature = 1`` is plain ``ce`` (same values).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lipcli.errors import LipUsageError
+from lipcli.hookspecs import hookimpl
+from lipcli.losses import LossContext, LossOutput, at_least_float32
+from lipcli.specs import LossSpec, Param
+
+#: default radius (input space) of the margin-offset loss: the paper's smallest, 36/255
+DEFAULT_EPS = 36.0 / 255.0
+#: relative tolerance of the affine-head check of ``cr``
+_AFFINE_RTOL = 1e-4
+
+
+class CrossEntropyLoss(nn.Module):
+    """``ce``: cross-entropy of the clean logits (float32)."""
+
+    def forward(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> LossOutput:
+        logits = model(images)
+        loss = F.cross_entropy(at_least_float32(logits), labels)
+        return LossOutput(loss, logits.detach(), {})
+
+
+def affine_rows(head: nn.Module, dim: int, *, like: torch.Tensor) -> torch.Tensor:
+    """``A`` (``(c, dim)``) of an affine head ``h(y) = A y + b``: ``h(I) − h(0)``, transposed."""
+    eye = torch.eye(dim, dtype=like.dtype, device=like.device)
+    basis = head(torch.cat([eye, torch.zeros_like(eye[:1])]))
+    return (basis[:-1] - basis[-1:]).t()
+
+
+def _check_affine(head: nn.Module, features: torch.Tensor) -> None:
+    """Raise :class:`LipUsageError` unless ``h(a) + h(b) = h(a + b) + h(0)`` on the batch."""
+    with torch.no_grad():
+        a = at_least_float32(features.detach())
+        b = a.roll(1, dims=0)
+        zero = torch.zeros_like(a[:1])
+        lhs = head(a) + head(b)
+        rhs = head(a + b) + head(zero)
+        scale = lhs.abs().max().clamp_min(1.0)
+        if not bool(((lhs - rhs).abs().max() <= _AFFINE_RTOL * scale).item()):
+            raise LipUsageError(
+                f"loss 'cr' needs an affine head (such as lln); {type(head).__name__} is not affine"
+            )
+
+
+class CertificateRegularizedLoss(nn.Module):
+    """``cr``: ``CE − γ · mean relu(certificate)`` for affine heads (module docstring)."""
+
+    def __init__(self, context: LossContext, *, gamma: float) -> None:
+        super().__init__()
+        self.gamma = float(gamma)
+        self.lipschitz = context.input_lipschitz
+        self._checked = False
+
+    def certificates(self, head: nn.Module, features: torch.Tensor, logits: torch.Tensor,
+                     labels: torch.Tensor) -> torch.Tensor:
+        """``R_i`` of every example (differentiable in the features and the head)."""
+        rows = affine_rows(head, features.shape[1], like=logits)  # (c, D)
+        sq = (rows * rows).sum(dim=1)
+        gram = sq[:, None] + sq[None, :] - 2.0 * rows @ rows.t()
+        # clamped before the root: the diagonal (0) gets no gradient, and no inf/nan anywhere
+        distance = gram.clamp_min(1e-24).sqrt()  # (c, c), ‖a_k − a_j‖
+        scale = distance[labels] * self.lipschitz  # (N, c)
+        margins = logits.gather(1, labels[:, None]) - logits
+        own = F.one_hot(labels, logits.shape[1]).bool()
+        return (margins / scale).masked_fill(own, float("inf")).min(dim=1).values
+
+    def forward(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> LossOutput:
+        features = model.features(images)
+        head = model.head
+        if not self._checked:
+            _check_affine(head, features)
+            self._checked = True
+        with torch.autocast(features.device.type, enabled=False):
+            feats = at_least_float32(features)
+            logits = head(feats)
+            ce = F.cross_entropy(logits, labels)
+            cert = self.certificates(head, feats, logits, labels)
+            loss = ce - self.gamma * F.relu(cert).mean()
+        return LossOutput(loss, logits.detach(), {"certificate": cert.detach().mean()})
+
+    def resolved_params(self) -> dict[str, Any]:
+        return {"gamma": self.gamma}
+
+
+class MarginOffsetLoss(nn.Module):
+    """``margin-offset``: ``τ · CE((f − u·onehot)/τ)`` with ``u = √2 ε L`` (module docstring)."""
+
+    def __init__(self, context: LossContext, *, eps: float, temperature: float) -> None:
+        super().__init__()
+        self.eps, self.temperature = float(eps), float(temperature)
+        self.offset = math.sqrt(2.0) * self.eps * context.input_lipschitz
+
+    def objective(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        shifted = logits - self.offset * F.one_hot(labels, logits.shape[1]).to(logits.dtype)
+        return F.cross_entropy(shifted / self.temperature, labels) * self.temperature
+
+    def forward(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> LossOutput:
+        logits = model(images)
+        out = at_least_float32(logits)
+        return LossOutput(self.objective(out, labels), logits.detach(), {})
+
+    def resolved_params(self) -> dict[str, Any]:
+        return {"eps": self.eps, "temperature": self.temperature}
+
+
+def _ce_factory(context: LossContext) -> CrossEntropyLoss:
+    return CrossEntropyLoss()
+
+
+def _cr_factory(context: LossContext, *, gamma: float = 0.1) -> CertificateRegularizedLoss:
+    if not (math.isfinite(gamma) and gamma >= 0):
+        raise ValueError("gamma must be >= 0")
+    return CertificateRegularizedLoss(context, gamma=gamma)
+
+
+def _offset_factory(context: LossContext, *, eps: float = DEFAULT_EPS,
+                    temperature: float = 0.25) -> MarginOffsetLoss:
+    if not (math.isfinite(eps) and eps >= 0):
+        raise ValueError("eps must be >= 0")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError("temperature must be positive")
+    return MarginOffsetLoss(context, eps=eps, temperature=temperature)
+
+
+@hookimpl
+def lip_losses() -> list[LossSpec]:
+    return [
+        LossSpec(name="ce", factory=_ce_factory,
+                 description="cross-entropy of the clean logits (the LLN head's loss)"),
+        LossSpec(
+            name="cr", factory=_cr_factory,
+            description="CE minus gamma * mean relu(certificate) for affine heads (paper code's CR)",
+            params=(Param(name="gamma", type=float, default=0.1,
+                          help="certificate weight (0 = plain cross-entropy)"),),
+        ),
+        LossSpec(
+            name="margin-offset", factory=_offset_factory,
+            description="offset cross-entropy (Prach & Lampert 2022): offset sqrt(2)*eps*L, temperature",
+            params=(
+                Param(name="eps", type=float, default=DEFAULT_EPS,
+                      help="input-space radius of the margin (offset sqrt(2)*eps/min(std))"),
+                Param(name="temperature", type=float, default=0.25, help="logit temperature tau"),
+            ),
+        ),
+    ]

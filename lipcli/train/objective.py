@@ -1,0 +1,115 @@
+"""Loss plumbing for the trainer: resolve ``--loss``, build the loss, the DDP-wrapped step.
+
+The trainer knows no loss by name.  The loss is a ``loss`` component (``lip_losses`` hook,
+protocol in :mod:`lipcli.losses`): ``--loss NAME:key=value`` or, when not given, the head's
+``HeadSpec.loss`` (``ce`` for LLN, ``crc-lip`` for the MLP head).  Resolution order of each
+loss parameter: given inline in ``--loss`` > a shorthand option (``--attack-radius`` etc.,
+:data:`~lipcli.train.config.LOSS_SHORTHANDS`) > the spec's ``recipe(dataset)`` > the
+parameter's default.  ``grad_clip`` not given: the spec's ``grad_clip``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import LipUsageError
+from ..losses import LossContext, LossOutput, has_trainable_parameters, resolved_loss_params
+from ..specs import Component
+from .config import LOSS_SHORTHANDS, TrainConfig
+
+
+def _choice_text(name: str, params: dict[str, Any]) -> str:
+    def text(v: Any) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else repr(v) if isinstance(v, float) else str(v)
+
+    return name + ("" if not params else ":" + ",".join(f"{k}={text(v)}" for k, v in params.items()))
+
+
+def resolve_loss(cfg: TrainConfig, head: Component, dataset_name: str, reg: Any) -> tuple[TrainConfig, Component]:
+    """The loss component of a run and the config with ``loss`` (every parameter written out)
+    and ``grad_clip`` resolved; the shorthand settings are folded into ``loss`` (and cleared)."""
+    from ..plugins import parse_component_choice
+
+    default_loss = getattr(head.spec, "loss", "ce")
+    choice = cfg.loss or default_loss
+    name, inline = parse_component_choice(choice)
+    spec = reg.get("loss", name)
+    param_names = {p.name for p in spec.params}
+    given: dict[str, Any] = dict(inline)
+    for setting, param in LOSS_SHORTHANDS.items():
+        value = getattr(cfg, setting)
+        if value is None:
+            continue
+        option = "--" + setting.replace("_", "-")
+        if param not in param_names:
+            origin = f"loss {name!r}" + ("" if cfg.loss else f" (head {head.name!r}'s default loss)")
+            raise LipUsageError(
+                f"{option} sets the loss parameter {param!r}, which {origin} does not have; "
+                f"choose a loss with it (e.g. --loss crc-lip)"
+            )
+        if param in inline:
+            raise LipUsageError(f"{option} and --loss {choice} both set {param!r}; give it once")
+        given[param] = value
+    recipe = spec.recipe(dataset_name) if spec.recipe is not None else {}
+    for key, value in recipe.items():
+        given.setdefault(key, value)
+    component = reg.component("loss", name, given)
+    changes: dict[str, Any] = {setting: None for setting in LOSS_SHORTHANDS}
+    changes["loss"] = _choice_text(name, component.params)
+    if cfg.grad_clip is None:
+        changes["grad_clip"] = float(spec.grad_clip)
+    return dataclasses.replace(cfg, **changes), component
+
+
+def build_loss(component: Component, context: LossContext) -> nn.Module:
+    """Call the loss factory; a rejected parameter or head is one usage error."""
+    try:
+        loss = component.build(context)
+    except LipUsageError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise LipUsageError(f"loss {component.name!r}: {exc}") from None
+    if not isinstance(loss, nn.Module):
+        raise LipUsageError(f"loss {component.name!r}: the factory returned "
+                            f"{type(loss).__name__}, not an nn.Module")
+    if has_trainable_parameters(loss):
+        raise LipUsageError(f"loss {component.name!r} has trainable parameters; a loss must keep "
+                            "its state in buffers")
+    return loss.to(context.device)
+
+
+def loss_record(component: Component, loss: nn.Module) -> dict[str, Any]:
+    """The model file's ``training.loss`` record (component and the values used)."""
+    record = component.to_config()
+    record["params"] = resolved_loss_params(loss, component.params)
+    return record
+
+
+class TrainStep(nn.Module):
+    """One training forward: ``loss(model, images, labels)`` (the module DDP wraps).
+
+    ``forward(images, labels)`` returns ``(loss, clean_logits, parts)``; ``parts`` holds
+    detached named scalars to log.
+    """
+
+    def __init__(self, model: nn.Module, loss: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.loss = loss
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        out = self.loss(self.model, images, labels)
+        if not isinstance(out, LossOutput):
+            raise TypeError(f"loss {type(self.loss).__name__} returned {type(out).__name__}, "
+                            "not a LossOutput")
+        return out.loss, out.logits, out.parts
+
+    def end_epoch(self) -> None:
+        """The loss's ``end_epoch(model)`` where it has one."""
+        hook = getattr(self.loss, "end_epoch", None)
+        if callable(hook):
+            hook(self.model)
