@@ -91,8 +91,6 @@ class Lookahead(torch.optim.Optimizer):
             raise ValueError("lookahead needs k >= 1 and 0 < alpha <= 1")
         self.base, self.k, self.alpha = base, int(k), float(alpha)
         self.defaults = base.defaults
-        self.param_groups = base.param_groups
-        self.state = base.state
         self._optimizer_step_pre_hooks: Any = collections.OrderedDict()
         self._optimizer_step_post_hooks: Any = collections.OrderedDict()
         self._optimizer_state_dict_pre_hooks: Any = collections.OrderedDict()
@@ -101,6 +99,15 @@ class Lookahead(torch.optim.Optimizer):
         self._optimizer_load_state_dict_post_hooks: Any = collections.OrderedDict()
         self.slow = [p.detach().clone() for g in self.param_groups for p in g["params"]]
         self.count = 0
+
+    # the wrapped optimiser's groups and state, also after its load_state_dict replaced them
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.base.param_groups
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.base.state
 
     def _params(self) -> list[torch.Tensor]:
         return [p for g in self.param_groups for p in g["params"]]
