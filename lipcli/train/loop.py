@@ -202,6 +202,7 @@ def train(
         )
         if cfg.download and ctx.is_main:
             ctx.barrier()
+        extra = _open_extra_data(cfg, data)
         if data.image_shape[1:] != (32, 32):
             raise LipUsageError(f"dataset {data_comp.name!r} yields {data.image_shape} images; need 32x32")
         model_config = make_config(
@@ -218,7 +219,7 @@ def train(
             raise LipUsageError(_component_error_message(exc, cfg)) from exc
         model = model.to(device)
         run = _TrainingRun.build(cfg, ctx, device, paths, reporter, data, model, model_config,
-                                 loss=loss_comp, workers=workers)
+                                 loss=loss_comp, workers=workers, extra=extra)
         run.overwrite = overwrite
         return run.execute(ckpt_tensors, ckpt_meta)
     finally:
@@ -226,14 +227,30 @@ def train(
         ctx.destroy()
 
 
+def _open_extra_data(cfg: TrainConfig, data: Any) -> Any:
+    """The ``--extra-data`` arrays, memory-mapped and checked against the data (or None)."""
+    if cfg.extra_data is None:
+        return None
+    from ..extradata import check_compatible, open_extra_data
+
+    extra = open_extra_data(cfg.extra_data)
+    check_compatible(extra, image_shape=data.image_shape, num_classes=data.num_classes)
+    return extra
+
+
 def _make_loaders(cfg: TrainConfig, ctx: DistContext, device: torch.device, data: Any,
-                  workers: int) -> tuple[Any, Any, Any, Any]:
-    """This rank's training loader and sampler, validation loader (or None) and test loader."""
+                  workers: int, extra: Any = None) -> tuple[Any, Any, Any, Any]:
+    """This rank's training loader and sampler (with ``extra`` images mixed in where given),
+    validation loader (or None) and test loader."""
     from ..data import eval_loader, train_loader
+    from .mixing import extra_loader_or_none
 
     pin = device.type == "cuda"
     per_rank_batch = cfg.batch_size // ctx.world_size
-    loader, sampler = train_loader(
+    loader, sampler = extra_loader_or_none(
+        cfg, extra, data, batch_size=per_rank_batch, rank=ctx.rank, world_size=ctx.world_size,
+        workers=workers, pin_memory=pin,
+    ) or train_loader(
         data.train, batch_size=per_rank_batch, seed=cfg.seed, rank=ctx.rank,
         world_size=ctx.world_size, workers=workers, pin_memory=pin,
     )
@@ -292,6 +309,7 @@ class _TrainingRun:
     scaler: torch.amp.GradScaler
     loss_component: Any
     step_module: TrainStep
+    extra: Any = None
     state: _State = field(default_factory=_State)
     resumed: bool = False
     graphed: GraphedStep | None = None
@@ -302,9 +320,9 @@ class _TrainingRun:
     @classmethod
     def build(cls, cfg: TrainConfig, ctx: DistContext, device: torch.device, paths: RunPaths,
               reporter: Reporter, data: Any, model: nn.Module, model_config: dict[str, Any], *,
-              loss: Any, workers: int) -> _TrainingRun:
+              loss: Any, workers: int, extra: Any = None) -> _TrainingRun:
         """Build the loaders, optimiser, scheduler, AMP scaler and the training loss for ``model``."""
-        loader, sampler, val_loader, test_loader = _make_loaders(cfg, ctx, device, data, workers)
+        loader, sampler, val_loader, test_loader = _make_loaders(cfg, ctx, device, data, workers, extra)
         steps_per_epoch = len(loader)
         groups, optimizer, scheduler = build_optimization(cfg, model, steps_per_epoch=steps_per_epoch)
         amp_dtype, scaler = _make_scaler(cfg, device)
@@ -314,7 +332,7 @@ class _TrainingRun:
                    sampler=sampler, val_loader=val_loader, test_loader=test_loader,
                    steps_per_epoch=steps_per_epoch, groups=groups, optimizer=optimizer,
                    scheduler=scheduler, amp_dtype=amp_dtype, scaler=scaler, loss_component=loss,
-                   step_module=step_module)
+                   step_module=step_module, extra=extra)
 
     def execute(self, ckpt_tensors: dict[str, torch.Tensor] | None,
                 ckpt_meta: dict[str, Any] | None) -> dict[str, Any]:
@@ -343,6 +361,10 @@ class _TrainingRun:
             )
         if meta.get("model_config", {}).get("num_classes") != self.model_config["num_classes"]:
             raise LipUsageError("the checkpoint's number of classes does not match the data")
+        stored_extra = (meta.get("extra_data") or {}).get("sha256")
+        if self.extra is not None and stored_extra and stored_extra != self.extra.sha256:
+            raise LipUsageError(f"extra data {self.extra.path} changed since the run started "
+                                f"(SHA-256 {self.extra.sha256[:12]}..., was {stored_extra[:12]}...)")
         model_state = _prefixed(tensors, "model.")
         try:
             self.model.load_state_dict(model_state, strict=True)
@@ -381,6 +403,7 @@ class _TrainingRun:
             "out": str(self.paths.out.absolute()), "world_size": self.ctx.world_size,
             "device": str(self.device),
             "history": state.history, "best": state.best, "resumed_from": state.resumed_from,
+            "extra_data": self._extra_record(),
             "optimizer": flatten_state(self.optimizer.state_dict(), "optim", tensors),
             "scheduler": flatten_state(self.scheduler.state_dict(), "sched", tensors),
             "scaler": flatten_state(self.scaler.state_dict(), "scaler", tensors),
@@ -730,11 +753,15 @@ class _TrainingRun:
             "weight_decay_parameters": self.groups[0]["names"],
             "loss": loss_record(self.loss_component, self.step_module.loss),
             "optimization": optimization_record(cfg, self.optimizer),
+            "extra_data": self._extra_record(),
             "run_dir": str(self.paths.run_dir),
             "resumed_from_epochs": state.resumed_from,
             "cuda_graphs": self.graph_record(),
             "history": state.history,
         }
+
+    def _extra_record(self) -> dict[str, Any] | None:
+        return None if self.extra is None else self.extra.record(self.cfg.extra_ratio)
 
     def _write_model(self, test: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
         """Rank 0: write the model file and the final checkpoint, print the result; returns the
