@@ -135,6 +135,17 @@ def _checked(component: Component, context: Component | None = None) -> _Checked
     )
 
 
+def _accepts_keyword(factory: Any, name: str) -> bool:
+    """Whether ``factory`` takes the keyword argument ``name`` (or ``**kwargs``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 def build_model(config: dict[str, Any], registry: Registry | None = None) -> nn.Module:
     """Instantiate the network described by ``config`` (components resolved by name).
 
@@ -145,10 +156,14 @@ def build_model(config: dict[str, Any], registry: Registry | None = None) -> nn.
     resolved = {kind: reg.component(kind, config[kind]) for kind in COMPONENT_KINDS}
     comps = {kind: _checked(comp, None if kind == "arch" else resolved["arch"])
              for kind, comp in resolved.items()}
+    sized = {}
+    if _accepts_keyword(comps["arch"].spec.factory, "image_size"):  # optional in the protocol
+        sized["image_size"] = tuple(int(v) for v in config.get("image_size") or (32, 32))
     model = comps["arch"].build(
         conv=comps["conv"], activation=comps["activation"], pool=comps["pool"],
         head=comps["head"], num_classes=config["num_classes"],
         in_channels=config["in_channels"], mean=tuple(config["mean"]), std=tuple(config["std"]),
+        **sized,
     )
     model.lipcli_config = {**config, **{k: resolved[k].to_config() for k in COMPONENT_KINDS}}
     return model

@@ -32,7 +32,10 @@ Data sets
     Any tree ``DIR/train/<class>/*.{png,jpg,...}`` and ``DIR/test/<class>/*``; classes are the
     sorted sub-directory names of ``train/`` (a test class missing from ``train/`` is an
     error; labels of the test split use the train split's numbering).  Images are converted
-    to RGB and resized to 32 x 32 (bilinear, antialiased).  With ``cache=true`` (default) every
+    to RGB and resized to ``size`` x ``size`` (parameter ``size``: 32 (default), 64, 128, 256
+    or 512; bilinear, antialiased); an image that already has that size is kept exactly as
+    it is (``imagefolder:size=64`` keeps TinyImageNet's native 64 x 64).  The training crop
+    pads by ``size / 8`` pixels (4 at 32, as CIFAR's, 8 at 64).  With ``cache=true`` (default) every
     image is decoded once into memory as uint8.  Normalisation: parameter ``stats`` =
     ``cifar`` (default: the CIFAR constants above, sensible for natural photographs) or
     ``data`` (per-channel mean of the train split and ONE pooled std for all channels, like
@@ -307,18 +310,30 @@ def _cifar100_factory(root: Any, split: str, *, download: bool = False, augment:
 # ---------------------------------------------------------------------------------------------
 # ImageFolder
 # ---------------------------------------------------------------------------------------------
-def _pil_to_tensor32(path: str) -> torch.Tensor:
-    """Decode ``path``, convert to RGB, resize to 32 x 32 (bilinear, antialias): uint8 (3,32,32)."""
+#: the image sizes ``imagefolder`` can produce (LipConvnet takes 32·2^k)
+IMAGEFOLDER_SIZES = (32, 64, 128, 256, 512)
+
+
+def _pil_to_tensor(path: str, size: int = IMAGE_SIZE) -> torch.Tensor:
+    """Decode ``path``, convert to RGB, resize to ``size`` x ``size`` (bilinear, antialias)
+    unless it has that size already: uint8 ``(3, size, size)``."""
     from PIL import Image
 
     with Image.open(path) as img:
-        img = img.convert("RGB").resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR)
+        img = img.convert("RGB")
+        if img.size != (size, size):
+            img = img.resize((size, size), Image.BILINEAR)
         data = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
-    return data.view(IMAGE_SIZE, IMAGE_SIZE, 3).permute(2, 0, 1).contiguous()
+    return data.view(size, size, 3).permute(2, 0, 1).contiguous()
+
+
+def _pil_to_tensor32(path: str) -> torch.Tensor:
+    """:func:`_pil_to_tensor` at 32 x 32."""
+    return _pil_to_tensor(path, IMAGE_SIZE)
 
 
 class ImageFolderDataset(Dataset):
-    """``DIR/<split>/<class>/<image>`` resized to 32 x 32 RGB (see module docstring)."""
+    """``DIR/<split>/<class>/<image>`` as ``size`` x ``size`` RGB (see module docstring)."""
 
     def __init__(
         self,
@@ -326,10 +341,12 @@ class ImageFolderDataset(Dataset):
         classes: list[str],
         transform: Callable[[torch.Tensor], torch.Tensor] | None,
         cache: bool,
+        size: int = IMAGE_SIZE,
     ) -> None:
         self.samples = samples
         self.classes = classes
         self.transform = transform
+        self.size = int(size)
         self._cache: torch.Tensor | None = None
         if cache:
             self._cache = self.decode_all()
@@ -339,13 +356,13 @@ class ImageFolderDataset(Dataset):
         return [label for _, label in self.samples]
 
     def decode_all(self) -> torch.Tensor:
-        """All images as one uint8 tensor ``(N, 3, 32, 32)``."""
+        """All images as one uint8 tensor ``(N, 3, size, size)``."""
         if self._cache is not None:
             return self._cache
-        out = torch.empty((len(self.samples), 3, IMAGE_SIZE, IMAGE_SIZE), dtype=torch.uint8)
+        out = torch.empty((len(self.samples), 3, self.size, self.size), dtype=torch.uint8)
         for i, (path, _) in enumerate(self.samples):
             try:
-                out[i] = _pil_to_tensor32(path)
+                out[i] = _pil_to_tensor(path, self.size)
             except Exception as exc:  # noqa: BLE001 - PIL raises many kinds
                 raise LipUsageError(f"cannot read image {path}: {exc}") from None
         return out
@@ -355,7 +372,7 @@ class ImageFolderDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         path, label = self.samples[index]
-        image = self._cache[index] if self._cache is not None else _pil_to_tensor32(path)
+        image = self._cache[index] if self._cache is not None else _pil_to_tensor(path, self.size)
         image = image.float().div_(255.0)
         if self.transform is not None:
             image = self.transform(image)
@@ -374,9 +391,13 @@ def load_imagefolder(
     augment: bool = False,
     cache: bool = True,
     stats: str = "cifar",
+    size: int = IMAGE_SIZE,
 ) -> ImageFolderDataset:
     """An ImageFolder tree ``DIR/train/<class>/*`` + ``DIR/test/<class>/*`` (module docstring)."""
     _check_split("imagefolder", split)
+    if size not in IMAGEFOLDER_SIZES:
+        raise LipUsageError(f"dataset 'imagefolder': size must be one of "
+                            f"{', '.join(map(str, IMAGEFOLDER_SIZES))}, got {size}")
     if download:
         raise LipUsageError("dataset 'imagefolder' cannot be downloaded; drop --download")
     if root is None:
@@ -400,13 +421,13 @@ def load_imagefolder(
     samples = make_dataset(str(split_dir), present, extensions=IMG_EXTENSIONS, allow_empty=True)
     if not samples:
         raise LipUsageError(f"no images found under {split_dir} ({layout}; extensions {', '.join(IMG_EXTENSIONS)})")
-    transform = RandomCropFlip(flip=True) if augment else None
-    ds = ImageFolderDataset(samples, classes, transform, cache)
+    transform = RandomCropFlip(size=size, padding=CROP_PADDING * size // IMAGE_SIZE, flip=True) if augment else None
+    ds = ImageFolderDataset(samples, classes, transform, cache, size=size)
     if stats == "data":
         if split == "train":
             train_images = ds.decode_all()
         else:
-            train_images = load_imagefolder(root, "train", cache=True, stats="cifar").decode_all()
+            train_images = load_imagefolder(root, "train", cache=True, stats="cifar", size=size).decode_all()
         ds.mean, ds.std = pixel_statistics(train_images)
     return ds
 
@@ -428,9 +449,10 @@ def pixel_statistics(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[flo
 
 def _imagefolder_factory(
     root: Any, split: str, *, download: bool = False, augment: bool = False, cache: bool = True,
-    stats: str = "cifar",
+    stats: str = "cifar", size: int = IMAGE_SIZE,
 ) -> Dataset:
-    return load_imagefolder(root, split, download=download, augment=augment, cache=cache, stats=stats)
+    return load_imagefolder(root, split, download=download, augment=augment, cache=cache, stats=stats,
+                            size=size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -499,7 +521,7 @@ def lip_datasets() -> list[DatasetSpec]:
         DatasetSpec(
             name="imagefolder",
             factory=_imagefolder_factory,
-            description="any DIR/train/<class>/* + DIR/test/<class>/* tree, resized to 32x32 RGB",
+            description="any DIR/train/<class>/* + DIR/test/<class>/* tree as size x size RGB (32 default)",
             num_classes=None,
             mean=CIFAR_MEAN,
             std=CIFAR_STD,
@@ -509,6 +531,8 @@ def lip_datasets() -> list[DatasetSpec]:
                     name="stats", type=str, default="cifar", choices=("cifar", "data"),
                     help="normalisation: CIFAR constants or computed from the train split",
                 ),
+                Param(name="size", type=int, default=IMAGE_SIZE, choices=IMAGEFOLDER_SIZES,
+                      help="image side in pixels (resized unless already this size)"),
             ),
         ),
         DatasetSpec(

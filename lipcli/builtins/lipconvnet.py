@@ -19,8 +19,14 @@ head        the head component on ``(N, D)``                                  nu
 ==========  ================================================================  ===============
 
 A stride-2 convolution maps ``(C, H, W)`` to ``(C_out, H/2, W/2)`` (SOC rearranges with
-``pixel_unshuffle`` first), so inputs must have ``H, W`` divisible by 32; the head is sized
-for a 32 x 32 input (``1 x 1`` after block 5), the only size the flattened features fit.
+``pixel_unshuffle`` first).  Larger inputs: square images of ``S = 32 · 2^k`` pixels (64 for
+TinyImageNet, 128, ...) get ``k`` more 3×3 blocks, so that every stride-2 block halves the
+image down to ``1 x 1`` as in the table above: blocks ``1 .. 4 + k`` are 3×3 blocks (channels
+``w, 2w, ... `` doubling per block) and block ``5 + k`` is the 1×1 block, on ``2^(4+k) w``
+channels; ``D = 2^(5+k) w`` (pool) or ``2^(6+k) w`` (activation).  A depth-``n`` network then
+has ``(5 + k) · n/5 + 1`` convolutions.  For 32 × 32 (``k = 0``) nothing changes, layer
+names included.  The input size is the factory's ``image_size`` (the model config's
+``image_size``); the head is sized for it, the only size the flattened features fit.
 
 Lipschitz constant (SPEC §5): ``Lip(features) <= (1/min std) * prod Lip(child)`` over the
 children of :attr:`LipConvnet.body`, with ``Lip = 1`` for every child whose
@@ -44,8 +50,17 @@ from lipcli.specs import ONE_LIPSCHITZ, ArchSpec, Component, Param
 #: depths registered as ``lipconvnet-<n>``
 DEPTHS: tuple[int, ...] = tuple(range(5, 45, 5))
 
-#: total stride of the network (five stride-2 convolutions)
+#: total stride of the network at the paper's input size (five stride-2 convolutions)
 TOTAL_STRIDE = 32
+
+
+def extra_blocks(image_size: Sequence[int]) -> int:
+    """``k`` for a square ``32 · 2^k`` input; ``ValueError`` for any other size."""
+    h, w = (int(v) for v in image_size)
+    k = (h // TOTAL_STRIDE).bit_length() - 1
+    if h != w or h < TOTAL_STRIDE or h != TOTAL_STRIDE << k:
+        raise ValueError(f"LipConvnet needs square inputs of 32·2^k pixels (32, 64, 128, ...); got {h}x{w}")
+    return k
 
 
 class Normalize(nn.Module):
@@ -128,8 +143,10 @@ class LipConvnet(nn.Module):
         mean: Sequence[float] = CIFAR_MEAN,
         std: Sequence[float] = CIFAR_STD,
         width: int = 32,
+        image_size: Sequence[int] = (TOTAL_STRIDE, TOTAL_STRIDE),
     ) -> None:
         super().__init__()
+        k = extra_blocks(image_size)
         if depth < 5 or depth % 5:
             raise ValueError(f"LipConvnet depth must be a positive multiple of 5, got {depth}")
         if width < 1:
@@ -155,7 +172,9 @@ class LipConvnet(nn.Module):
         self.num_classes = num_classes
         self.in_channels = in_channels
         self.head_features = head_features
+        self.image_size = (int(image_size[0]), int(image_size[1]))
         per_block = depth // 5
+        last = 5 + k  # the 1x1 block
 
         layers: OrderedDict[str, nn.Module] = OrderedDict()
         plan: list[_LayerPlan] = []
@@ -178,41 +197,43 @@ class LipConvnet(nn.Module):
         add_conv("stem_conv", in_channels, width, 3, 1)
         add_act("stem_act", width)
         channels = width
-        for block in range(1, 5):
+        for block in range(1, last):
             for i in range(1, per_block):
                 add_conv(f"block{block}_conv{i}", channels, channels, 3, 1)
                 add_act(f"block{block}_act{i}", channels)
             add_conv(f"block{block}_down", channels, 4 * channels, 3, 2)
             add_pool(f"block{block}_pool", 4 * channels)
             channels *= 2
-        # block 5: channels == 16 w here
-        add_conv("block5_down", channels, 4 * channels, 1, 2)
+        # the 1x1 block (block 5 at 32 x 32): channels == 2^(4+k) w here
+        add_conv(f"block{last}_down", channels, 4 * channels, 1, 2)
         channels *= 4
         for i in range(1, per_block):
-            add_act(f"block5_act{i}", channels)
-            add_conv(f"block5_conv{i}", channels, channels, 1, 1)
+            add_act(f"block{last}_act{i}", channels)
+            add_conv(f"block{last}_conv{i}", channels, channels, 1, 1)
         if head_features == "pool":
-            add_pool("block5_pool", channels)
+            add_pool(f"block{last}_pool", channels)
             channels //= 2
         else:
-            add_act("block5_act", channels)
+            add_act(f"block{last}_act", channels)
         layers["flatten"] = _mark(nn.Flatten(1), (ONE_LIPSCHITZ,))
         plan.append(_LayerPlan("flatten", flatten=True))
 
         self.body = nn.Sequential(layers)
         self._plan: tuple[_LayerPlan, ...] = tuple(plan)
-        #: D, the feature dimension for a 32 x 32 input (spatial 1 x 1 after block 5)
+        #: D, the feature dimension for an ``image_size`` input (spatial 1 x 1 after the last block)
         self.feature_dim = channels
         self.head = _mark(head.build(self.feature_dim, num_classes), head.spec.promises, head)
 
     # -- the module protocol ------------------------------------------------------------------
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Penultimate features ``y = g(x)`` of shape ``(N, D)`` (normalisation included)."""
-        y = self.body(x)
-        if y.shape[1] != self.feature_dim:
+        y = self.body(x) if tuple(x.shape[-2:]) == self.image_size else None
+        if y is None or y.shape[1] != self.feature_dim:
             raise ValueError(
-                f"LipConvnet expects inputs (N, {self.in_channels}, 32, 32); got "
-                f"{tuple(x.shape)}, giving {y.shape[1]} features instead of {self.feature_dim}"
+                f"LipConvnet expects inputs (N, {self.in_channels}, {self.image_size[0]}, "
+                f"{self.image_size[1]}); got "
+                f"{tuple(x.shape)}" + ("" if y is None else
+                                       f", giving {y.shape[1]} features instead of {self.feature_dim}")
             )
         return y
 
@@ -251,9 +272,9 @@ class LipConvnet(nn.Module):
         """``(layer name, input shape, output shape)`` per body child and the head (no batch dim).
 
         Computed from the layout, without running the network. Default input
-        ``(in_channels, 32, 32)``.
+        ``(in_channels, *image_size)``.
         """
-        shape: tuple[int, ...] = input_shape or (self.in_channels, TOTAL_STRIDE, TOTAL_STRIDE)
+        shape: tuple[int, ...] = input_shape or (self.in_channels, *self.image_size)
         if len(shape) != 3:
             raise ValueError(f"input_shape must be (C, H, W), got {shape}")
         rows: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []

@@ -203,8 +203,6 @@ def train(
         if cfg.download and ctx.is_main:
             ctx.barrier()
         extra = _open_extra_data(cfg, data)
-        if data.image_shape[1:] != (32, 32):
-            raise LipUsageError(f"dataset {data_comp.name!r} yields {data.image_shape} images; need 32x32")
         model_config = make_config(
             comps["arch"].to_config(), conv=comps["conv"].to_config(),
             activation=comps["activation"].to_config(), pool=comps["pool"].to_config(),
