@@ -31,6 +31,11 @@ def test_other_sizes_are_rejected(size):
         extra_blocks(size)
 
 
+def test_a_model_for_another_size_is_one_usage_error():
+    with pytest.raises(LipUsageError, match=r"^arch 'lipconvnet-5': LipConvnet needs square inputs .* got 48x48$"):
+        create_model("lipconvnet-5", width=8, image_size=(48, 48))
+
+
 def test_layout_follows_the_input_size():
     small = create_model("lipconvnet-10", width=2)
     names32 = [n for n, _ in small.body.named_children()]

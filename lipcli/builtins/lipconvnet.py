@@ -146,7 +146,12 @@ class LipConvnet(nn.Module):
         image_size: Sequence[int] = (TOTAL_STRIDE, TOTAL_STRIDE),
     ) -> None:
         super().__init__()
-        k = extra_blocks(image_size)
+        try:
+            k = extra_blocks(image_size)
+        except ValueError as exc:  # the input size, not a parameter: say so, not "rejected width=..."
+            from lipcli.models import ComponentParameterError
+
+            raise ComponentParameterError("arch", f"lipconvnet-{depth}", {}, str(exc)) from None
         if depth < 5 or depth % 5:
             raise ValueError(f"LipConvnet depth must be a positive multiple of 5, got {depth}")
         if width < 1:
