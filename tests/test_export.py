@@ -185,6 +185,7 @@ def _one_line(result) -> str:
     (["-o", "{tmp}"], 2, "is a directory; give a file name"),
     (["-o", "{tmp}/missing/x.pt2"], 2, "does not exist"),
     (["--check", "0"], 2, "--check must be >= 1"),
+    (["-o", "{tmp}/x.onnx", "--format", "pt2"], 2, "has the suffix of format 'onnx' but --format is 'pt2'"),
 ])
 def test_bad_options_one_line_nothing_written(tmp_path, args, code, text):
     model_path = make_model(tmp_path / "m.safetensors", "lln")
@@ -260,3 +261,12 @@ def test_onnx_missing_names_the_extra(monkeypatch):
     with pytest.raises(Exception) as info:
         OnnxFormat().available()
     assert "onnxruntime" in str(info.value) and "pip install 'lipcli[onnx]'" in str(info.value)
+
+
+def test_format_from_the_output_suffix():
+    from lipcli.export.formats import format_for
+
+    assert format_for(None, "a/model.torchscript.pt").name == "torchscript"
+    assert format_for(None, "model.ONNX").name == "onnx"
+    assert format_for(None, "model.bin").name == "pt2" and format_for(None, None).name == "pt2"
+    assert format_for("onnx", "model.bin").name == "onnx"

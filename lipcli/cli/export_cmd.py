@@ -13,10 +13,11 @@ from .common import MODEL_HELP, ProgressBars, cli_errors, print_json, stdout_con
 @cli_errors
 def export(
     model: Optional[Path] = typer.Argument(None, help=MODEL_HELP, show_default=False),
-    format: str = typer.Option(
-        "pt2", "--format", "-f",
+    format: Optional[str] = typer.Option(
+        None, "--format", "-f",
         help="pt2 (torch.export, torch alone), torchscript (torch alone) or onnx (onnxruntime "
-        "alone; needs pip install 'lipcli\\[onnx]').",
+        "alone; needs pip install 'lipcli\\[onnx]'). Default: from --output's suffix "
+        "(.pt2, .torchscript.pt, .onnx), else pt2.",
     ),
     output: Optional[Path] = typer.Option(
         None, "--output", "-o",

@@ -33,7 +33,7 @@ import torch
 
 from .. import __version__
 from ..errors import LipError, LipUsageError
-from .formats import EXAMPLE_BATCH, get_format
+from .formats import EXAMPLE_BATCH, format_for
 from .lowering import ExportError, lower_certificate
 from .program import build_program
 
@@ -54,7 +54,7 @@ class ExportCheckError(ExportError):
 class ExportOptions:
     """What :func:`export_model` does (the CLI's options)."""
 
-    format: str = "pt2"
+    format: str | None = None  # None: from the output's suffix, else pt2
     out: str | None = None
     certify: bool = False
     check_inputs: int = 64
@@ -110,7 +110,7 @@ def default_output(model_path: str | os.PathLike, suffix: str) -> Path:
 def _check_options(model_path: Path, options: ExportOptions) -> tuple[Any, Path]:
     from ..outputs import check_output_file
 
-    fmt = get_format(options.format)
+    fmt = format_for(options.format, options.out)
     if options.check_inputs < 1:
         raise LipUsageError(f"--check must be >= 1, got {options.check_inputs}")
     if not model_path.exists():

@@ -209,16 +209,26 @@ def get_format(name: str) -> Any:
     return FORMATS[key]
 
 
-def read_record(path: str | Path) -> dict:
-    """The metadata record of an exported file of any format (by suffix)."""
-    p = Path(path)
-    for fmt in FORMATS.values():
-        if p.name.endswith(fmt.suffix):
-            if fmt.name == "onnx":
-                import onnx
+def format_for(name: str | None, output: str | Path | None) -> Any:
+    """The format to write: ``name`` when given, else the one whose suffix ``output`` has,
+    else ``pt2``.  A known suffix of another format than ``name`` is a ``LipUsageError``
+    (``-o model.onnx --format pt2`` would write a file that onnxruntime cannot read)."""
+    from ..errors import LipUsageError
 
-                model = onnx.load(str(p), load_external_data=False)
-                return json.loads({e.key: e.value for e in model.metadata_props}[METADATA_KEY])
-            return fmt.load(p)[1]
-    raise LipError(f"{p}: not an exported lipcli program (suffix not one of "
-                   f"{', '.join(f.suffix for f in FORMATS.values())})")
+    by_suffix = None
+    if output is not None:
+        text = str(output).lower()
+        # longest suffix first: ".torchscript.pt" before ".pt"
+        for fmt in sorted(FORMATS.values(), key=lambda f: -len(f.suffix)):
+            if text.endswith(fmt.suffix):
+                by_suffix = fmt
+                break
+    if name is None:
+        return by_suffix or FORMATS["pt2"]
+    fmt = get_format(name)
+    if by_suffix is not None and by_suffix is not fmt:
+        raise LipUsageError(
+            f"--output {output} has the suffix of format {by_suffix.name!r} but --format is "
+            f"{fmt.name!r}; use a {fmt.suffix} file name or --format {by_suffix.name}"
+        )
+    return fmt
