@@ -50,6 +50,14 @@ def _outputs(result: Any) -> tuple[np.ndarray, np.ndarray | None]:
     return np.asarray(result.detach().numpy() if torch.is_tensor(result) else result), None
 
 
+def _torch_runner(module: Any) -> Runner:
+    def run(images: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        with torch.no_grad():
+            return _outputs(module(torch.from_numpy(images)))
+
+    return run
+
+
 @dataclass(frozen=True)
 class Pt2Format:
     """``torch.export`` archive (``.pt2``). Deploy with torch alone::
@@ -80,12 +88,7 @@ class Pt2Format:
         extra = {METADATA_NAME: ""}
         with open(path, "rb") as fh:
             module = torch.export.load(fh, extra_files=extra).module()
-
-        def run(images: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-            with torch.no_grad():
-                return _outputs(module(torch.from_numpy(images)))
-
-        return run, json.loads(extra[METADATA_NAME])
+        return _torch_runner(module), json.loads(extra[METADATA_NAME])
 
 
 @dataclass(frozen=True)
@@ -123,12 +126,7 @@ class TorchScriptFormat:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             module = torch.jit.load(str(path), _extra_files=extra, map_location="cpu")
-
-        def run(images: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-            with torch.no_grad():
-                return _outputs(module(torch.from_numpy(images)))
-
-        return run, json.loads(extra[METADATA_NAME])
+        return _torch_runner(module), json.loads(extra[METADATA_NAME])
 
 
 @dataclass(frozen=True)

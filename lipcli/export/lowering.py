@@ -83,26 +83,32 @@ def _plain_torch(module: nn.Module) -> bool:
     )
 
 
+def _call_component(call: Callable[[], Any], who: str, method: str, expected: type) -> Any:
+    """``call()`` (a component's own lowering code): its failures and a result of the wrong
+    type become one-line :class:`ExportError` naming ``who``; lipcli errors pass through."""
+    try:
+        result = call()
+    except LipError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - foreign component code
+        raise ExportError(
+            f"{who} failed to lower itself for export: {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}"
+        ) from None
+    if not isinstance(result, expected):
+        raise ExportError(
+            f"{who}: {method}() returned {type(result).__name__}, not {expected.__name__}"
+        )
+    return result
+
+
 def lower_module(module: nn.Module, where: str) -> nn.Module:
     """The plain-torch stand-in of ``module`` (see the module docstring); ``where`` names the
     layer in errors (``"layer 'block1_pool'"``)."""
     lower = getattr(module, EXPORT_METHOD, None)
     if callable(lower):
-        try:
-            lowered = lower()
-        except ExportError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - foreign component code
-            raise ExportError(
-                f"{where} ({describe_origin(module)}) failed to lower itself for export: "
-                f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-            ) from None
-        if not isinstance(lowered, nn.Module):
-            raise ExportError(
-                f"{where} ({describe_origin(module)}): {EXPORT_METHOD}() returned "
-                f"{type(lowered).__name__}, not an nn.Module"
-            )
-        return lowered.eval()
+        who = f"{where} ({describe_origin(module)})"
+        return _call_component(lower, who, EXPORT_METHOD, nn.Module).eval()
     if _plain_torch(module):
         return module
     raise ExportError(
@@ -120,18 +126,5 @@ def lower_certificate(certifier: Any, head: nn.Module, name: str) -> ExportedCer
             f"({type(certifier).__name__}) has no {CERTIFICATE_METHOD}() method; export "
             "without --certify"
         )
-    try:
-        exported = method(head)
-    except LipError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - foreign component code
-        raise ExportError(
-            f"certificate {name!r} failed to lower itself for export: "
-            f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-        ) from None
-    if not isinstance(exported, ExportedCertificate):
-        raise ExportError(
-            f"certificate {name!r}: {CERTIFICATE_METHOD}() returned {type(exported).__name__}, "
-            "not an ExportedCertificate"
-        )
-    return exported
+    return _call_component(lambda: method(head), f"certificate {name!r}", CERTIFICATE_METHOD,
+                           ExportedCertificate)
