@@ -46,6 +46,20 @@ CIFAR_TEST = 12
 IMAGEFOLDER_CLASSES = ("circle", "cross", "square")
 
 
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    """Every test starts with the session's torch thread count: CLI tests that pass
+    ``--threads 1`` and expect a usage error set it before failing, and single-threaded
+    CPU convolutions with 1x1 filters take another backend (THNN instead of oneDNN), which
+    changes later tests' bit-identity checks."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``cuda`` are skipped where no CUDA device is available."""
     import torch
