@@ -112,12 +112,13 @@ class _LayerPlan:
 
 def _mark(module: nn.Module, promises: tuple[str, ...], component: Component | None = None) -> nn.Module:
     """Record the promises (``lip_promises``) and, when given, which component built the
-    module (``lip_component``: kind, name, distribution; named in export errors)."""
+    module (``lip_component``: kind, name, provider, distribution; named in export errors and
+    promise checks)."""
     module.lip_promises = tuple(promises)
     if component is not None:
         module.lip_component = {
             "kind": component.spec.kind, "name": component.name,
-            "distribution": component.distribution,
+            "provider": component.provider, "distribution": component.distribution,
         }
     return module
 
