@@ -107,24 +107,26 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for case in args.cases.split(","):
-            arch, head = case.split(":")
-            results.append(bench_case(arch, head, args.width, args.batch, args.repeats, Path(tmp)))
-            print(json.dumps(results[-1]["images_per_s"], indent=1), flush=True)
+    import os
+
     import onnxruntime  # noqa: F401 - version only
 
     report = {
         "command": "python scripts/bench_export.py " + " ".join(
             f"--{k} {v}" for k, v in vars(args).items() if k != "out"),
-        "machine": {"cpu_count": torch.get_num_threads(), "platform": platform.platform(),
+        "machine": {"threads": torch.get_num_threads(), "platform": platform.platform(),
                     "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
-                    "numpy": np.__version__},
+                    "numpy": np.__version__, "load_average_at_start": os.getloadavg()},
         "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "results": results,
+        "results": [],
     }
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in args.cases.split(","):
+            arch, head = case.split(":")
+            report["results"].append(bench_case(arch, head, args.width, args.batch, args.repeats, Path(tmp)))
+            print(json.dumps(report["results"][-1]["images_per_s"], indent=1), flush=True)
+            # written after every case, so that a stopped run keeps what it measured
+            Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":
