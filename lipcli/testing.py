@@ -329,6 +329,28 @@ def _state_roundtrip(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return load(blob)
 
 
+
+def check_state_roundtrip(module: nn.Module, build: Any, x: torch.Tensor, label: str, *,
+                          seed: int) -> None:
+    """``module``'s state dict, saved and loaded through safetensors into ``build()`` (a fresh
+    module made under another RNG state), must give bit-identical outputs on ``x``."""
+    with torch.no_grad():
+        reference = module(x)
+    loaded = _state_roundtrip(module.state_dict())
+    torch.manual_seed(seed)
+    fresh = build()
+    try:
+        fresh.load_state_dict(loaded, strict=True)
+    except RuntimeError as exc:
+        _fail(f"{label}: a freshly built module does not accept the saved state dict: {exc}")
+    fresh.eval()
+    with torch.no_grad():
+        again = fresh(x)
+    if not torch.equal(reference, again):
+        _fail(f"{label}: after a safetensors state-dict round trip into a freshly built module "
+              f"the output differs (max difference {float((reference - again).abs().max()):.3g}); "
+              "keep all state in parameters or persistent buffers")
+
 def check_pool_spec(
     spec: PoolSpec,
     channels: int = 8,
@@ -486,22 +508,8 @@ def check_channel_module(
                   f"(parameters: {', '.join(param_names) or 'none'})")
 
     # state dict round trip through safetensors into a fresh module (different RNG state)
-    with torch.no_grad():
-        reference = module(z)
-    loaded = _state_roundtrip(module.state_dict())
-    torch.manual_seed(seed + 12345)
-    fresh = spec.factory(channels, **resolved)
-    try:
-        fresh.load_state_dict(loaded, strict=True)
-    except RuntimeError as exc:
-        _fail(f"{label}: a freshly built module does not accept the saved state dict: {exc}")
-    fresh.eval()
-    with torch.no_grad():
-        again = fresh(z)
-    if not torch.equal(reference, again):
-        _fail(f"{label}: after a safetensors state-dict round trip into a freshly built module "
-              f"the output differs (max difference {float((reference - again).abs().max()):.3g}); "
-              "keep all state in parameters or persistent buffers")
+    check_state_roundtrip(module, lambda: spec.factory(channels, **resolved), z, label,
+                          seed=seed + 12345)
 
     # float64
     try:

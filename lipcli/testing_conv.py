@@ -108,24 +108,9 @@ def _declared_bound(module: nn.Module, spec: ConvSpec, label: str) -> float:
 
 
 def _roundtrip(module: nn.Module, build: Any, x: torch.Tensor, label: str) -> None:
-    from .testing import _state_roundtrip
+    from .testing import check_state_roundtrip
 
-    with torch.no_grad():
-        reference = module(x)
-    loaded = _state_roundtrip(module.state_dict())
-    torch.manual_seed(987654)
-    fresh = build()
-    try:
-        fresh.load_state_dict(loaded, strict=True)
-    except RuntimeError as exc:
-        _fail(f"{label}: a freshly built module does not accept the saved state dict: {exc}")
-    fresh.eval()
-    with torch.no_grad():
-        again = fresh(x)
-    if not torch.equal(reference, again):
-        _fail(f"{label}: output differs after a safetensors state-dict round trip (max "
-              f"difference {float((reference - again).abs().max()):.3g}); keep all state in "
-              "parameters or persistent buffers")
+    check_state_roundtrip(module, build, x, label, seed=987654)
 
 
 def check_conv_spec(
