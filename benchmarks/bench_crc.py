@@ -10,10 +10,10 @@ Reports precomputation time, inputs/s (curvature bound time excluded and reporte
 statistics and tightness against a long-run reference solve (float64 CG, exact curvature
 bounds, much tighter tolerances) on the same inputs.
 
-    python scripts/bench_crc.py --classes 10 --inputs 256
-    python scripts/bench_crc.py --classes 100 --inputs 64
-    python scripts/bench_crc.py --classes 10 --gamma 0          # a head with more curvature
-    python scripts/bench_crc.py --classes 10 --threads 1        # see the note below
+    python benchmarks/bench_crc.py --classes 10 --inputs 256
+    python benchmarks/bench_crc.py --classes 100 --inputs 64
+    python benchmarks/bench_crc.py --classes 10 --gamma 0          # a head with more curvature
+    python benchmarks/bench_crc.py --classes 10 --threads 1        # see the note below
 
 Note: on the shared 2-core box, 2 torch threads are ~2x faster than 1 when the other core is
 idle, but 2-3x SLOWER when another process keeps it busy (OpenMP barriers); "cpu/threads"

@@ -1,6 +1,6 @@
-"""Summarise the device script's digits runs (scripts/device_check.sh, step "digits"):
+"""Summarise the device script's digits runs (benchmarks/device_check.sh, step "digits"):
 test accuracy with --cuda-graphs on and off, whether the graph was used, and the PGD check of
-the graphed model.  Usage: python3 scripts/device_digits_report.py WORKDIR"""
+the graphed model.  Usage: python3 benchmarks/device_digits_report.py WORKDIR"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Training throughput with and without --extra-data (docs/benchmarks.md).
 
-Usage: python scripts/bench_extra_data.py EXTRA.npz [--reps 3] [--epochs 3] [--out report.json]
+Usage: python benchmarks/bench_extra_data.py EXTRA.npz [--reps 3] [--epochs 3] [--out report.json]
 
 1. End to end: ``lip train`` of the quick-start model (digits, LipConvnet-5, width 8) for
    ``--epochs`` epochs, alternately without and with ``--extra-data EXTRA.npz

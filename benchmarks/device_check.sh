@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # All GPU checks and benchmarks of one lent GPU machine, most important first (recorded in
 # docs/benchmarks.md).  Usage (repository root, torch with CUDA installed):
-#   OUT=dir bash scripts/device_check.sh            (BUDGET=seconds, default 400)
+#   OUT=dir bash benchmarks/device_check.sh            (BUDGET=seconds, default 400)
 # Runs from the working tree (PYTHONPATH), no installation (convolution plugins, where present,
 # are installed with pip --no-deps --target into a temporary folder).  Every step has its own
 # time limit and the whole script a budget: a step that would start with less than its minimum
@@ -50,7 +50,7 @@ step pytest-cuda 110 40 "$PY -m pytest -q -m cuda -p no:cacheprovider --continue
 # 2. Table 1 at batch 128 with CUDA graphs for both modes, and the convolution-kernel floor
 step table1-b128 130 60 "$LIP bench train $TABLE --steps 6 --warmup 3 --no-memory -o $J/table1-b128.json"
 # 3. the digits quick start, 3 epochs, graphs on vs off; certify the graphed model with PGD
-step digits 100 50 "set -e; for g in on off; do $LIP train --dataset digits --arch lipconvnet-5 --width 8 --epochs 3 --device cuda --cuda-graphs \$g --out $WORK/q-\$g/model.safetensors -q --json > $WORK/digits-train-\$g.json; done; $LIP certify $WORK/q-on/model.safetensors --radii 36,72,108 --device cuda --attack --attack-steps 50 --attack-restarts 1 --json > $WORK/digits-certify-on.json; $PY scripts/device_digits_report.py $WORK"
+step digits 100 50 "set -e; for g in on off; do $LIP train --dataset digits --arch lipconvnet-5 --width 8 --epochs 3 --device cuda --cuda-graphs \$g --out $WORK/q-\$g/model.safetensors -q --json > $WORK/digits-train-\$g.json; done; $LIP certify $WORK/q-on/model.safetensors --radii 36,72,108 --device cuda --attack --attack-steps 50 --attack-restarts 1 --json > $WORK/digits-certify-on.json; $PY benchmarks/device_digits_report.py $WORK"
 # 4. certification throughput, LipConvnet-20, LLN and CRC-Lip, 10 and 100 classes
 for head in lln mlp; do for c in 10 100; do
   step certify-$head-$c 45 25 "$LIP bench certify --arch 20 --head $head --classes $c --n 4096 --device cuda --lipschitz-iters 5 --fit-head 300 -o $J/certify-$head-$c.json"
@@ -75,5 +75,5 @@ else
   log "== convs: skipped (no convolution plugins or no lip bench train --conv in this checkout)"
 fi
 # 9. the older smoke script (forwards bit-identical, no host sync in an eager step)
-step smoke 45 20 "$PY scripts/cuda_smoke.py"
+step smoke 45 20 "$PY benchmarks/cuda_smoke.py"
 log "== done in $(( $(date +%s) - START )) s"

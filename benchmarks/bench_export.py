@@ -1,6 +1,6 @@
 """Throughput of exported programs (features + certificate) vs lipcli on this CPU.
 
-    .venv/bin/python scripts/bench_export.py --out docs/data/cpu-export-bench.json \
+    .venv/bin/python benchmarks/bench_export.py --out docs/data/cpu-export-bench.json \
         [--cases lipconvnet-5:lln,lipconvnet-5:mlp] [--width 32] [--batch 256] [--repeats 3]
 
 For each case an untrained model (seed 0, power iteration converged) is exported with
@@ -112,7 +112,7 @@ def main() -> None:
     import onnxruntime  # noqa: F401 - version only
 
     report = {
-        "command": "python scripts/bench_export.py " + " ".join(
+        "command": "python benchmarks/bench_export.py " + " ".join(
             f"--{k} {v}" for k, v in vars(args).items() if k != "out"),
         "machine": {"threads": torch.get_num_threads(), "platform": platform.platform(),
                     "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,

@@ -9,9 +9,9 @@ the share of the fast step spent outside convolutions (torch.profiler self-times
 
 Usage::
 
-    python scripts/bench_soc_step.py --arch 5 --repeats 5 --profile
-    python scripts/bench_soc_step.py --arch 20 --repeats 5 --compare-layouts
-    python scripts/bench_soc_step.py --bound-only --arch 20   # whole-network Lipschitz bound
+    python benchmarks/bench_soc_step.py --arch 5 --repeats 5 --profile
+    python benchmarks/bench_soc_step.py --arch 20 --repeats 5 --compare-layouts
+    python benchmarks/bench_soc_step.py --bound-only --arch 20   # whole-network Lipschitz bound
 
 On a shared, oversubscribed machine run it with ``OMP_WAIT_POLICY=PASSIVE``: with libgomp's
 default spin-waiting, every OpenMP region stalls while another process holds the cores and

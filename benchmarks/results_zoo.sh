@@ -6,8 +6,8 @@
 # test images, and its certificates are checked by PGD (--attack) on the first ATTACK_LIMIT
 # (default 50) of them (the CPU is shared: the attack costs ~2 training epochs). The plugin distributions under plugins/ are pip-installed into OUT/site
 # (beside, not into, the environment) and put on PYTHONPATH; a convolution whose plugin is
-# not in plugins/ is skipped and reported. The table: python scripts/results_zoo_table.py OUT
-# Usage: bash scripts/results_zoo.sh [OUTDIR]   (default runs/zoo); ONLY=name runs one row;
+# not in plugins/ is skipped and reported. The table: python benchmarks/results_zoo_table.py OUT
+# Usage: bash benchmarks/results_zoo.sh [OUTDIR]   (default runs/zoo); ONLY=name runs one row;
 # the plugins are installed once per OUTDIR (REINSTALL=1 installs them again).
 set -euo pipefail
 OUT=${1:-runs/zoo}

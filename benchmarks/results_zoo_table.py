@@ -1,7 +1,7 @@
-"""Markdown table of the layer-zoo digits grid written by scripts/results_zoo.sh.
+"""Markdown table of the layer-zoo digits grid written by benchmarks/results_zoo.sh.
 
-Usage: python scripts/results_zoo_table.py [OUTDIR ...]   (default runs/zoo; several output
-folders of scripts/results_zoo.sh are joined, rows in the order of their logs)
+Usage: python benchmarks/results_zoo_table.py [OUTDIR ...]   (default runs/zoo; several output
+folders of benchmarks/results_zoo.sh are joined, rows in the order of their logs)
 Reads OUTDIR/NAME.train.json (lip train --json), OUTDIR/NAME.certify.json (lip certify --json,
 all test images) and OUTDIR/NAME.attack.json (the PGD check); rows in the order of the log.
 """

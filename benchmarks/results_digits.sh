@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduces the digits figures in docs/results.md (embedded offline data set, CPU).
-# Usage: bash scripts/results_digits.sh [OUTDIR]   (default runs/results)
+# Usage: bash benchmarks/results_digits.sh [OUTDIR]   (default runs/results)
 # Each run: lip train (recipe defaults except the settings shown) then lip certify.
 # Set ONLY=name to run one of them.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks for a lent GPU machine (recorded in docs/benchmarks.md).
-# Usage (repository root, torch with CUDA installed): OUT=dir bash scripts/device_bench.sh
+# Usage (repository root, torch with CUDA installed): OUT=dir bash benchmarks/device_bench.sh
 # Runs from the working tree (PYTHONPATH), no installation; each step has its own time limit.
 set -u
 FINAL=${OUT:-device-out}   # receives one archive, device-bench.tgz (the device tool returns at most 8 files)
@@ -12,7 +12,7 @@ LIP="python3 -m lipcli"
 { git rev-parse HEAD 2>/dev/null || echo "no git"; git status --short 2>/dev/null | head; nvidia-smi -L;
   python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-echo "== cuda smoke (skipped with SKIP_SMOKE=1)"; [ -n "${SKIP_SMOKE:-}" ] || { timeout 90 python3 scripts/cuda_smoke.py > "$OUT/cuda-smoke.txt" 2>&1; tail -22 "$OUT/cuda-smoke.txt"; }
+echo "== cuda smoke (skipped with SKIP_SMOKE=1)"; [ -n "${SKIP_SMOKE:-}" ] || { timeout 90 python3 benchmarks/cuda_smoke.py > "$OUT/cuda-smoke.txt" 2>&1; tail -22 "$OUT/cuda-smoke.txt"; }
 echo "== table 1"; timeout 150 $LIP bench train --device cuda --archs 5,10,15,20,25,30,35,40 \
     --steps 10 --warmup 3 -o "$OUT/gpu-table1.json" > "$OUT/gpu-table1.txt" 2> "$OUT/gpu-table1.err"; tail -16 "$OUT/gpu-table1.txt"; tail -3 "$OUT/gpu-table1.err"
 echo "== profile"; timeout 60 $LIP bench profile --arch 20 --device cuda --steps 3 \

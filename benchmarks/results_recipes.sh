@@ -4,14 +4,14 @@
 # to 64x64 through imagefolder:size=64, (c) the margin-offset loss, (d) extra data at ratio
 # 0.5.  Every model is certified at 36/72/108 and checked with l2 PGD (50 steps; ATTACK_STEPS=N
 # for fewer).
-# Usage: bash scripts/results_recipes.sh [OUTDIR]   (default runs/recipes); ONLY=name for one.
+# Usage: bash benchmarks/results_recipes.sh [OUTDIR]   (default runs/recipes); ONLY=name for one.
 set -euo pipefail
 OUT=${1:-runs/recipes}
 LIP=${LIP:-.venv/bin/lip}
 PY=${PY:-.venv/bin/python}
 mkdir -p "$OUT"
-[ -d "$OUT/digits64" ] || "$PY" scripts/digits_variants.py imagefolder "$OUT/digits64" --size 64
-[ -f "$OUT/digits-extra.npz" ] || "$PY" scripts/digits_variants.py extra "$OUT/digits-extra.npz" --copies 4 --seed 0
+[ -d "$OUT/digits64" ] || "$PY" benchmarks/digits_variants.py imagefolder "$OUT/digits64" --size 64
+[ -f "$OUT/digits-extra.npz" ] || "$PY" benchmarks/digits_variants.py extra "$OUT/digits-extra.npz" --copies 4 --seed 0
 run() {  # name, then lip train options
   local name=$1; shift
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ]; then return; fi
