@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.builtins.cert_crc import CRCCertifier
+from lipcli.builtins.crc.certificate import CRCCertifier
 
 D, H = 2048, 4096
 

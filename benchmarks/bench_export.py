@@ -40,12 +40,12 @@ def timed(fn, repeats: int) -> float:
 
 def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workdir: Path) -> dict:
     from lipcli import create_model, save_model
-    from lipcli.builtins.cert_crc import CRCCertifier
+    from lipcli.builtins.crc.certificate import CRCCertifier
     from lipcli.export import ExportOptions, export_model
     from lipcli.export.formats import FORMATS
-    from lipcli.lipschitz import guaranteed_upper_bound
-    from lipcli.models import load_model
-    from lipcli.plugins import get_registry
+    from lipcli.host.lipschitz import guaranteed_upper_bound
+    from lipcli.host.models import load_model
+    from lipcli.host.plugins import get_registry
 
     torch.manual_seed(0)
     path = workdir / f"{arch}-{head}.safetensors"

@@ -31,14 +31,14 @@ def train_rate(extra: str | None, epochs: int, directory: Path, tag: str) -> flo
     if extra:
         cmd += ["--extra-data", extra, "--extra-ratio", "0.5"]
     subprocess.run(cmd, check=True)
-    from lipcli.modelfile import read_metadata
+    from lipcli.host.modelfile import read_metadata
 
     return float(read_metadata(out)["training"]["images_per_s"])
 
 
 def loader_rate(extra_path: str | None) -> float:
-    from lipcli.data import load_data, resolve_dataset, train_loader
-    from lipcli.extradata import open_extra_data
+    from lipcli.host.data import load_data, resolve_dataset, train_loader
+    from lipcli.host.extradata import open_extra_data
     from lipcli.train.mixing import mixed_train_loader
 
     data = load_data(resolve_dataset("digits"), None, augment=True)

@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.builtins import soc as soc_module
-from lipcli.builtins.soc import SOC
+from lipcli.builtins.soc import layer as soc_module
+from lipcli.builtins.soc.layer import SOC
 
 
 def maxmin(z: torch.Tensor) -> torch.Tensor:

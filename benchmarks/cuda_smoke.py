@@ -16,8 +16,8 @@ import torch
 from lipcli.bench import RecipeStep, build_model, synthetic_batch
 from lipcli.builtins.activations import max_min
 from lipcli.builtins.pooling import ChannelMaxPool
-from lipcli.builtins.soc import SOC
-from lipcli.precision import full_float32_precision, tf32_state
+from lipcli.builtins.soc.layer import SOC
+from lipcli.numerics.precision import full_float32_precision, tf32_state
 
 
 def check(name: str, ok: bool, detail: str = "") -> None:

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from lipcli.modelfile import read_metadata
+from lipcli.host.modelfile import read_metadata
 
 
 def main(work: str) -> None:

@@ -1,6 +1,6 @@
 """A/B of the CUDA memory format of the SOC series (run on a GPU machine).
 
-Alternates ``lipcli.builtins.soc.CUDA_CHANNELS_LAST`` False/True over ``lip bench train``'s
+Alternates ``lipcli.builtins.soc.layer.CUDA_CHANNELS_LAST`` False/True over ``lip bench train``'s
 measurement (fast and exact models, interleaved) and checks on the way that both layouts give
 the same forward values (up to TF32/rounding) and that ``soc-fast`` and ``soc`` stay
 bit-identical in the channels-last layout.  Prints one line per measurement and writes the
@@ -17,9 +17,9 @@ import sys
 import torch
 
 from lipcli.bench import bench_train_arch
-from lipcli.builtins import soc as soc_module
-from lipcli.builtins.soc import SOC
-from lipcli.precision import full_float32_precision
+from lipcli.builtins.soc import layer as soc_module
+from lipcli.builtins.soc.layer import SOC
+from lipcli.numerics.precision import full_float32_precision
 
 
 def check_layouts(dev: torch.device) -> None:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .hookspecs import hookimpl  # noqa: E402
+from lipcli.sdk.hookspecs import hookimpl  # noqa: E402
 
 __all__ = ["__version__", "hookimpl", "create_model", "save_model", "load_model"]
 
 
 def __getattr__(name: str):  # lazy: keep `import lipcli` (and `lip --help`) light
     if name in ("create_model", "save_model", "load_model"):
-        from . import models
+        from lipcli.host import models
 
         return getattr(models, name)
     raise AttributeError(name)

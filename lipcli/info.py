@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelFileError
-from .modelfile import read_metadata
+from lipcli.sdk.errors import ModelFileError
+from lipcli.host.modelfile import read_metadata
 
 COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
 
@@ -85,8 +85,8 @@ def _parameter_counts(path: Path) -> dict[str, int]:
 
 
 def _components(config: dict[str, Any]) -> tuple[list[ComponentCard], list[str]]:
-    from .errors import LipError
-    from .plugins import get_registry
+    from lipcli.sdk.errors import LipError
+    from lipcli.host.plugins import get_registry
 
     try:
         reg = get_registry()

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from lipcli import bench
 from lipcli.cli import app
-from lipcli.errors import LipUsageError
+from lipcli.sdk.errors import LipUsageError
 
 TINY = ["--width", "4", "--batch-size", "4", "--device", "cpu", "--quiet", "--json"]
 ARCHS = [f"lipconvnet-{n}" for n in bench.DEFAULT_DEPTHS]
@@ -255,7 +255,7 @@ def test_cuda_requested_without_cuda_exits_2():
 
 
 def test_fit_head_stops_at_target_loss(one_thread):
-    from lipcli.builtins.heads import LLNHead
+    from lipcli.builtins.lln.head import LLNHead
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

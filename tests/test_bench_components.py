@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from lipcli.bench.compare import component_variants, variant_label
 from lipcli.cli import app
-from lipcli.errors import LipUsageError
-from lipcli.hookspecs import hookimpl
-from lipcli.plugins import register_plugin, split_component_choices, unregister_plugin
-from lipcli.specs import ONE_LIPSCHITZ, ActivationSpec
+from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.hookspecs import hookimpl
+from lipcli.host.plugins import register_plugin, split_component_choices, unregister_plugin
+from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec
 
 TINY = ["--archs", "5", "--width", "4", "--batch-size", "4", "--steps", "2", "--warmup", "1",
         "--device", "cpu", "--threads", "1", "--quiet"]

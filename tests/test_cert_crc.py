@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from scipy.optimize import minimize
 from torch import nn
 
-from lipcli.builtins.cert_crc import (
+from lipcli.builtins.crc.certificate import (
     CRCCertifier,
     CurvatureBounds,
     closed_form_radius,
@@ -21,7 +21,7 @@ from lipcli.builtins.cert_crc import (
     verified_lambda_max,
     weighted_gram,
 )
-from lipcli.certificates import Certifier, CertifyResult, head_fingerprint
+from lipcli.sdk.certificates import Certifier, CertifyResult, head_fingerprint
 
 
 class MLP(nn.Module):

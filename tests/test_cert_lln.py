@@ -10,8 +10,8 @@ import torch
 from scipy.optimize import minimize
 from torch import nn
 
-from lipcli.builtins.cert_lln import LLNCertifier, lip_certificates, lln_radius, pairwise_row_distances
-from lipcli.certificates import Certifier, CertifyResult, head_fingerprint
+from lipcli.builtins.lln.certificate import LLNCertifier, lip_certificates, lln_radius, pairwise_row_distances
+from lipcli.sdk.certificates import Certifier, CertifyResult, head_fingerprint
 
 
 class PlainLinear(nn.Module):

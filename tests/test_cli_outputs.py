@@ -19,10 +19,10 @@ import torch
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.modelfile import read_metadata
+from lipcli.host.modelfile import read_metadata
 
 from conftest import save_tiny_model
-from lipcli.models import create_model, save_model
+from lipcli.host.models import create_model, save_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = {"name": "digits", "params": {}, "num_classes": 10,
@@ -66,7 +66,7 @@ def no_work(monkeypatch):
     def boom(*_a, **_k):
         raise AssertionError("the work started before the output path was checked")
 
-    monkeypatch.setattr("lipcli.models.load_model", boom)
+    monkeypatch.setattr("lipcli.host.models.load_model", boom)
     for name in ("bench_train", "bench_certify", "bench_profile"):
         monkeypatch.setattr(bench_mod, name, boom)
 
@@ -117,7 +117,7 @@ def test_unwritable_locations_are_reported_up_front(model_file: Path, tmp_path: 
     err = _error(runner.invoke(app, ["bench", "certify", "-o", str(ro_dir / "r.json"), *BENCH_TINY]), 2)
     assert "not writable" in err
     # lip lipschitz --write: refused before the (long) bound computation, with its own hint
-    monkeypatch.setattr("lipcli.lipschitz.lipschitz_report",
+    monkeypatch.setattr("lipcli.host.lipschitz.lipschitz_report",
                         lambda *a, **k: pytest.fail("the report ran before the path check"))
     err = _error(runner.invoke(app, ["lipschitz", str(model), "--write", "--no-estimate"]), 2)
     assert str(model) in err and "without --write" in err
@@ -151,7 +151,7 @@ def test_no_write_certifies_a_model_in_a_read_only_place(model_file: Path, tmp_p
 def test_a_write_failing_at_the_end_still_prints_the_results(tmp_path: Path, monkeypatch) -> None:
     path = _save(tmp_path / "w.safetensors")
     before = _sha(path)
-    import lipcli.modelfile as modelfile
+    import lipcli.host.modelfile as modelfile
 
     def disk_full(*_a, **_k):
         raise OSError(28, "No space left on device")
@@ -184,13 +184,13 @@ def test_a_write_failing_at_the_end_still_prints_the_results(tmp_path: Path, mon
 
 
 def test_bench_output_failing_at_the_end_still_prints_the_report(tmp_path: Path, monkeypatch, one_thread) -> None:
-    import lipcli.modelfile
+    import lipcli.host.modelfile
 
     def fail_write(path, data):
         raise OSError(28, "No space left on device")
 
     # the report is written like model files (temporary file, fsync, rename)
-    monkeypatch.setattr(lipcli.modelfile, "atomic_write_bytes", fail_write)
+    monkeypatch.setattr(lipcli.host.modelfile, "atomic_write_bytes", fail_write)
     out = tmp_path / "r.json"
     res = CliRunner().invoke(app, ["bench", "certify", "--n", "4", "-o", str(out), "--json",
                                    *BENCH_TINY])

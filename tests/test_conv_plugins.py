@@ -18,11 +18,11 @@ import torch
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.errors import MissingPluginError
-from lipcli.lipschitz import guaranteed_upper_bound
-from lipcli.models import create_model, load_model, save_model
-from lipcli.modelfile import read_metadata
-from lipcli.plugins import create_host, get_registry, register_plugin, unregister_plugin
+from lipcli.sdk.errors import MissingPluginError
+from lipcli.host.lipschitz import guaranteed_upper_bound
+from lipcli.host.models import create_model, load_model, save_model
+from lipcli.host.modelfile import read_metadata
+from lipcli.host.plugins import create_host, get_registry, register_plugin, unregister_plugin
 from lipcli.testing import check_conv_network_bound
 
 #: conv name -> (distribution, plugin module)

@@ -1,4 +1,4 @@
-"""lipcli.cuda_graphs: the graphed training step's bookkeeping (on CPU, with a backend that
+"""lipcli.host.cuda_graphs: the graphed training step's bookkeeping (on CPU, with a backend that
 emulates capture and replay), the fallbacks, ``lip train --cuda-graphs``, and (``cuda``
 marker) the real CUDA graph against the eager step."""
 
@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from lipcli.bench import build_model, recipe_optimizer, synthetic_batch
 from lipcli.cli import app
-from lipcli.cuda_graphs import GraphedStep, check_graph_mode, graph_unsupported_reason
-from lipcli.modelfile import read_metadata
+from lipcli.host.cuda_graphs import GraphedStep, check_graph_mode, graph_unsupported_reason
+from lipcli.host.modelfile import read_metadata
 from lipcli.train import TrainConfig
 
 

@@ -1,4 +1,4 @@
-"""Built-in data sets (lipcli.builtins.datasets) and data plumbing (lipcli.data), on tiny
+"""Built-in data sets (lipcli.builtins.datasets) and data plumbing (lipcli.host.data), on tiny
 folders written in the real on-disk layouts by the fixtures of conftest.py."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from lipcli.builtins import datasets as D
-from lipcli.data import (
+from lipcli.host.data import (
     epoch_seed, eval_loader, limit_indices, load_data, resolve_dataset, split_indices, train_loader,
 )
-from lipcli.errors import LipUsageError
-from lipcli.plugins import get_registry
+from lipcli.sdk.errors import LipUsageError
+from lipcli.host.plugins import get_registry
 
 from conftest import CIFAR10_LABEL_NAMES, CIFAR_PER_BATCH, CIFAR_TEST, IMAGEFOLDER_CLASSES
 
@@ -247,7 +247,7 @@ def test_load_data_bundle(cifar10_root):
 
 
 def test_unknown_dataset_name_lists_the_valid_ones():
-    from lipcli.errors import UnknownComponentError
+    from lipcli.sdk.errors import UnknownComponentError
 
     with pytest.raises(UnknownComponentError, match="digits"):
         resolve_dataset("mnist")

@@ -16,13 +16,15 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lipcli import create_model, plugins, save_model
+from lipcli import create_model
+from lipcli.host import plugins
+from lipcli import save_model
 from lipcli.cli import app
 from lipcli.export import ExportCheckError, ExportOptions, export_model
 from lipcli.export.formats import OnnxFormat
-from lipcli.modelfile import update_metadata
-from lipcli.models import load_model
-from lipcli.plugins import get_registry
+from lipcli.host.modelfile import update_metadata
+from lipcli.host.models import load_model
+from lipcli.host.plugins import get_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -88,7 +90,7 @@ def lipcli_reference(model_path: Path, images: torch.Tensor) -> dict:
     """lipcli's logits and ``lip certify``'s input-space radii (full certificate: LLN exact,
     CRC-Lip closed form AND dual, lazy curvature), as run_certification computes them."""
     from lipcli.certify import _input_radii
-    from lipcli.lipschitz import guaranteed_upper_bound
+    from lipcli.host.lipschitz import guaranteed_upper_bound
 
     model, _ = load_model(model_path)
     reg = get_registry()
@@ -150,7 +152,7 @@ def test_round_trip_matches_lipcli_without_lipcli(tmp_path, head, depth, fmt):
 
 def test_crc_closed_form_equals_lipcli_closed_form_with_the_same_bounds(tmp_path):
     """The exported CRC certificate is exactly lipcli's closed form (same float64 arithmetic)."""
-    from lipcli.builtins.cert_crc_export import export_crc_certificate
+    from lipcli.builtins.crc.export import export_crc_certificate
 
     model, _ = load_model(make_model(tmp_path / "m.safetensors", "mlp", classes=4))
     exported = export_crc_certificate(model.head)

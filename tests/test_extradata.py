@@ -11,9 +11,9 @@ import torch
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.errors import LipUsageError
-from lipcli.extradata import check_compatible, open_extra_data
-from lipcli.modelfile import read_metadata
+from lipcli.sdk.errors import LipUsageError
+from lipcli.host.extradata import check_compatible, open_extra_data
+from lipcli.host.modelfile import read_metadata
 from lipcli.train.mixing import ExtraImageDataset, MixedBatchSampler
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""lipcli.gram_bounds: verified norm bounds from Gram matrices are >= the true norms
+"""lipcli.numerics.gram_bounds: verified norm bounds from Gram matrices are >= the true norms
 (dense matrices of convolutions with zero and circular padding) and tight for isometries."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lipcli.gram_bounds import conv_gram_filter, conv_gram_norm_upper_bound, isometry_norm_upper_bound
+from lipcli.numerics.gram_bounds import conv_gram_filter, conv_gram_norm_upper_bound, isometry_norm_upper_bound
 
 
 def conv_matrix(kernel: torch.Tensor, size: int, circular: bool) -> torch.Tensor:
@@ -90,7 +90,7 @@ def test_isometry_bound_covers_and_is_tight():
 
 def test_weights_fingerprint_accepts_scalar_parameters():
     """A 0-dim parameter (e.g. the Cayley plugin's learned scale) can be fingerprinted."""
-    from lipcli.lipschitz import weights_fingerprint
+    from lipcli.host.lipschitz import weights_fingerprint
 
     m = torch.nn.Module()
     m.alpha = torch.nn.Parameter(torch.tensor(2.0))

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from lipcli.builtins.datasets import load_imagefolder
 from lipcli.builtins.lipconvnet import extra_blocks
 from lipcli.cli import app
-from lipcli.errors import LipUsageError
-from lipcli.modelfile import read_metadata
-from lipcli.models import create_model, load_model
+from lipcli.sdk.errors import LipUsageError
+from lipcli.host.modelfile import read_metadata
+from lipcli.host.models import create_model, load_model
 
 runner = CliRunner()
 

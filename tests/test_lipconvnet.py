@@ -9,17 +9,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from lipcli.builtins.activations import lip_activations
-from lipcli.builtins.heads import lip_heads
+from lipcli.builtins.crc import head as crc_head
+from lipcli.builtins.lln import head as lln_head
 from lipcli.builtins.lipconvnet import DEPTHS, LipConvnet, Normalize, lip_architectures
 from lipcli.builtins.pooling import lip_pools
-from lipcli.builtins.soc import lip_convolutions
-from lipcli.specs import ONE_LIPSCHITZ, ArchSpec, Component
+from lipcli.builtins.soc.layer import lip_convolutions
+from lipcli.sdk.specs import ONE_LIPSCHITZ, ArchSpec, Component
 
 ARCHS = {spec.name: spec for spec in lip_architectures()}
 CONVS = {spec.name: spec for spec in lip_convolutions()}
 ACTS = {spec.name: spec for spec in lip_activations()}
 POOLS = {spec.name: spec for spec in lip_pools()}
-HEADS = {spec.name: spec for spec in lip_heads()}
+HEADS = {spec.name: spec for spec in [*lln_head.lip_heads(), *crc_head.lip_heads()]}
 
 
 def build(

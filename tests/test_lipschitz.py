@@ -14,17 +14,17 @@ from typer.testing import CliRunner
 
 from lipcli.builtins.lipconvnet import Normalize
 from lipcli.cli import app
-from lipcli.errors import LipError
-from lipcli.lipschitz import (
+from lipcli.sdk.errors import LipError
+from lipcli.host.lipschitz import (
     empirical_lower_bound,
     guaranteed_upper_bound,
     layer_input_shapes,
     lipschitz_report,
 )
-from lipcli.modelfile import read_metadata
-from lipcli.models import create_model, save_model
-from lipcli.plugins import get_registry
-from lipcli.specs import ONE_LIPSCHITZ
+from lipcli.host.modelfile import read_metadata
+from lipcli.host.models import create_model, save_model
+from lipcli.host.plugins import get_registry
+from lipcli.sdk.specs import ONE_LIPSCHITZ
 
 STD = 0.2507
 

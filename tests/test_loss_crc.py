@@ -1,4 +1,4 @@
-"""The CRC-Lip training loss's pieces (lipcli.builtins.loss_crc): the feature attack and the
+"""The CRC-Lip training loss's pieces (lipcli.builtins.crc.loss): the feature attack and the
 curvature penalty against exact eigenvalues (moved here with the code from tests/test_train.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lipcli.builtins.loss_crc import CurvaturePenalty, FeatureAttack
+from lipcli.builtins.crc.loss import CurvaturePenalty, FeatureAttack
 
 
 class _MLP(torch.nn.Module):

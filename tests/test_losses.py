@@ -11,11 +11,12 @@ import torch.nn.functional as F
 from torch import nn
 
 import lipcli
-from lipcli.builtins.heads import LLNHead, MLPHead
-from lipcli.errors import LipUsageError
-from lipcli.losses import LossContext, LossOutput
-from lipcli.plugins import create_host, get_registry
-from lipcli.specs import LossSpec, Param
+from lipcli.builtins.crc.head import MLPHead
+from lipcli.builtins.lln.head import LLNHead
+from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.losses import LossContext, LossOutput
+from lipcli.host.plugins import create_host, get_registry
+from lipcli.sdk.specs import LossSpec, Param
 from lipcli.testing import check_component_spec
 
 REG = get_registry()
@@ -214,7 +215,7 @@ class SmoothPlugin:
 
 
 def test_third_party_loss_trains_without_changes_to_lipcli(tmp_path):
-    from lipcli.modelfile import read_metadata
+    from lipcli.host.modelfile import read_metadata
     from lipcli.train import TrainConfig, read_checkpoint, train
 
     reg = create_host(autoload=False, extra=[("smooth", SmoothPlugin())]).registry()

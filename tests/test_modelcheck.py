@@ -22,7 +22,7 @@ from safetensors.torch import save
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.modelfile import MAX_JSON_DEPTH, json_depth
+from lipcli.host.modelfile import MAX_JSON_DEPTH, json_depth
 
 from conftest import save_tiny_model
 
@@ -65,7 +65,7 @@ def _terms_65(cfg):
 
 
 def _hidden(cfg):
-    cfg["head"] = {"name": "mlp", "params": {"hidden": 10**7}, "provider": "lipcli.heads",
+    cfg["head"] = {"name": "mlp", "params": {"hidden": 10**7}, "provider": "lipcli.crc",
                    "distribution": "lipcli"}
 
 
@@ -97,8 +97,8 @@ def test_forged_metadata_is_one_bad_model_file_line(tiny, tmp_path, case, comman
 MEASURE = r"""
 import json, resource, sys, time
 from lipcli.cli import app
-import lipcli.models, lipcli.plugins, lipcli.lipschitz
-lipcli.plugins.get_registry()
+import lipcli.host.models, lipcli.host.plugins, lipcli.host.lipschitz
+lipcli.host.plugins.get_registry()
 results = {}
 for path in sys.argv[1:]:
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -136,7 +136,7 @@ def test_json_depth_skips_strings_and_escapes():
 def test_valid_files_still_load_identically(tiny):
     import torch
 
-    from lipcli.models import load_model
+    from lipcli.host.models import load_model
 
     model, mf = load_model(tiny)
     x = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))

@@ -9,9 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lipcli import modelfile, plugins
-from lipcli.errors import MissingPluginError, ModelFileError
-from lipcli.models import create_model, load_model, save_model
+from lipcli.host import modelfile
+from lipcli.host import plugins
+from lipcli.sdk.errors import MissingPluginError, ModelFileError
+from lipcli.host.models import create_model, load_model, save_model
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +228,7 @@ def test_certify_with_an_unknown_recorded_dataset_names_the_file(saved):
 
 
 def test_recorded_dataset_defects_name_the_file(saved):
-    from lipcli.models import recorded_dataset
+    from lipcli.host.models import recorded_dataset
 
     assert recorded_dataset(saved, None) is None
     assert recorded_dataset(saved, {"name": "digits", "params": {}}).name == "digits"
@@ -261,7 +262,7 @@ def test_disabled_plugin_autoload_is_named_instead_of_not_installed(saved, monke
     with pytest.raises(MissingPluginError, match="pip install lipcli-polygon-x"):
         load_model(saved)
     # installed but not loaded (pretend the distribution exists)
-    import lipcli.models as models_module
+    import lipcli.host.models as models_module
 
     monkeypatch.setattr(models_module, "_is_installed", lambda dist: True)
     with pytest.raises(MissingPluginError, match="is installed, but installed plugins are not loaded"):

@@ -13,10 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 import lipcli
-from lipcli import hookspecs, plugins
+from lipcli.sdk import hookspecs
+from lipcli.host import plugins
 from lipcli.cli import app
-from lipcli.errors import DuplicateComponentError, LipUsageError, PluginError, UnknownComponentError
-from lipcli.specs import (
+from lipcli.sdk.errors import DuplicateComponentError, LipUsageError, PluginError, UnknownComponentError
+from lipcli.sdk.specs import (
     ActivationSpec,
     ArchSpec,
     CertificateSpec,
@@ -212,7 +213,7 @@ def _run_lip(args, env_extra):
 def test_entry_point_plugin_is_discovered_and_broken_one_reported(tmp_path):
     good = """
         import lipcli
-        from lipcli.specs import PoolSpec
+        from lipcli.sdk.specs import PoolSpec
 
         def _f(channels):
             raise NotImplementedError
@@ -364,7 +365,7 @@ def test_two_distributions_with_the_same_plugin_name_are_both_reported(tmp_path)
                                ("lipcli-second", "second_mod", "second-pool")):
         (site / f"{module}.py").write_text(textwrap.dedent(f"""
             import lipcli
-            from lipcli.specs import PoolSpec
+            from lipcli.sdk.specs import PoolSpec
 
             @lipcli.hookimpl
             def lip_pools():

@@ -40,7 +40,7 @@ def test_polygon_plugin_end_to_end(plugin_site, tmp_path):
         site=plugin_site,
     )
     assert trained.returncode == 0, trained.stderr
-    from lipcli.modelfile import read_metadata
+    from lipcli.host.modelfile import read_metadata
 
     pool = read_metadata(model)["config"]["pool"]
     assert pool["name"] == "polygon" and pool["params"]["vertices"] == 5

@@ -16,11 +16,11 @@ from torch import nn
 from typer.testing import CliRunner
 
 import lipcli
-from lipcli import plugins
+from lipcli.host import plugins
 from lipcli.cli import app
-from lipcli.models import create_model, save_model
-from lipcli.promises import BrokenPromiseError, layer_ratio, perturbed_copies, verify_promises
-from lipcli.specs import ONE_LIPSCHITZ, PoolSpec
+from lipcli.host.models import create_model, save_model
+from lipcli.host.promises import BrokenPromiseError, layer_ratio, perturbed_copies, verify_promises
+from lipcli.sdk.specs import ONE_LIPSCHITZ, PoolSpec
 from lipcli.testing import check_pool_spec
 
 runner = CliRunner()
@@ -156,6 +156,6 @@ def test_a_zero_dimensional_parameter_trains_and_is_written(scaled_plugin, tmp_p
                             "--epochs", "1", "--device", "cpu", "-q", "--no-lipschitz-estimate",
                             "--config", "t.toml", "--out", "m.safetensors"])
     assert r.exit_code == 0, r.output
-    from lipcli.modelfile import read_model_file
+    from lipcli.host.modelfile import read_model_file
 
     assert read_model_file("m.safetensors").tensors["body.block1_pool.scale"].shape == ()

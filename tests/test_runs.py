@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.runs import RUNS_ENV, latest_model
+from lipcli.host.runs import RUNS_ENV, latest_model
 
 from conftest import save_tiny_model
 

@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.errors import MissingPluginError
-from lipcli.models import load_model
-from lipcli.plugins import create_host
-from lipcli.safetext import clean, clean_tree, install_hint, is_distribution_name
+from lipcli.sdk.errors import MissingPluginError
+from lipcli.host.models import load_model
+from lipcli.host.plugins import create_host
+from lipcli.host.safetext import clean, clean_tree, install_hint, is_distribution_name
 
 from conftest import save_tiny_model
 from test_modelcheck import forge

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.functional import jacobian
 
-from lipcli.builtins import soc as soc_module
-from lipcli.builtins.soc import (
+from lipcli.builtins.soc import layer as soc_module
+from lipcli.builtins.soc.layer import (
     SOC,
     lip_convolutions,
     soc_series,
@@ -20,8 +20,8 @@ from lipcli.builtins.soc import (
     transpose_filter,
     truncated_exp_norm_bound,
 )
-from lipcli.spectral import conv_reshape
-from lipcli.specs import ConvSpec
+from lipcli.numerics.spectral import conv_reshape
+from lipcli.sdk.specs import ConvSpec
 
 
 def make_layer(c_in, c_out, k, s, seed=0, dtype=torch.float64, **kw) -> SOC:
@@ -280,7 +280,7 @@ def test_cuda_channels_last_default_and_environment_switch(value, expected):
     if value is not None:
         env["LIPCLI_CUDA_CHANNELS_LAST"] = value
     out = subprocess.run(
-        [sys.executable, "-c", "from lipcli.builtins import soc; print(soc.CUDA_CHANNELS_LAST)"],
+        [sys.executable, "-c", "from lipcli.builtins.soc import layer; print(layer.CUDA_CHANNELS_LAST)"],
         env=env, capture_output=True, text=True, check=True,
     ).stdout.strip()
     assert out == str(expected)
@@ -598,7 +598,7 @@ def test_hook_specs_and_factories():
 
 def test_freshly_built_layer_evaluates_sensibly():
     """A new layer in eval mode (no refresh by the caller) has σ > 0 and an orthogonal-ish S."""
-    from lipcli.builtins.soc import SOC
+    from lipcli.builtins.soc.layer import SOC
 
     for seed in range(5):
         torch.manual_seed(seed)

@@ -1,4 +1,4 @@
-"""lipcli.builtins.soc_fused: the fused filter-gradient kernel's reference form equals the
+"""lipcli.builtins.soc.fused: the fused filter-gradient kernel's reference form equals the
 layer's gradient, the CPU path never uses it, and a failing compiler falls back to eager."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lipcli.builtins import soc, soc_fused
+from lipcli.builtins.soc import layer as soc
+from lipcli.builtins.soc import fused as soc_fused
 
 
 def _layer_gradient(C: int, k: int, fused: bool, device: str = "cpu", dtype=torch.float64):
@@ -39,7 +40,7 @@ def test_reference_form_is_the_layer_gradient(C, k):
     # and the gradient autograd gives through A = (W - T(W))/2, sigma = u'R(A)v, S = A/sigma
     W = twin.weight.detach().clone().requires_grad_(True)
     A = 0.5 * (W - soc.transpose_filter(W))
-    from lipcli.spectral import conv_reshape
+    from lipcli.numerics.spectral import conv_reshape
 
     sigma = u @ conv_reshape(A, r) @ v
     ((A / sigma) * G).sum().backward()

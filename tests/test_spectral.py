@@ -1,4 +1,4 @@
-"""Guaranteed spectral-norm bounds (lipcli.spectral): never below the exact value (SVD /
+"""Guaranteed spectral-norm bounds (lipcli.numerics.spectral): never below the exact value (SVD /
 eigvalsh in float64), and within the promised tightness."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lipcli import spectral
-from lipcli.spectral import (
+from lipcli.numerics import spectral
+from lipcli.numerics.spectral import (
     conv_reshape,
     conv_reshape_matvec,
     conv_reshape_rmatvec,

@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from lipcli.builtins.pooling import lip_pools as builtin_pools
-from lipcli.errors import UnknownComponentError
-from lipcli.hookspecs import hookimpl
-from lipcli.plugins import create_host
-from lipcli.specs import ONE_LIPSCHITZ, ActivationSpec, HeadSpec, Param, PoolSpec
+from lipcli.sdk.errors import UnknownComponentError
+from lipcli.sdk.hookspecs import hookimpl
+from lipcli.host.plugins import create_host
+from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec, HeadSpec, Param, PoolSpec
 from lipcli.testing import (
     check_component_spec,
     check_model_roundtrip,
@@ -251,7 +251,7 @@ def test_model_roundtrip_unknown_component():
 
 def test_every_builtin_spec_passes_component_check():
     reg = _registry()
-    from lipcli.plugins import KIND_TITLES
+    from lipcli.host.plugins import KIND_TITLES
 
     for kind in KIND_TITLES:
         for spec in reg.specs(kind):
@@ -260,7 +260,7 @@ def test_every_builtin_spec_passes_component_check():
 
 def test_activation_conformance_on_maxmin_and_a_leaky_relu():
     from lipcli.builtins.activations import lip_activations
-    from lipcli.specs import ONE_LIPSCHITZ, ActivationSpec
+    from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec
     from lipcli.testing import check_activation_spec
 
     (maxmin,) = lip_activations()

@@ -18,10 +18,10 @@ import torch
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.errors import LipUsageError
-from lipcli.modelfile import read_metadata
-from lipcli.models import create_model, load_model
-from lipcli.plugins import get_registry
+from lipcli.sdk.errors import LipUsageError
+from lipcli.host.modelfile import read_metadata
+from lipcli.host.models import create_model, load_model
+from lipcli.host.plugins import get_registry
 from lipcli.train import (
     INTERRUPT_ENV, TrainConfig, flatten_state, load_config_file, read_checkpoint, resolve_loss,
     unflatten_state, weight_decay_groups,
@@ -224,7 +224,7 @@ def test_one_epoch_writes_a_loadable_model_with_its_record(tmp_path, monkeypatch
     assert ck["status"] == "complete" and ck["epoch"] == 1
     # the stored accuracy is the accuracy of the stored model on the stored test subset
     model, _ = load_model(out)
-    from lipcli.data import load_data, resolve_dataset
+    from lipcli.host.data import load_data, resolve_dataset
 
     bundle = load_data(resolve_dataset("digits"), None, augment=False, limit_train=64, limit_test=32)
     xs = torch.stack([bundle.test[i][0] for i in range(32)])

@@ -11,7 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.modelfile import read_metadata
+from lipcli.host.modelfile import read_metadata
 from lipcli.train import INTERRUPT_ENV, Lookahead, TrainConfig, make_optimizer, make_schedule
 from lipcli.train.optim import build_optimization
 

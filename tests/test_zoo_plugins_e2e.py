@@ -42,7 +42,7 @@ def test_entry_points_train_certify_and_missing(site, tmp_path):
         site=site,
     )
     assert trained.returncode == 0, trained.stderr
-    from lipcli.modelfile import read_metadata
+    from lipcli.host.modelfile import read_metadata
 
     config = read_metadata(model)["config"]
     assert config["activation"]["distribution"] == "lipcli-householder"

@@ -25,7 +25,7 @@ Three measurements:
     Inputs/s of feature extraction (eval mode, evaluation terms), of every certificate
     method applicable to the head (its spec's ``certificate``; optionally also with
     ``top_k``), and the time of the GUARANTEED Lipschitz bound and of the power estimate
-    (:func:`lipcli.lipschitz.lipschitz_report`).
+    (:func:`lipcli.host.lipschitz.lipschitz_report`).
 
 ``profile``
     :mod:`torch.profiler` over a few training steps; every operator's *self* time is put in
@@ -42,9 +42,9 @@ the recipe training step, synthetic batches), :mod:`.memory` (peak memory of a s
 :mod:`.profile` (``lip bench profile``).
 """
 
-from .certify import bench_certify, fit_head
-from ..devices import resolve_device
-from .common import (
+from lipcli.bench.certify import bench_certify, fit_head
+from lipcli.host.devices import resolve_device
+from lipcli.bench.common import (
     CIFAR_SHAPE,
     DEFAULT_DEPTHS,
     EPOCH_IMAGES,
@@ -65,9 +65,9 @@ from .common import (
     state_dicts_identical,
     synthetic_batch,
 )
-from .memory import SavedTensorMeter, measure_step_memory
-from .profile import CATEGORY_LABELS, attribute_kernels, bench_profile, classify_event
-from .table1 import bench_train, bench_train_arch
+from lipcli.bench.memory import SavedTensorMeter, measure_step_memory
+from lipcli.bench.profile import CATEGORY_LABELS, attribute_kernels, bench_profile, classify_event
+from lipcli.bench.table1 import bench_train, bench_train_arch
 
 __all__ = [
     "CATEGORY_LABELS",

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import LipUsageError
-from ..precision import in_full_float32_precision
-from .common import (
+from lipcli.sdk.errors import LipUsageError
+from lipcli.numerics.precision import in_full_float32_precision
+from lipcli.bench.common import (
     Progress,
     _check_positive,
     count_parameters,
@@ -99,8 +99,8 @@ def bench_certify(
     ``model`` follows the lipcli module protocol (``features``, ``head``, ``lipcli_config``,
     ``refresh_power_iteration``).  ``n`` synthetic inputs in batches of ``batch_size``.
     """
-    from ..lipschitz import lipschitz_report, model_input_shape
-    from ..plugins import get_registry
+    from lipcli.host.lipschitz import lipschitz_report, model_input_shape
+    from lipcli.host.plugins import get_registry
 
     _check_positive(batch_size=batch_size, n=n)
     if top_k is not None and top_k < 1:
@@ -173,7 +173,7 @@ def bench_certify(
             dt, res = _timed(lambda c=certifier, y=chunk: c.certify(head, y, top_k=k), device)
             t_cert += dt
             parts.append(res)
-        from ..certificates import CertifyResult
+        from lipcli.sdk.certificates import CertifyResult
 
         res = CertifyResult.concatenate(parts)
         radius_input = res.radius / lip_bound

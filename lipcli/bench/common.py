@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import __version__
-from ..errors import LipUsageError
-from ..plugins import natural_key
-from ..precision import tf32_state
+from lipcli import __version__
+from lipcli.sdk.errors import LipUsageError
+from lipcli.host.plugins import natural_key
+from lipcli.numerics.precision import tf32_state
 
 
 #: LipConvnet depths of paper Table 1 (SOC layers = depth + 1)
@@ -178,7 +178,7 @@ def build_model(
     seed: int = 0,
 ) -> nn.Module:
     """A freshly initialised model (global RNG seeded with ``seed``; CPU)."""
-    from ..models import create_model
+    from lipcli.host.models import create_model
 
     torch.manual_seed(seed)
     return create_model(
@@ -245,7 +245,7 @@ def recipe_optimizer(
     exclude (``no_weight_decay_parameters()``: SOC filters and the LLN weight get it; biases,
     projection-pool angles and the MLP head get none).
     """
-    from ..train import recipe_sgd, weight_decay_groups
+    from lipcli.train import recipe_sgd, weight_decay_groups
 
     groups = [g for g in weight_decay_groups(model, weight_decay) if g["params"]]
     return recipe_sgd(groups, lr=lr, momentum=momentum)
@@ -270,14 +270,14 @@ class RecipeStep:
     Gradient clipping (norm 1.0) is applied for MLP heads, as in the reference's CRC-Lip
     runs (SPEC §6); the CRC-Lip feature attack and curvature penalty (SPEC §4) are not
     part of this step (Table 1 times plain LLN training).  With ``cuda_graphs`` the step is
-    replayed from a CUDA graph where possible (:class:`lipcli.cuda_graphs.GraphedStep`;
+    replayed from a CUDA graph where possible (:class:`lipcli.host.cuda_graphs.GraphedStep`;
     :attr:`graph_reason` says why not); a call with ``labels`` (the profiler's) or ``eager``
     always runs eagerly.
     """
 
     def __init__(self, model: nn.Module, clip_grad: float | None = None,
                  cuda_graphs: bool = False) -> None:
-        from ..cuda_graphs import GraphedStep, graph_unsupported_reason
+        from lipcli.host.cuda_graphs import GraphedStep, graph_unsupported_reason
 
         self.model = model.train()
         self.optimizer = recipe_optimizer(model)

@@ -2,7 +2,7 @@
 steps of several component choices on the same architecture, interleaved in one run.
 
 Generic over components: the driver never names one.  It receives, per component kind
-(``conv``, ``activation``, ``pool``, ``head``; the keys of :data:`lipcli.models.DEFAULTS`), a
+(``conv``, ``activation``, ``pool``, ``head``; the keys of :data:`lipcli.host.models.DEFAULTS`), a
 list of choices as the registry understands them (``"name"`` or ``"name:key=value,..."``,
 resolved through the plugin registry, so a plugin's component is benched like a built-in),
 and measures every combination (their Cartesian product, in the order given; the first
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from ..errors import LipUsageError
-from .common import (
+from lipcli.sdk.errors import LipUsageError
+from lipcli.bench.common import (
     Progress,
     RecipeStep,
     _check_step_settings,
@@ -42,8 +42,8 @@ from .common import (
     step_settings,
     synthetic_batch,
 )
-from .memory import measure_step_memory
-from .table1 import _summary
+from lipcli.bench.memory import measure_step_memory
+from lipcli.bench.table1 import _summary
 
 
 def component_variants(choices: Mapping[str, Sequence[str]]) -> list[dict[str, str]]:
@@ -67,7 +67,7 @@ def variant_label(variant: Mapping[str, str], varying: Sequence[str]) -> str:
 
 def _build(arch: str, variant: Mapping[str, str], width: int, num_classes: int, seed: int,
            device: torch.device) -> torch.nn.Module:
-    from ..models import create_model
+    from lipcli.host.models import create_model
 
     torch.manual_seed(seed)
     return create_model(arch, num_classes=num_classes, width=width, **variant).to(device)

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .common import RecipeStep, _sync
+from lipcli.bench.common import RecipeStep, _sync
 
 
 _PROC_STATUS = "/proc/self/status"

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..specs import CONVOLUTION_PROFILE_LABEL
-from .common import (
+from lipcli.sdk.specs import CONVOLUTION_PROFILE_LABEL
+from lipcli.bench.common import (
     CIFAR_SHAPE,
     FAST_CONV,
     Progress,

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .common import (
+from lipcli.bench.common import (
     EPOCH_IMAGES,
     EXACT_CONV,
     FAST_CONV,
@@ -29,8 +29,8 @@ from .common import (
     synthetic_batch,
     _timed,
 )
-from .memory import measure_step_memory
-from .profile import kernel_floor
+from lipcli.bench.memory import measure_step_memory
+from lipcli.bench.profile import kernel_floor
 
 #: eager steps profiled per model for the convolution-kernel floor (CUDA)
 FLOOR_STEPS = 3

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lipcli.hookspecs import hookimpl
-from lipcli.specs import ONE_LIPSCHITZ, ActivationSpec
+from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec
 
 
 class _MaxMinFunction(torch.autograd.Function):

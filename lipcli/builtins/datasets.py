@@ -1,6 +1,6 @@
 """Built-in data sets: ``cifar10``, ``cifar100``, ``imagefolder`` and ``digits``.
 
-Every factory follows the :class:`~lipcli.specs.DatasetSpec` contract
+Every factory follows the :class:`~lipcli.sdk.specs.DatasetSpec` contract
 ``factory(root, split, *, download=False, augment=False, **params)`` and returns a
 ``torch.utils.data.Dataset`` of ``(image, label)`` pairs where ``image`` is a float tensor
 ``(3, 32, 32)`` with values in ``[0, 1]`` and ``label`` an ``int``.  Images are NOT normalised
@@ -62,9 +62,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from lipcli.errors import LipError, LipUsageError
-from lipcli.hookspecs import hookimpl
-from lipcli.specs import DatasetSpec, Param
+from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.specs import DatasetSpec, Param
 
 #: CIFAR-10 statistics used by the paper, also for CIFAR-100; the reference uses one std for
 #: every channel (SPEC §2).  The default input normalisation of every LipConvnet.

@@ -1,7 +1,7 @@
 """Built-in training losses: ``ce`` (default), ``cr`` and ``margin-offset``.
 
 (The CRC-Lip loss ``crc-lip`` lives with the rest of CRC-Lip training in
-:mod:`lipcli.builtins.loss_crc`.)  All follow :mod:`lipcli.losses`:
+:mod:`lipcli.builtins.crc.loss`.)  All follow :mod:`lipcli.sdk.losses`:
 ``factory(context, **params)`` -> ``loss(model, images, labels) -> LossOutput``.
 
 ``ce``
@@ -38,10 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.errors import LipUsageError
-from lipcli.hookspecs import hookimpl
-from lipcli.losses import LossContext, LossOutput, at_least_float32
-from lipcli.specs import LossSpec, Param
+from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.losses import LossContext, LossOutput, at_least_float32
+from lipcli.sdk.specs import LossSpec, Param
 
 #: default radius (input space) of the margin-offset loss: the paper's smallest, 36/255
 DEFAULT_EPS = 36.0 / 255.0

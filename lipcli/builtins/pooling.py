@@ -16,8 +16,8 @@ import math
 import torch
 from torch import nn
 
-from lipcli.hookspecs import hookimpl
-from lipcli.specs import ONE_LIPSCHITZ, PoolSpec
+from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.specs import ONE_LIPSCHITZ, PoolSpec
 
 
 def _halves(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

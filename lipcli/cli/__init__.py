@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 import typer
 
-from .. import __version__
-from .common import state
+from lipcli import __version__
+from lipcli.cli.common import state
 
 app = typer.Typer(
     name="lip",
@@ -73,7 +73,7 @@ def main() -> None:
     stderr and exit 2, like the errors the commands report themselves."""
     import sys
 
-    from .common import other_rank
+    from lipcli.cli.common import other_rank
 
     try:
         code = app(args=debug_first(sys.argv[1:]), prog_name="lip", standalone_mode=False)
@@ -88,7 +88,7 @@ def main() -> None:
             raise
         if other_rank():  # torchrun: rank 0 reports it
             sys.exit(exc.exit_code)
-        from ..safetext import clean
+        from lipcli.host.safetext import clean
 
         ctx = getattr(exc, "ctx", None)
         where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""

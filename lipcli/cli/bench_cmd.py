@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import cli_errors, dumps_json, fail, print_json, stderr_console, stdout_console
+from lipcli.cli.common import cli_errors, dumps_json, fail, print_json, stderr_console, stdout_console
 
 bench_app = typer.Typer(
     help=(
@@ -28,8 +28,8 @@ def _setup(device: str, threads: Optional[int], cudnn_benchmark: bool = False):
     """Apply ``--threads`` / ``--cudnn-benchmark`` and resolve ``--device`` (lazy torch)."""
     import torch
 
-    from ..bench import resolve_device
-    from ..errors import LipUsageError
+    from lipcli.bench import resolve_device
+    from lipcli.sdk.errors import LipUsageError
 
     if threads is not None:
         if threads < 1:
@@ -50,7 +50,7 @@ def _progress(quiet: bool):
 
 def _check_components(**choices: str) -> None:
     """Fail early (exit 2) on unknown component names or parameters."""
-    from ..plugins import get_registry
+    from lipcli.host.plugins import get_registry
 
     registry = get_registry()
     for kind, choice in choices.items():
@@ -60,7 +60,7 @@ def _check_components(**choices: str) -> None:
 def _check_output(path: Optional[str]) -> None:
     """``--output``: fail (exit 2) before the benchmark runs if the file cannot be written."""
     if path is not None:
-        from ..outputs import check_output_file
+        from lipcli.host.outputs import check_output_file
 
         check_output_file(path, "--output")
 
@@ -70,7 +70,7 @@ def _save(report: dict[str, Any], path: Optional[str]) -> Optional[str]:
     caller prints the results first (the benchmark is not lost)."""
     if path is None:
         return None
-    from ..modelfile import atomic_write_bytes
+    from lipcli.host.modelfile import atomic_write_bytes
 
     try:  # temporary file in the same folder, fsync, rename (as model files)
         atomic_write_bytes(path, (dumps_json(report) + "\n").encode("utf-8"))
@@ -92,9 +92,9 @@ def _finish(report: dict[str, Any], output: Optional[str], json_out: bool, print
 
 def _one_arch(text: str) -> str:
     """Exactly one architecture name (shorthand ``20`` accepted)."""
-    from ..bench import parse_archs
-    from ..errors import LipUsageError
-    from ..plugins import get_registry
+    from lipcli.bench import parse_archs
+    from lipcli.sdk.errors import LipUsageError
+    from lipcli.host.plugins import get_registry
 
     names = parse_archs(text, get_registry().names("arch"))
     if len(names) != 1:
@@ -195,10 +195,10 @@ def train(
     components instead, every combination on the same architecture and batch,
     interleaved in one run (step time, images/s, peak memory, relative to the
     first; eager steps: --cuda-graphs and --floor apply to Table 1 only)."""
-    from ..bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
-    from ..cuda_graphs import check_graph_mode
-    from ..errors import LipUsageError
-    from ..plugins import get_registry
+    from lipcli.bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
+    from lipcli.host.cuda_graphs import check_graph_mode
+    from lipcli.sdk.errors import LipUsageError
+    from lipcli.host.plugins import get_registry
 
     try:
         graphs = check_graph_mode(cuda_graphs)
@@ -206,11 +206,11 @@ def train(
         raise LipUsageError(f"--{exc}") from None
     dev = _setup(device, threads, cudnn_benchmark)
     names = parse_archs(archs, get_registry().names("arch"))
-    from .bench_components import component_lists, print_components
+    from lipcli.cli.bench_components import component_lists, print_components
 
     choices = component_lists(conv=conv, activation=activation, pool=pool, head=head)
     if choices is not None:
-        from ..bench.compare import bench_components
+        from lipcli.bench.compare import bench_components
 
         _check_output(output)
         report = bench_components(
@@ -359,8 +359,8 @@ def certify(
 ) -> None:
     """Inputs/s of feature extraction and of the head's certificate(s), and the time of the
     guaranteed Lipschitz bound and of the power estimate."""
-    from ..bench import bench_certify, build_model
-    from ..errors import LipUsageError
+    from lipcli.bench import bench_certify, build_model
+    from lipcli.sdk.errors import LipUsageError
 
     if model_path is not None:
         from pathlib import Path
@@ -382,7 +382,7 @@ def certify(
     dev = _setup(device, threads, cudnn_benchmark)
     _check_output(output)
     if model_path is not None:
-        from ..models import load_model
+        from lipcli.host.models import load_model
 
         model, _mf = load_model(model_path)
         source = f"model file {model_path}"
@@ -470,7 +470,7 @@ def profile(
 ) -> None:
     """Share of training-step time spent in convolutions versus everything else
     (torch.profiler)."""
-    from ..bench import bench_profile
+    from lipcli.bench import bench_profile
 
     dev = _setup(device, threads, cudnn_benchmark)
     name = _one_arch(arch)

@@ -9,10 +9,10 @@ from typing import Any, Optional
 
 def component_lists(**given: Optional[str]) -> Optional[dict[str, list[str]]]:
     """``lip bench train``'s component lists (kind -> choices, defaults filled in from
-    :data:`lipcli.models.DEFAULTS`), or ``None`` for the Table 1 comparison: no --conv or
+    :data:`lipcli.host.models.DEFAULTS`), or ``None`` for the Table 1 comparison: no --conv or
     --activation and one --pool and --head.  Every choice is checked (exit 2 if unknown)."""
-    from ..models import DEFAULTS
-    from ..plugins import get_registry, split_component_choices
+    from lipcli.host.models import DEFAULTS
+    from lipcli.host.plugins import get_registry, split_component_choices
 
     lists = {kind: split_component_choices(text) for kind, text in given.items() if text is not None}
     if all(len(lists.get(kind, [])) <= 1 for kind in lists) and all(
@@ -30,7 +30,7 @@ def component_lists(**given: Optional[str]) -> Optional[dict[str, list[str]]]:
 def print_components(report: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from .bench_cmd import _console, _env_caption, _mib
+    from lipcli.cli.bench_cmd import _console, _env_caption, _mib
 
     s = report["settings"]
     console = _console()

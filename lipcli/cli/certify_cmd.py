@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import MODEL_HELP, ProgressBars, cli_errors, fail, print_json, stdout_console
+from lipcli.cli.common import MODEL_HELP, ProgressBars, cli_errors, fail, print_json, stdout_console
 
 RADII_HELP = (
     "Comma-separated l2 radii. A plain number v means v/UNIT (see --radius-unit: 36 -> 36/255); "
@@ -77,16 +77,16 @@ def certify(
     input-space radius >= eps; radius = feature-space certificate / Lip(g), Lip(g) the
     guaranteed bound of the feature map including input normalisation.
     """
-    from ..certify import (
+    from lipcli.certify import (
         CertifyOptions,
         ResultsNotWrittenError,
         parse_radii,
         run_certification,
     )
-    from ..errors import LipError, LipUsageError
-    from ..outputs import check_output_file
+    from lipcli.sdk.errors import LipError, LipUsageError
+    from lipcli.host.outputs import check_output_file
 
-    from ..runs import resolve_model_argument
+    from lipcli.host.runs import resolve_model_argument
 
     radii_list = parse_radii(radii, radius_unit)
     model = resolve_model_argument(model)
@@ -98,7 +98,7 @@ def certify(
     # options themselves and the write-back into the model file are checked by
     # run_certification, also before any work
     if plot is not None:
-        from ..plot import plot_format, require_matplotlib
+        from lipcli.certify.plot import plot_format, require_matplotlib
 
         require_matplotlib()
         plot_format(plot)
@@ -131,7 +131,7 @@ def certify(
         except LipError as exc:
             write_errors.append(str(exc))
     if plot is not None:
-        from ..plot import plot_certified_accuracy
+        from lipcli.certify.plot import plot_certified_accuracy
 
         try:
             plot_certified_accuracy(
@@ -166,7 +166,7 @@ def certify(
 
 def write_per_sample_csv(path: Path, outcome: Any) -> None:
     """``index,label,prediction,correct,radius`` (radius: input-space l2, of the prediction)."""
-    from ..errors import LipError
+    from lipcli.sdk.errors import LipError
 
     lines = ["index,label,prediction,correct,radius"]
     labels = outcome.labels.tolist()
@@ -186,7 +186,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..safetext import clean_tree
+    from lipcli.host.safetext import clean_tree
 
     summary = clean_tree(summary)
     for key in ("arch", "head", "model"):

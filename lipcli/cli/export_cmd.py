@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import MODEL_HELP, ProgressBars, cli_errors, print_json, stdout_console
+from lipcli.cli.common import MODEL_HELP, ProgressBars, cli_errors, print_json, stdout_console
 
 
 @cli_errors
@@ -46,8 +46,8 @@ def export(
     runtime and compared with lipcli; a relative difference above 1e-5 is
     an error and nothing is written.
     """
-    from ..export import ExportOptions, export_model
-    from ..runs import resolve_model_argument
+    from lipcli.export import ExportOptions, export_model
+    from lipcli.host.runs import resolve_model_argument
 
     path = resolve_model_argument(model)
     options = ExportOptions(format=format, out=None if output is None else str(output),

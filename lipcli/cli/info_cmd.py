@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import MODEL_HELP, cli_errors, print_json, stdout_console
+from lipcli.cli.common import MODEL_HELP, cli_errors, print_json, stdout_console
 
 
 @cli_errors
@@ -20,8 +20,8 @@ def info(
     Read from the file alone (no data, no network built), so it also works when
     a plugin the model needs is not installed; the card names what is missing.
     """
-    from ..info import model_card
-    from ..runs import resolve_model_argument
+    from lipcli.info import model_card
+    from lipcli.host.runs import resolve_model_argument
 
     card = model_card(resolve_model_argument(model)).to_json()
     if json_out:

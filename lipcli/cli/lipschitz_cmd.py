@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from .common import MODEL_HELP, ProgressBars, cli_errors, print_json, stdout_console
+from lipcli.cli.common import MODEL_HELP, ProgressBars, cli_errors, print_json, stdout_console
 
 
 @cli_errors
@@ -34,15 +34,15 @@ def lipschitz(
     ESTIMATE (product of per-layer power-method estimates: not guaranteed) and optionally an
     empirical lower bound.
     """
-    from ..outputs import check_model_writable
-    from ..devices import resolve_device
-    from ..errors import LipUsageError
-    from ..lipschitz import lipschitz_report, merge_stored_record
-    from ..modelfile import update_metadata
-    from ..models import load_model
-    from ..promises import verify_promises
+    from lipcli.host.outputs import check_model_writable
+    from lipcli.host.devices import resolve_device
+    from lipcli.sdk.errors import LipUsageError
+    from lipcli.host.lipschitz import lipschitz_report, merge_stored_record
+    from lipcli.host.modelfile import update_metadata
+    from lipcli.host.models import load_model
+    from lipcli.host.promises import verify_promises
 
-    from ..runs import resolve_model_argument
+    from lipcli.host.runs import resolve_model_argument
 
     model = resolve_model_argument(model)
     if not model.exists():
@@ -79,7 +79,7 @@ def print_report(report: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..safetext import clean_tree
+    from lipcli.host.safetext import clean_tree
 
     report = clean_tree(report)  # no control characters or markup from file text
     report["model"] = escape(report["model"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from .common import cli_errors, fail, print_json, stdout_console
+from lipcli.cli.common import cli_errors, fail, print_json, stdout_console
 
 
 @cli_errors
@@ -13,7 +13,7 @@ def plugins(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show each component's parameters."),
 ) -> None:
     """List installed plugins (name, distribution, version) and the components they provide."""
-    from ..plugins import KIND_TITLES, get_host
+    from lipcli.host.plugins import KIND_TITLES, get_host
 
     host = get_host()
     # not the process-wide (strict) registry: a duplicate name must not hide what is installed
@@ -55,7 +55,7 @@ def _print_tables(host, registry, verbose: bool) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from ..plugins import KIND_TITLES
+    from lipcli.host.plugins import KIND_TITLES
 
     console = stdout_console()
     table = Table(title="Plugins", title_justify="left")

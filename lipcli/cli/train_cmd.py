@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 import typer
 
-from ..train.config import DEFAULT_EXTRA_RATIO, OPTIMIZER_LR, SCHEDULES, TrainConfig
-from .common import cli_errors, print_json
+from lipcli.train.config import DEFAULT_EXTRA_RATIO, OPTIMIZER_LR, SCHEDULES, TrainConfig
+from lipcli.cli.common import cli_errors, print_json
 
 _COMPONENT = "NAME or NAME:key=value,..."
 #: the defaults the help texts quote (written once, in TrainConfig)
@@ -110,9 +110,9 @@ def train(
     continue with `lip train --resume RUN_DIR`.  Several processes:
     `torchrun --nproc-per-node N -m lipcli train ...`.
     """
-    from ..errors import LipUsageError
-    from ..train import TrainConfig, load_config_file
-    from ..train import train as run_training
+    from lipcli.sdk.errors import LipUsageError
+    from lipcli.train import TrainConfig, load_config_file
+    from lipcli.train import train as run_training
 
     given: dict[str, Any] = {
         "arch": arch, "conv": conv, "activation": activation, "pool": pool, "head": head,
@@ -158,7 +158,7 @@ def _without_file_width(cfg, given: dict):
     either form (its ``width`` key and an inline ``width=`` in its ``arch``)."""
     import dataclasses
 
-    from ..plugins import parse_component_choice
+    from lipcli.host.plugins import parse_component_choice
 
     arch_given = given.get("arch")
     if "width" not in given and not (

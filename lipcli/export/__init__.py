@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
-from .driver import ExportCheck, ExportCheckError, ExportOptions, ExportReport, export_model
-from .formats import FORMATS, MissingRuntimeError
-from .lowering import ExportedCertificate, ExportError, lower_module
+from lipcli.export.driver import ExportCheck, ExportCheckError, ExportOptions, ExportReport, export_model
+from lipcli.export.formats import FORMATS, MissingRuntimeError
+from lipcli.export.lowering import ExportedCertificate, ExportError, lower_module
 
 __all__ = [
     "ExportCheck", "ExportCheckError", "ExportError", "ExportOptions", "ExportReport",

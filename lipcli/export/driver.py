@@ -31,11 +31,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .. import __version__
-from ..errors import LipError, LipUsageError
-from .formats import EXAMPLE_BATCH, format_for
-from .lowering import ExportError, lower_certificate
-from .program import build_program
+from lipcli import __version__
+from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.export.formats import EXAMPLE_BATCH, format_for
+from lipcli.export.lowering import ExportError, lower_certificate
+from lipcli.export.program import build_program
 
 #: largest accepted difference between the exported program and lipcli, relative to the
 #: largest magnitude of lipcli's logits (radii)
@@ -108,7 +108,7 @@ def default_output(model_path: str | os.PathLike, suffix: str) -> Path:
 
 
 def _check_options(model_path: Path, options: ExportOptions) -> tuple[Any, Path]:
-    from ..outputs import check_output_file
+    from lipcli.host.outputs import check_output_file
 
     fmt = format_for(options.format, options.out)
     if options.check_inputs < 1:
@@ -162,7 +162,7 @@ def check_inputs(mf: Any, n: int, shape: tuple[int, int, int], seed: int) -> tup
     needed), else ``n`` seeded uniform random images in ``[0, 1]``."""
     recorded = mf.metadata.get("dataset")
     try:
-        from ..models import recorded_dataset
+        from lipcli.host.models import recorded_dataset
 
         comp = recorded_dataset("model", recorded) if recorded is not None else None
         if comp is not None:
@@ -190,7 +190,7 @@ def _relative(diff: np.ndarray, ref: np.ndarray) -> float:
 def compare(run: Any, model: torch.nn.Module, certificate: Any, lipschitz: float | None,
             images: torch.Tensor, source: str, batch: int = 256) -> ExportCheck:
     """Run the loaded program and lipcli on ``images``; differences (see module docstring)."""
-    from .program import ROUND_DOWN
+    from lipcli.export.program import ROUND_DOWN
 
     got_logits, got_radius, ref_logits, ref_radius = [], [], [], []
     with torch.no_grad():
@@ -220,10 +220,10 @@ def compare(run: Any, model: torch.nn.Module, certificate: Any, lipschitz: float
 def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
                  progress: Progress | None = None) -> ExportReport:
     """Export the model in ``model_path`` (see the module docstring)."""
-    from ..lipschitz import guaranteed_upper_bound, model_input_shape
-    from ..modelfile import atomic_write_bytes
-    from ..models import load_model
-    from ..plugins import get_registry
+    from lipcli.host.lipschitz import guaranteed_upper_bound, model_input_shape
+    from lipcli.host.modelfile import atomic_write_bytes
+    from lipcli.host.models import load_model
+    from lipcli.host.plugins import get_registry
 
     report = progress or (lambda stage, done, total: None)
     model_path = Path(model_path)

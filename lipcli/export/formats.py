@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..errors import LipError
+from lipcli.sdk.errors import LipError
 
 #: name of the metadata record (an extra file in the torch archives, a metadata key in ONNX)
 METADATA_NAME = "lipcli.json"
@@ -199,7 +199,7 @@ FORMATS: dict[str, Any] = {f.name: f for f in (Pt2Format(), OnnxFormat(), TorchS
 
 def get_format(name: str) -> Any:
     """The format called ``name`` (``LipUsageError`` listing the valid ones otherwise)."""
-    from ..errors import LipUsageError
+    from lipcli.sdk.errors import LipUsageError
 
     key = (name or "").strip().lower()
     if key not in FORMATS:
@@ -211,7 +211,7 @@ def format_for(name: str | None, output: str | Path | None) -> Any:
     """The format to write: ``name`` when given, else the one whose suffix ``output`` has,
     else ``pt2``.  A known suffix of another format than ``name`` is a ``LipUsageError``
     (``-o model.onnx --format pt2`` would write a file that onnxruntime cannot read)."""
-    from ..errors import LipUsageError
+    from lipcli.sdk.errors import LipUsageError
 
     by_suffix = None
     if output is not None:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..errors import LipError
+from lipcli.sdk.errors import LipError
 
 #: name of the method a module implements to take part in export
 EXPORT_METHOD = "export_module"

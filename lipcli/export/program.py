@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .lowering import ExportedCertificate, lower_module
+from lipcli.export.lowering import ExportedCertificate, lower_module
 
 #: factor that rounds the quotient ``r / L`` down (see the module docstring)
 ROUND_DOWN = 1.0 - 2.0**-52
@@ -57,7 +57,7 @@ def build_program(model: nn.Module, certificate: ExportedCertificate | None = No
     body = getattr(model, "body", None)
     head = getattr(model, "head", None)
     if not isinstance(body, nn.Sequential) or not isinstance(head, nn.Module):
-        from .lowering import ExportError
+        from lipcli.export.lowering import ExportError
 
         raise ExportError(
             f"{type(model).__name__} has no 'body' nn.Sequential and 'head': lip export needs the "

@@ -13,9 +13,9 @@ Recipe (SPEC §6, reference defaults; every value is a :class:`TrainConfig` fiel
 * Power iteration of SOC layers: ``model.refresh_power_iteration(50)`` at the middle and at
   the end of every epoch (i.e. twice per epoch, and before every evaluation).
 
-Losses (``lip_losses`` plugins, protocol in :mod:`lipcli.losses`): ``--loss NAME:key=value``,
+Losses (``lip_losses`` plugins, protocol in :mod:`lipcli.sdk.losses`): ``--loss NAME:key=value``,
 by default the head's own (``HeadSpec.loss``): ``ce`` for LLN, ``crc-lip`` (paper eq. 5, its
-feature attack and curvature regulariser, :mod:`lipcli.builtins.loss_crc`) for the MLP head;
+feature attack and curvature regulariser, :mod:`lipcli.builtins.crc.loss`) for the MLP head;
 ``cr`` and ``margin-offset`` are built in too (:mod:`lipcli.builtins.losses`).  A loss's
 ``recipe`` gives data-set dependent defaults (CRC-Lip: CIFAR-10 ``ρ = 36/255, γ = 0.5``,
 CIFAR-100 ``ρ = 0.2, γ = 0.75``) and its spec the default gradient clipping (CRC-Lip: 1.0).
@@ -24,7 +24,7 @@ The trainer only calls the protocol (:mod:`~lipcli.train.objective`).
 Optimisers and schedules (:mod:`~lipcli.train.optim`): ``--optimizer sgd`` (the recipe's,
 default) ``| adamw | nadam``, ``--lookahead K`` (Lookahead every K steps), ``--schedule step``
 (default) ``| cosine`` with ``--warmup-epochs``; the resolved choice is recorded in the model
-file.  Extra training data (``--extra-data``, ``--extra-ratio``): :mod:`lipcli.extradata`
+file.  Extra training data (``--extra-data``, ``--extra-ratio``): :mod:`lipcli.host.extradata`
 (reading and checking the arrays) and :mod:`~lipcli.train.mixing` (mixed batches).
 
 Nothing is lost: a run directory holds ``config.json`` (resolved config), ``train_log.jsonl``
@@ -35,7 +35,7 @@ An existing model file or a finished run's directory is replaced only with ``ove
 (``--overwrite``); an unfinished run's directory is always refused (resume it instead).
 ``resume`` continues a killed or interrupted run from its last checkpoint; on one CPU
 process it ends bit-identical to an uninterrupted run, because every epoch re-derives its
-random state from ``(seed, epoch, rank)`` (:func:`lipcli.data.epoch_seed`).
+random state from ``(seed, epoch, rank)`` (:func:`lipcli.host.data.epoch_seed`).
 
 Several processes (``torchrun --nproc-per-node N -m lipcli train ...``): DDP with NCCL on
 CUDA and gloo on CPU, a DistributedSampler, SOC buffers broadcast from rank 0 after every

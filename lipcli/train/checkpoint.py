@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from ..errors import LipError, LipUsageError
-from .config import CHECKPOINT_FORMAT, CHECKPOINT_VERSION
+from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.train.config import CHECKPOINT_FORMAT, CHECKPOINT_VERSION
 
 
 def flatten_state(obj: Any, prefix: str, tensors: dict[str, torch.Tensor]) -> Any:
@@ -104,7 +104,7 @@ def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], meta: dict[st
     """Atomically write a checkpoint: safetensors with ``lipcli.checkpoint`` JSON metadata."""
     from safetensors.torch import save
 
-    from ..modelfile import atomic_write_bytes
+    from lipcli.host.modelfile import atomic_write_bytes
 
     blob = save(tensors, metadata={"lipcli.checkpoint": json.dumps(meta, sort_keys=True, allow_nan=False)})
     try:

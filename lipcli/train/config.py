@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import LipUsageError
+from lipcli.sdk.errors import LipUsageError
 
 
 #: older names of loss parameters, kept as settings (and ``lip train`` options): each sets the
@@ -173,8 +173,8 @@ class TrainConfig:
         need(self.curvature_classes is None or self.curvature_classes >= 0, "curvature_classes must be >= 0 (0 = all classes)")
         need(self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}")
         need(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
-        from ..cuda_graphs import GRAPH_MODES  # (imports torch: not at module level)
-        from ..devices import check_device_name
+        from lipcli.host.cuda_graphs import GRAPH_MODES  # (imports torch: not at module level)
+        from lipcli.host.devices import check_device_name
 
         check_device_name(self.device)
         need(self.cuda_graphs in GRAPH_MODES,

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..devices import resolve_device
-from ..errors import LipError, LipUsageError
+from lipcli.host.devices import resolve_device
+from lipcli.sdk.errors import LipError, LipUsageError
 
 
 @dataclass
@@ -52,7 +52,7 @@ class DistContext:
         )
 
     def resolve_device(self, name: str) -> torch.device:
-        """``--device`` as :func:`lipcli.devices.resolve_device`, except that a bare ``cuda``
+        """``--device`` as :func:`lipcli.host.devices.resolve_device`, except that a bare ``cuda``
         (also ``auto`` on a GPU machine) is this process's GPU: its local rank under torchrun,
         else the current CUDA device."""
         dev = resolve_device(name)

@@ -1,8 +1,8 @@
-"""The training driver's own errors (subclasses of :class:`lipcli.errors.LipError`)."""
+"""The training driver's own errors (subclasses of :class:`lipcli.sdk.errors.LipError`)."""
 
 from __future__ import annotations
 
-from ..errors import LipError
+from lipcli.sdk.errors import LipError
 
 
 class TrainingDiverged(LipError):

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .distributed import DistContext
+from lipcli.train.distributed import DistContext
 
 
 @torch.no_grad()
@@ -34,9 +34,9 @@ def evaluate(model: nn.Module, loader: Iterable, ctx: DistContext) -> dict[str, 
 def lipschitz_record(model: nn.Module, *, estimate: bool = True) -> dict[str, Any]:
     """The model file's ``lipschitz`` slot.
 
-    Uses :func:`lipcli.lipschitz.lipschitz_report` (guaranteed upper bound + power estimate).
+    Uses :func:`lipcli.host.lipschitz.lipschitz_report` (guaranteed upper bound + power estimate).
     """
-    from ..lipschitz import lipschitz_report
+    from lipcli.host.lipschitz import lipschitz_report
 
     report = lipschitz_report(model, estimate=estimate, iters=50)
     return json.loads(json.dumps(report, default=float))

@@ -13,21 +13,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import __version__
-from ..cuda_graphs import GraphedStep, graph_unsupported_reason
-from ..errors import LipError, LipUsageError
-from .checkpoint import (_prefixed, flatten_state, read_checkpoint, rng_state, set_rng_state,
+from lipcli import __version__
+from lipcli.host.cuda_graphs import GraphedStep, graph_unsupported_reason
+from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.train.checkpoint import (_prefixed, flatten_state, read_checkpoint, rng_state, set_rng_state,
                          unflatten_state, write_checkpoint)
-from .config import (CHECKPOINT_FORMAT, CHECKPOINT_NAME, CHECKPOINT_VERSION, INTERRUPT_ENV,
+from lipcli.train.config import (CHECKPOINT_FORMAT, CHECKPOINT_NAME, CHECKPOINT_VERSION, INTERRUPT_ENV,
                      MODEL_NAME, TrainConfig)
-from .distributed import DistContext
-from .errors import TrainingDiverged, TrainingInterrupted
-from .evaluation import evaluate, lipschitz_record
-from .objective import TrainStep, build_loss, loss_record, resolve_loss
-from .optim import build_optimization, optimization_record
-from .paths import RunPaths, _check_writable_dir, check_replaceable, plan_paths
-from ..locks import check_run_unlocked, run_locks
-from .reporting import Reporter
+from lipcli.train.distributed import DistContext
+from lipcli.train.errors import TrainingDiverged, TrainingInterrupted
+from lipcli.train.evaluation import evaluate, lipschitz_record
+from lipcli.train.objective import TrainStep, build_loss, loss_record, resolve_loss
+from lipcli.train.optim import build_optimization, optimization_record
+from lipcli.train.paths import RunPaths, _check_writable_dir, check_replaceable, plan_paths
+from lipcli.host.locks import check_run_unlocked, run_locks
+from lipcli.train.reporting import Reporter
 
 
 @dataclass
@@ -79,7 +79,7 @@ def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Any) -> bool:
 def _arch_component(cfg: TrainConfig, reg: Any) -> Any:
     """The architecture with ``--width`` applied; the same width given twice (``--arch
     NAME:width=W`` and ``--width W``) is fine, two different widths are a usage error."""
-    from ..plugins import parse_component_choice
+    from lipcli.host.plugins import parse_component_choice
 
     inline = parse_component_choice(cfg.arch)[1]
     if cfg.width is None:
@@ -95,7 +95,7 @@ def _arch_component(cfg: TrainConfig, reg: Any) -> Any:
 
 
 def _component_error_message(exc: Any, cfg: TrainConfig) -> str:
-    """The CLI wording of a :class:`~lipcli.models.ComponentParameterError`: the option that
+    """The CLI wording of a :class:`~lipcli.host.models.ComponentParameterError`: the option that
     set the rejected value when that is ``--width``, else the component and its values."""
     width_only = cfg.width is not None and (
         (exc.kind == "arch" and set(exc.params) == {"width"})
@@ -125,9 +125,9 @@ def train(
     run directory is replaced only with ``overwrite`` (see :func:`plan_paths`).
     Every argument is validated before anything is written.
     """
-    from ..data import check_data_dir, load_data, resolve_dataset
-    from ..models import ComponentParameterError, build_model, make_config
-    from ..plugins import get_registry
+    from lipcli.host.data import check_data_dir, load_data, resolve_dataset
+    from lipcli.host.models import ComponentParameterError, build_model, make_config
+    from lipcli.host.plugins import get_registry
 
     reg = registry or get_registry()
     ctx = DistContext.from_env()
@@ -229,7 +229,7 @@ def _open_extra_data(cfg: TrainConfig, data: Any) -> Any:
     """The ``--extra-data`` arrays, memory-mapped and checked against the data (or None)."""
     if cfg.extra_data is None:
         return None
-    from ..extradata import check_compatible, open_extra_data
+    from lipcli.host.extradata import check_compatible, open_extra_data
 
     extra = open_extra_data(cfg.extra_data)
     check_compatible(extra, image_shape=data.image_shape, num_classes=data.num_classes)
@@ -240,8 +240,8 @@ def _make_loaders(cfg: TrainConfig, ctx: DistContext, device: torch.device, data
                   workers: int, extra: Any = None) -> tuple[Any, Any, Any, Any]:
     """This rank's training loader and sampler (with ``extra`` images mixed in where given),
     validation loader (or None) and test loader."""
-    from ..data import eval_loader, train_loader
-    from .mixing import extra_loader_or_none
+    from lipcli.host.data import eval_loader, train_loader
+    from lipcli.train.mixing import extra_loader_or_none
 
     pin = device.type == "cuda"
     per_rank_batch = cfg.batch_size // ctx.world_size
@@ -273,8 +273,8 @@ def _make_scaler(cfg: TrainConfig, device: torch.device) -> tuple[torch.dtype, t
 
 def _make_loss(cfg: TrainConfig, device: torch.device, data: Any, model: nn.Module,
                component: Any) -> nn.Module:
-    """The run's training loss, built by its component's factory (see :mod:`lipcli.losses`)."""
-    from ..losses import LossContext
+    """The run's training loss, built by its component's factory (see :mod:`lipcli.sdk.losses`)."""
+    from lipcli.sdk.losses import LossContext
 
     context = LossContext(model=model, num_classes=data.num_classes, dataset=data.component.name,
                           mean=tuple(data.mean), std=tuple(data.std), seed=cfg.seed, device=device,
@@ -339,7 +339,7 @@ class _TrainingRun:
         if ckpt_tensors is not None:
             self.restore_checkpoint(ckpt_tensors, ckpt_meta)
         self.make_dirs()
-        # one writer per run directory and model file for the whole run (lipcli.locks)
+        # one writer per run directory and model file for the whole run (lipcli.host.locks)
         with run_locks(self.paths.run_dir, self.paths.out, enabled=self.ctx.is_main):
             self.create_run_dir()
             self.announce()
@@ -430,7 +430,7 @@ class _TrainingRun:
                 for stale in (paths.log, paths.best):
                     if stale.exists():
                         stale.unlink()
-                from ..modelfile import atomic_write_bytes
+                from lipcli.host.modelfile import atomic_write_bytes
 
                 atomic_write_bytes(paths.config, (json.dumps(self.cfg.to_json(), indent=2) + "\n").encode())
                 self.save_checkpoint()
@@ -466,7 +466,7 @@ class _TrainingRun:
                    **{sync: True})
 
     def _make_graphed_step(self, forward: nn.Module) -> None:
-        """Set :attr:`graphed` (``--cuda-graphs``, :mod:`lipcli.cuda_graphs`) or the reason why not."""
+        """Set :attr:`graphed` (``--cuda-graphs``, :mod:`lipcli.host.cuda_graphs`) or the reason why not."""
         mode = self.cfg.cuda_graphs
         if mode == "off":
             self.graph_reason = "off (--cuda-graphs off)"
@@ -643,7 +643,7 @@ class _TrainingRun:
         with ``keep_best``, rank 0 saves a new best model."""
         if self.val_loader is None:
             return
-        from ..models import save_model
+        from lipcli.host.models import save_model
 
         val = evaluate(self.model, self.val_loader, self.ctx)
         record["val_loss"], record["val_accuracy"] = val["loss"], val["accuracy"]
@@ -710,7 +710,7 @@ class _TrainingRun:
         cfg, state = self.cfg, self.state
         self.ctx.check_consistent(self.model)
         if cfg.keep_best and state.best is not None:
-            from ..modelfile import read_model_file
+            from lipcli.host.modelfile import read_model_file
 
             self.model.load_state_dict(read_model_file(self.paths.best).tensors)
         self.model.eval()
@@ -764,7 +764,7 @@ class _TrainingRun:
     def _write_model(self, test: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
         """Rank 0: write the model file and the final checkpoint, print the result; returns the
         JSON summary."""
-        from ..models import save_model
+        from lipcli.host.models import save_model
 
         lipschitz = lipschitz_record(self.model, estimate=self.cfg.lipschitz_estimate)
         training = self._training_metadata()
@@ -802,6 +802,6 @@ class _TrainingRun:
 
 
 def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    from ..data import epoch_seed
+    from lipcli.host.data import epoch_seed
 
     return epoch_seed(seed, epoch, rank)

@@ -1,7 +1,7 @@
 """Loss plumbing for the trainer: resolve ``--loss``, build the loss, the DDP-wrapped step.
 
 The trainer knows no loss by name.  The loss is a ``loss`` component (``lip_losses`` hook,
-protocol in :mod:`lipcli.losses`): ``--loss NAME:key=value`` or, when not given, the head's
+protocol in :mod:`lipcli.sdk.losses`): ``--loss NAME:key=value`` or, when not given, the head's
 ``HeadSpec.loss`` (``ce`` for LLN, ``crc-lip`` for the MLP head).  Resolution order of each
 loss parameter: given inline in ``--loss`` > a shorthand option (``--attack-radius`` etc.,
 :data:`~lipcli.train.config.LOSS_SHORTHANDS`) > the spec's ``recipe(dataset)`` > the
@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import LipUsageError
-from ..losses import LossContext, LossOutput, has_trainable_parameters, resolved_loss_params
-from ..specs import Component
-from .config import LOSS_SHORTHANDS, TrainConfig
+from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.losses import LossContext, LossOutput, has_trainable_parameters, resolved_loss_params
+from lipcli.sdk.specs import Component
+from lipcli.train.config import LOSS_SHORTHANDS, TrainConfig
 
 
 def _choice_text(name: str, params: dict[str, Any]) -> str:
@@ -32,7 +32,7 @@ def _choice_text(name: str, params: dict[str, Any]) -> str:
 def resolve_loss(cfg: TrainConfig, head: Component, dataset_name: str, reg: Any) -> tuple[TrainConfig, Component]:
     """The loss component of a run and the config with ``loss`` (every parameter written out)
     and ``grad_clip`` resolved; the shorthand settings are folded into ``loss`` (and cleared)."""
-    from ..plugins import parse_component_choice
+    from lipcli.host.plugins import parse_component_choice
 
     default_loss = getattr(head.spec, "loss", "ce")
     choice = cfg.loss or default_loss

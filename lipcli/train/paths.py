@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import LipError, LipUsageError
-from ..locks import check_run_unlocked
-from ..outputs import cannot_create_in
-from ..runs import runs_root
-from .checkpoint import read_checkpoint
-from .config import BEST_NAME, CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, MODEL_NAME, TrainConfig
+from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.host.locks import check_run_unlocked
+from lipcli.host.outputs import cannot_create_in
+from lipcli.host.runs import runs_root
+from lipcli.train.checkpoint import read_checkpoint
+from lipcli.train.config import BEST_NAME, CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, MODEL_NAME, TrainConfig
 
 
 @dataclass
@@ -68,7 +68,7 @@ def check_replaceable(out: Path, overwrite: bool, hint: str = "or choose another
         return
     if not overwrite:
         raise LipUsageError(f"model file {out} already exists; pass --overwrite to replace it {hint}")
-    from ..modelfile import read_metadata
+    from lipcli.host.modelfile import read_metadata
 
     try:
         read_metadata(out)
@@ -91,7 +91,7 @@ def plan_paths(
     * An existing model file, or a run directory holding a finished run, is refused unless
       ``overwrite`` (``lip train --overwrite``): its files would be replaced.  A file at
       ``out`` that is not a lipcli model file is never replaced.
-    * A run directory or model file held by a live run (:mod:`lipcli.locks`) is refused.
+    * A run directory or model file held by a live run (:mod:`lipcli.host.locks`) is refused.
     """
     if out is not None:
         out_path = Path(out).expanduser()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import lipcli_aol.plugin as plugin
-from lipcli.specs import ONE_LIPSCHITZ, ConvSpec
+from lipcli.sdk.specs import ONE_LIPSCHITZ, ConvSpec
 from lipcli.testing import affine_matrix, check_conv_spec
 from lipcli_aol import AOLConv, aol_rescale
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import lipcli_bcop.plugin as plugin
-from lipcli.specs import ConvSpec
+from lipcli.sdk.specs import ConvSpec
 from lipcli.testing import affine_matrix, check_conv_spec
 from lipcli_bcop import BCOPConv, bcop_kernel, bjorck
 from lipcli_bcop.bcop import bjorck_converged
@@ -78,7 +78,7 @@ def test_dense_jacobian_singular_values_are_all_one_at_convergence(cin, cout, k,
 def test_training_filter_before_convergence_is_bounded():
     """One Björck step (far from orthogonal): sigma_max <= 1 (exact arithmetic) and <= the
     verified bound of that filter."""
-    from lipcli.gram_bounds import conv_gram_norm_upper_bound
+    from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
 
     layer = perturbed(BCOPConv(4, 4, 3, 1, bjorck_iters=1), seed=5).train()
     with torch.no_grad():

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import lipcli_cayley.plugin as plugin
-from lipcli.errors import LipError
-from lipcli.specs import ConvSpec
+from lipcli.sdk.errors import LipError
+from lipcli.sdk.specs import ConvSpec
 from lipcli.testing import affine_matrix, check_conv_spec
 from lipcli_cayley import CayleyConv, cayley
 from lipcli_cayley.cayley import _phases

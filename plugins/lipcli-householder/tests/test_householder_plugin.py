@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import lipcli_householder.plugin as plugin
-from lipcli.errors import LipUsageError
-from lipcli.plugins import create_host
-from lipcli.specs import ONE_LIPSCHITZ, ActivationSpec
+from lipcli.sdk.errors import LipUsageError
+from lipcli.host.plugins import create_host
+from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec
 from lipcli.testing import (
     check_activation_spec,
     check_component_spec,
@@ -74,7 +74,7 @@ def test_model_file_roundtrip_and_network_bound(tmp_path, choice):
     report = check_model_roundtrip(activation=choice, registry=reg, directory=tmp_path)
     assert report.config["activation"]["name"] == "householder"
     from lipcli import create_model
-    from lipcli.lipschitz import guaranteed_upper_bound
+    from lipcli.host.lipschitz import guaranteed_upper_bound
 
     torch.manual_seed(0)
     model = create_model("lipconvnet-5", activation=choice, width=4, registry=reg)

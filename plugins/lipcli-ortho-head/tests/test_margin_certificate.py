@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 import lipcli_ortho_head.plugin as plugin
-from lipcli.builtins.cert_lln import lln_radius
-from lipcli.errors import LipError
-from lipcli.spectral import spectral_norm_upper_bound
-from lipcli.specs import ONE_LIPSCHITZ
+from lipcli.builtins.lln.certificate import lln_radius
+from lipcli.sdk.errors import LipError
+from lipcli.numerics.spectral import spectral_norm_upper_bound
+from lipcli.sdk.specs import ONE_LIPSCHITZ
 from lipcli.testing import check_component_spec
 from lipcli_ortho_head import MarginCertifier, OrthoHead
 

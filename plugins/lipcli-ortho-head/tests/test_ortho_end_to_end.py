@@ -9,7 +9,7 @@ import torch
 import lipcli_ortho_head.plugin as plugin
 from lipcli import create_model, save_model
 from lipcli.certify import CertifyOptions, run_certification
-from lipcli.plugins import create_host
+from lipcli.host.plugins import create_host
 from lipcli.testing import check_model_roundtrip, installed_plugin_modules
 
 DIGITS = {"name": "digits", "params": {}, "num_classes": 10}
@@ -68,8 +68,8 @@ def test_a_wrong_head_bound_is_caught_by_the_attack(model_file, registry, monkey
 
 def test_margin_equals_lln_on_the_ortho_model(model_file, registry):
     """Where both apply (a linear head with orthonormal rows) the two certificates agree."""
-    from lipcli.builtins.cert_lln import LLNCertifier
-    from lipcli.models import load_model
+    from lipcli.builtins.lln.certificate import LLNCertifier
+    from lipcli.host.models import load_model
 
     model, _ = load_model(model_file, registry=registry)
     y = model.features(torch.rand(8, 3, 32, 32))

@@ -64,7 +64,7 @@ def test_spec_and_declared_bound_conformance():
 
 def test_head_lipschitz_check_can_fail():
     """A head that declares a bound below its true constant is caught."""
-    from lipcli.specs import HeadSpec
+    from lipcli.sdk.specs import HeadSpec
 
     class Liar(OrthoHead):
         def forward(self, y):

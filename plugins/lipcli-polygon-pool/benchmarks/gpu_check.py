@@ -79,8 +79,8 @@ def pool_costs() -> None:
 
 def model_step_costs() -> None:
     import lipcli_polygon_pool.plugin as plugin
-    from lipcli.models import create_model
-    from lipcli.plugins import create_host
+    from lipcli.host.models import create_model
+    from lipcli.host.plugins import create_host
 
     reg = create_host(autoload=False, extra=[("polygon", plugin)]).registry()
     x = torch.rand(128, 3, 32, 32, device="cuda")

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import lipcli_polygon_pool.plugin as plugin
-from lipcli.errors import LipUsageError
-from lipcli.plugins import create_host
-from lipcli.specs import ONE_LIPSCHITZ, PoolSpec
+from lipcli.sdk.errors import LipUsageError
+from lipcli.host.plugins import create_host
+from lipcli.sdk.specs import ONE_LIPSCHITZ, PoolSpec
 from lipcli.testing import check_component_spec, check_model_roundtrip, check_pool_spec
 from lipcli_polygon_pool import PolygonPool
 

@@ -20,7 +20,7 @@ taps 0, so a fresh layer with ``out ≥ 4·in`` (or ``out ≥ in``) is an isomet
 
 Bound: in exact arithmetic the rescaled filter has norm ``≤ 1``; the float32 filter actually
 used is rounded, so ``lipschitz_upper_bound()`` certifies the filter *as used* with the
-verified Gram bound :func:`lipcli.gram_bounds.conv_gram_norm_upper_bound` (about
+verified Gram bound :func:`lipcli.numerics.gram_bounds.conv_gram_norm_upper_bound` (about
 ``1 + 1e-7`` in float32, ``1 + 1e-15`` in float64).
 """
 
@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lipcli.convbase import LipConvBase
-from lipcli.gram_bounds import conv_gram_norm_upper_bound
+from lipcli.sdk.convbase import LipConvBase
+from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
 
 #: smallest ``d_i`` used (a zero column is left at zero; a larger d only shrinks the norm)
 _MIN_D = 1e-12

@@ -6,7 +6,7 @@ Provides one convolution component, ``aol``: ``lip train --conv aol``.
 from __future__ import annotations
 
 import lipcli
-from lipcli.specs import ConvSpec
+from lipcli.sdk.specs import ConvSpec
 
 from .aol import AOLConv
 

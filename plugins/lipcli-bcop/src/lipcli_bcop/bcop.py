@@ -33,7 +33,7 @@ What is proven, and what is bounded: Björck's iteration stops after ``bjorck_it
 in training (float32) and at convergence in eval mode (run in float64, then the filter is
 cast to the parameters' dtype), so orthogonality holds only up to its convergence and
 rounding.  The spec therefore promises nothing; ``lipschitz_upper_bound()`` certifies the
-filter as used with :func:`lipcli.gram_bounds.conv_gram_norm_upper_bound` (for an orthogonal
+filter as used with :func:`lipcli.numerics.gram_bounds.conv_gram_norm_upper_bound` (for an orthogonal
 filter ``√(1 + Σ_δ ‖KᵀK[δ] − I·[δ = 0]‖_F)`` is the tight one, every rounding covered):
 ``1 + O(1e-6)`` for float32 filters, ``1 + O(1e-12)`` in float64.
 """
@@ -44,8 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lipcli.convbase import LipConvBase
-from lipcli.gram_bounds import conv_gram_norm_upper_bound
+from lipcli.sdk.convbase import LipConvBase
+from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
 
 #: eval-mode Björck: stop when ``‖AᵀA − I‖_F`` (float64) is below this, at most
 #: :data:`EVAL_MAX_ITERS` steps

@@ -6,7 +6,7 @@ Provides one convolution component, ``bcop``: ``lip train --conv bcop``.
 from __future__ import annotations
 
 import lipcli
-from lipcli.specs import ConvSpec, Param
+from lipcli.sdk.specs import ConvSpec, Param
 
 from .bcop import BCOPConv
 

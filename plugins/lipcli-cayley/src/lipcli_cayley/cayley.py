@@ -26,7 +26,7 @@ semi-orthogonal in exact arithmetic, hence the promise ``"orthogonal"``.  The ma
 ``Q̂(f)`` actually used are computed in floating point (float32 in training), so
 ``lipschitz_upper_bound()`` certifies them: ``max_f ‖Q̂(f)‖₂ ≤ √(1 + max_f ‖Q̂ᴴQ̂ − I‖_F)``
 with every rounding of that computation covered
-(:func:`lipcli.gram_bounds.isometry_norm_upper_bound`).  This bounds the linear map
+(:func:`lipcli.numerics.gram_bounds.isometry_norm_upper_bound`).  This bounds the linear map
 ``x ↦ c2r(Q̂ · DFT(x))`` exactly: with ``E`` the Hermitian completion of the half-plane
 products ``Z(f) = Q̂(f)x̂(f)``, ``y = Re IDFT(E)``, so ``‖y‖² ≤ ‖E‖²/(HW) ≤ max‖Q̂‖²·‖x̂‖²/(HW)
 = max‖Q̂‖²·‖x‖²`` (Parseval), whether or not ``Q̂(−f) = conj Q̂(f)`` holds exactly in floating
@@ -44,9 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lipcli.convbase import LipConvBase
-from lipcli.errors import LipError
-from lipcli.gram_bounds import isometry_norm_upper_bound
+from lipcli.sdk.convbase import LipConvBase
+from lipcli.sdk.errors import LipError
+from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
 
 
 def cayley(A: Tensor) -> Tensor:

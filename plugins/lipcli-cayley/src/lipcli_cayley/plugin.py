@@ -6,7 +6,7 @@ Provides one convolution component, ``cayley``: ``lip train --conv cayley``.
 from __future__ import annotations
 
 import lipcli
-from lipcli.specs import ORTHOGONAL, ConvSpec
+from lipcli.sdk.specs import ORTHOGONAL, ConvSpec
 
 from .cayley import CayleyConv
 

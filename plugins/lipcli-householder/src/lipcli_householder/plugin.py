@@ -7,7 +7,7 @@ the paper's ``hh1``) or ``--activation householder:order=2`` (``hh2``).
 from __future__ import annotations
 
 import lipcli
-from lipcli.specs import ONE_LIPSCHITZ, ActivationSpec, Param
+from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec, Param
 
 from .householder import ORDERS, HouseHolder
 

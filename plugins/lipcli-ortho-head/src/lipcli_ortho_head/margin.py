@@ -37,16 +37,16 @@ import math
 import torch
 from torch import nn
 
-from lipcli.certificates import (
+from lipcli.sdk.certificates import (
     HEURISTIC_NOTE,
     CertifyResult,
     cache_matches,
     competing_classes,
     make_cache,
 )
-from lipcli.errors import LipError
-from lipcli.spectral import UNIT_ROUNDOFF as _U64
-from lipcli.specs import ONE_LIPSCHITZ, SOUND
+from lipcli.sdk.errors import LipError
+from lipcli.numerics.spectral import UNIT_ROUNDOFF as _U64
+from lipcli.sdk.specs import ONE_LIPSCHITZ, SOUND
 
 NAME = "margin"
 #: √2 rounded up (the float64 nearest to √2 is above it; one more ulp for certainty)

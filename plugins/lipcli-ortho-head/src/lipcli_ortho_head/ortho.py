@@ -16,7 +16,7 @@ float32 by definition, whatever the module's dtype, so a float64 copy of the hea
 
 Lipschitz constant: ``||W||₂ = 1`` in exact arithmetic; the float32 rounding moves it by
 ~1e-7.  :meth:`OrthoHead.lipschitz_upper_bound` returns a GUARANTEED bound on ``||W||₂`` of
-the applied float32 matrix (:func:`lipcli.spectral.spectral_norm_upper_bound`, which covers
+the applied float32 matrix (:func:`lipcli.numerics.spectral.spectral_norm_upper_bound`, which covers
 its own rounding), so nothing rests on the QR being exact.  Certified by the generic
 ``margin`` certificate (radius ``margin / (√2 · L)``); since ``||w_l - w_j|| = √2`` for
 orthonormal rows, that equals lipcli's exact linear (``lln``) certificate up to ~1e-7.
@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.spectral import spectral_norm_upper_bound
+from lipcli.numerics.spectral import spectral_norm_upper_bound
 
 #: tightness requested from the spectral-norm certificate (the Gram matrix is c x c)
 _BOUND_RTOL = 1e-9
@@ -68,7 +68,7 @@ class OrthoHead(nn.Module):
 
     def normalized_weight(self) -> torch.Tensor:
         """The float32 matrix the forward pass applies (orthonormal rows up to rounding); the
-        name is the one lipcli's linear-head tools read (``lipcli.builtins.cert_lln``)."""
+        name is the one lipcli's linear-head tools read (``lipcli.builtins.lln.certificate``)."""
         return orthonormalize(self.weight).to(torch.float32)
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:

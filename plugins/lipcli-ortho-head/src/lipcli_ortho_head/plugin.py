@@ -8,7 +8,7 @@ bound: such a head's spec just names ``certificate="margin"``.
 from __future__ import annotations
 
 import lipcli
-from lipcli.specs import SOUND, CertificateSpec, HeadSpec
+from lipcli.sdk.specs import SOUND, CertificateSpec, HeadSpec
 
 from .margin import NAME as MARGIN, MarginCertifier
 from .ortho import OrthoHead

@@ -8,7 +8,7 @@ pool component, ``polygon``, used as ``lip train --pool polygon`` or
 from __future__ import annotations
 
 import lipcli
-from lipcli.specs import ONE_LIPSCHITZ, Param, PoolSpec
+from lipcli.sdk.specs import ONE_LIPSCHITZ, Param, PoolSpec
 
 from .polygon import MAX_VERTICES, MIN_VERTICES, PolygonPool
 

@@ -1,0 +1,237 @@
+"""Data for training and evaluation: data set resolution, subsets, splits, loaders, samplers.
+
+The data sets themselves come from ``lip_datasets`` plugins (:mod:`lipcli.builtins.datasets`
+for the built-ins); this module turns a choice such as ``"imagefolder:stats=data"`` plus a
+directory into a :class:`DataBundle`: an augmented training set, an optional validation set
+held out of the training split (never the test set: model selection must not see it), the
+test set, the class names and the normalisation constants for the model's input layer.
+
+Reproducibility (used by ``lip train --resume``):
+
+* subsets (``limit``) and the validation split are seeded permutations of the indices, so
+  the same seed always selects the same images;
+* the training order comes from a :class:`~torch.utils.data.DistributedSampler` for every
+  run (one process is ``num_replicas=1``), reshuffled per epoch from ``seed + epoch``;
+* augmentation randomness is made a function of ``(seed, epoch, rank)`` by
+  :func:`epoch_seed`, which the training driver feeds to ``torch.manual_seed`` and to the
+  loader's generator (which seeds worker processes) at the start of every epoch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+
+from lipcli.sdk.errors import LipUsageError
+from lipcli.host.plugins import Registry, get_registry
+from lipcli.sdk.specs import Component, DatasetSpec
+
+
+@dataclass
+class DataBundle:
+    """Everything the driver needs about the data of one run."""
+
+    component: Component
+    root: str | None
+    train: Dataset
+    test: Dataset
+    val: Dataset | None
+    classes: list[str]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    image_shape: tuple[int, int, int]
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> DatasetSpec:
+        return self.component.spec  # type: ignore[return-value]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def info(self) -> dict[str, Any]:
+        """The ``dataset`` record of a model file (JSON)."""
+        return {
+            "name": self.component.name,
+            "params": dict(self.component.params),
+            "provider": self.component.provider,
+            "distribution": self.component.distribution,
+            "root": self.root,
+            "num_classes": self.num_classes,
+            "classes": list(self.classes),
+            "image_shape": list(self.image_shape),
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "sizes": dict(self.sizes),
+        }
+
+
+def seeded_permutation(n: int, seed: int, salt: str) -> torch.Tensor:
+    """A permutation of ``range(n)`` that depends only on ``(seed, salt)``."""
+    digest = hashlib.sha256(f"{seed}:{salt}".encode()).digest()
+    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+    return torch.randperm(n, generator=gen)
+
+
+def epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
+    """The seed of epoch ``epoch`` on process ``rank`` (63-bit, independent of everything else)."""
+    digest = hashlib.sha256(f"lipcli-epoch:{seed}:{epoch}:{rank}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def limit_indices(n: int, limit: int | None, seed: int, salt: str) -> list[int]:
+    """``limit`` indices out of ``range(n)`` chosen by a seeded permutation (sorted)."""
+    if limit is None or limit >= n:
+        return list(range(n))
+    return sorted(seeded_permutation(n, seed, salt)[:limit].tolist())
+
+
+def split_indices(indices: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Hold out ``round(fraction * len)`` of ``indices`` (at least 1) as a validation set."""
+    n_val = max(1, round(fraction * len(indices)))
+    if n_val >= len(indices):
+        raise LipUsageError(
+            f"--val-split {fraction} leaves no training images ({len(indices)} available)"
+        )
+    perm = seeded_permutation(len(indices), seed, "val-split").tolist()
+    val = sorted(indices[i] for i in perm[:n_val])
+    train = sorted(indices[i] for i in perm[n_val:])
+    return train, val
+
+
+def resolve_dataset(choice: str | dict, registry: Registry | None = None) -> Component:
+    """``"name"`` / ``"name:key=value"`` -> a dataset Component (unknown names: exit 2)."""
+    return (registry or get_registry()).component("dataset", choice)
+
+
+def check_data_dir(component: Component, root: str | None, download: bool) -> str | None:
+    """Validate ``--data-dir`` before anything is loaded or written."""
+    spec: DatasetSpec = component.spec  # type: ignore[assignment]
+    if not spec.needs_root:
+        return None if root is None else str(root)
+    if root is None:
+        raise LipUsageError(
+            f"dataset {spec.name!r} needs --data-dir DIR (the folder holding its files; with "
+            "--download, where to fetch them); --dataset digits trains on the embedded offline set"
+        )
+    path = os.path.expanduser(str(root))
+    if not download and not os.path.isdir(path):
+        raise LipUsageError(f"data directory {path} does not exist (dataset {spec.name!r})")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise LipUsageError(f"data directory {path} is not a directory")
+    return path
+
+
+def _build(component: Component, root: str | None, split: str, *, download: bool, augment: bool) -> Dataset:
+    try:
+        return component.build(root, split, download=download, augment=augment)
+    except LipUsageError:
+        raise
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise LipUsageError(f"dataset {component.name!r}: {exc}") from None
+
+
+def _labels_of(ds: Dataset) -> list[int]:
+    targets = getattr(ds, "targets", None)
+    if targets is not None:
+        return [int(t) for t in targets]
+    return [int(ds[i][1]) for i in range(len(ds))]  # type: ignore[arg-type]
+
+
+def load_data(
+    component: Component,
+    root: str | None,
+    *,
+    download: bool = False,
+    augment: bool = True,
+    val_split: float = 0.0,
+    limit_train: int | None = None,
+    limit_test: int | None = None,
+    seed: int = 0,
+) -> DataBundle:
+    """Build the train (augmented), validation (un-augmented, held out of train) and test sets.
+
+    Normalisation: the train split's ``mean``/``std`` attributes when present (data-derived
+    statistics), else the spec's constants.  Classes: the train split's ``classes``, else
+    ``spec.num_classes`` numbered names, else ``max(label) + 1``.
+    """
+    spec: DatasetSpec = component.spec  # type: ignore[assignment]
+    train_full = _build(component, root, "train", download=download, augment=augment)
+    train_plain = _build(component, root, "train", download=False, augment=False) if val_split > 0 else None
+    test_full = _build(component, root, "test", download=False, augment=False)
+
+    classes = list(getattr(train_full, "classes", None) or [])
+    if not classes:
+        n = spec.num_classes or (max(_labels_of(train_full)) + 1)
+        classes = [str(i) for i in range(n)]
+    if spec.num_classes is not None and len(classes) != spec.num_classes:
+        raise LipUsageError(
+            f"dataset {spec.name!r} declares {spec.num_classes} classes but the data has {len(classes)}"
+        )
+    if len(classes) < 2:
+        raise LipUsageError(f"dataset {spec.name!r} has {len(classes)} class(es); need at least 2")
+    mean = tuple(float(m) for m in getattr(train_full, "mean", spec.mean))
+    std = tuple(float(s) for s in getattr(train_full, "std", spec.std))
+    if len(train_full) == 0 or len(test_full) == 0:  # type: ignore[arg-type]
+        raise LipUsageError(f"dataset {spec.name!r}: empty train or test split")
+
+    train_idx = limit_indices(len(train_full), limit_train, seed, "limit-train")  # type: ignore[arg-type]
+    val: Dataset | None = None
+    if val_split > 0:
+        train_idx, val_idx = split_indices(train_idx, val_split, seed)
+        val = Subset(train_plain, val_idx)  # type: ignore[arg-type]
+    train: Dataset = train_full if len(train_idx) == len(train_full) else Subset(train_full, train_idx)  # type: ignore[arg-type]
+    test_idx = limit_indices(len(test_full), limit_test, seed, "limit-test")  # type: ignore[arg-type]
+    test: Dataset = test_full if len(test_idx) == len(test_full) else Subset(test_full, test_idx)  # type: ignore[arg-type]
+
+    sample = train_full[0][0]
+    image_shape = tuple(int(s) for s in sample.shape)
+    sizes = {"train": len(train), "test": len(test)}  # type: ignore[arg-type]
+    if val is not None:
+        sizes["val"] = len(val)  # type: ignore[arg-type]
+    return DataBundle(
+        component=component, root=root, train=train, test=test, val=val, classes=classes,
+        mean=mean, std=std, image_shape=image_shape, sizes=sizes,  # type: ignore[arg-type]
+    )
+
+
+def train_loader(
+    dataset: Dataset,
+    *,
+    batch_size: int,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    workers: int = 0,
+    pin_memory: bool = False,
+) -> tuple[DataLoader, DistributedSampler]:
+    """Shuffled loader over this process's shard; call ``sampler.set_epoch(e)`` every epoch.
+
+    ``batch_size`` is per process.  The sampler pads the shard so that every process runs the
+    same number of steps (DDP needs this); the last batch may be smaller (as the reference).
+    """
+    sampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=False
+    )
+    loader = DataLoader(
+        dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
+        pin_memory=pin_memory, drop_last=False, generator=torch.Generator(),
+        persistent_workers=False,
+    )
+    return loader, sampler
+
+
+def eval_loader(
+    dataset: Dataset, *, batch_size: int, rank: int = 0, world_size: int = 1, workers: int = 0,
+    pin_memory: bool = False,
+) -> DataLoader:
+    """In-order loader over the images ``rank, rank + world_size, ...`` (no padding, no repeats)."""
+    n = len(dataset)  # type: ignore[arg-type]
+    shard: Dataset = dataset if world_size == 1 else Subset(dataset, list(range(rank, n, world_size)))
+    return DataLoader(shard, batch_size=batch_size, shuffle=False, num_workers=workers, pin_memory=pin_memory)

@@ -1,0 +1,391 @@
+"""Build models from registered components; save and load them as lipcli model files.
+
+A model config is plain JSON::
+
+    {"arch": {"name": "lipconvnet-20", "params": {"width": 32}, "provider": ..., "distribution": ...},
+     "conv": {...}, "activation": {...}, "pool": {...}, "head": {...},
+     "num_classes": 10, "in_channels": 3, "image_size": [32, 32],
+     "mean": [0.4914, 0.4822, 0.4465], "std": [0.2507, 0.2507, 0.2507]}
+
+Every component records its parameters and the distribution that provides it, so a model
+file can be rebuilt from its metadata alone, or name the package to install when it cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lipcli.sdk.errors import LipUsageError, MissingPluginError, ModelFileError, UnknownComponentError
+from lipcli.host.modelfile import ModelFile, read_model_file, save_model_file
+from lipcli.host.plugins import Registry, get_registry
+from lipcli.sdk.specs import Component
+
+from lipcli.builtins.datasets import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
+COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
+DEFAULTS = {"conv": "soc-fast", "activation": "maxmin", "pool": "max", "head": "lln"}
+
+
+def make_config(
+    arch: str | dict = "lipconvnet-5",
+    *,
+    conv: str | dict = DEFAULTS["conv"],
+    activation: str | dict = DEFAULTS["activation"],
+    pool: str | dict = DEFAULTS["pool"],
+    head: str | dict = DEFAULTS["head"],
+    num_classes: int = 10,
+    in_channels: int = 3,
+    image_size: tuple[int, int] = (32, 32),
+    mean: tuple[float, ...] | None = None,
+    std: tuple[float, ...] | None = None,
+    arch_params: dict[str, Any] | None = None,
+    registry: Registry | None = None,
+) -> dict[str, Any]:
+    """Resolve component choices (``"name"`` or ``"name:key=value,..."``) into a config."""
+    reg = registry or get_registry()
+    mean = tuple(float(m) for m in (mean if mean is not None else CIFAR_MEAN))
+    std = tuple(float(s) for s in (std if std is not None else CIFAR_STD))
+    if len(mean) != in_channels or len(std) != in_channels or min(std) <= 0:
+        raise ValueError("mean/std must have one entry per input channel and std > 0")
+    if num_classes < 2:
+        raise ValueError("num_classes must be at least 2")
+    choices = {"arch": arch, "conv": conv, "activation": activation, "pool": pool, "head": head}
+    config: dict[str, Any] = {}
+    for kind, choice in choices.items():
+        comp = reg.component(kind, choice, arch_params if kind == "arch" else None)
+        config[kind] = comp.to_config()
+    config.update(
+        num_classes=int(num_classes), in_channels=int(in_channels),
+        image_size=[int(image_size[0]), int(image_size[1])], mean=list(mean), std=list(std),
+    )
+    return config
+
+
+def _format_params(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def non_default_params(component: Component) -> dict[str, Any]:
+    """The parameters of ``component`` that differ from its spec's defaults (what was chosen)."""
+    defaults = {p.name: p.default for p in component.spec.params}
+    return {k: v for k, v in component.params.items() if k not in defaults or defaults[k] != v}
+
+
+class ComponentParameterError(LipUsageError, ValueError):
+    """A component's factory rejected the parameters it was built with (exit 2).
+
+    Raised by :func:`build_model` when a factory raises ``ValueError`` or ``TypeError`` while
+    the network is constructed: the choices (``--width 3``, ``pool polygon:radius=0``) are
+    bad input, not a bug.  Also a ``ValueError`` for Python callers of :func:`create_model`.
+    Attributes: ``kind``, ``name``, ``params`` (the failing component's non-default
+    parameters), ``reason`` (the factory's message) and, when the failing component was
+    built inside another one (e.g. an activation inside the architecture), ``context``:
+    ``(kind, name, non-default params)`` of the architecture.
+    """
+
+    def __init__(
+        self, kind: str, name: str, params: dict[str, Any], reason: str,
+        context: tuple[str, str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.kind, self.name, self.params, self.reason, self.context = kind, name, params, reason, context
+        if params:
+            text = f"{kind} {name!r} rejected {_format_params(params)}: {reason}"
+        elif context is not None and context[2]:
+            text = f"{context[0]} {context[1]!r} with {_format_params(context[2])}: {kind} {name!r}: {reason}"
+        else:
+            text = f"{kind} {name!r}: {reason}"
+        super().__init__(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class _CheckedComponent(Component):
+    """A :class:`Component` whose ``build`` reports a factory's ``ValueError``/``TypeError`` as
+    a :class:`ComponentParameterError` naming the component (only the construction step),
+    and tags what it built with ``lip_component`` (kind, name, provider, distribution)."""
+
+    context: Component | None = None
+
+    def build(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            built = super().build(*args, **kwargs)
+        except ComponentParameterError:
+            raise
+        except (ValueError, TypeError) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            ctx = self.context
+            raise ComponentParameterError(
+                self.spec.kind, self.name, non_default_params(self), reason,
+                None if ctx is None else (ctx.spec.kind, ctx.name, non_default_params(ctx)),
+            ) from exc
+        if isinstance(built, nn.Module):  # who built it: named when a promise check fails
+            built.lip_component = {"kind": self.spec.kind, "name": self.name,
+                                   "provider": self.provider, "distribution": self.distribution}
+        return built
+
+
+def _checked(component: Component, context: Component | None = None) -> _CheckedComponent:
+    return _CheckedComponent(
+        spec=component.spec, params=component.params, provider=component.provider,
+        distribution=component.distribution, context=context,
+    )
+
+
+def _accepts_keyword(factory: Any, name: str) -> bool:
+    """Whether ``factory`` takes the keyword argument ``name`` (or ``**kwargs``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def build_model(config: dict[str, Any], registry: Registry | None = None) -> nn.Module:
+    """Instantiate the network described by ``config`` (components resolved by name).
+
+    A factory that rejects its parameters (``ValueError``/``TypeError`` while the network is
+    constructed) raises :class:`ComponentParameterError` naming the component.
+    """
+    reg = registry or get_registry()
+    resolved = {kind: reg.component(kind, config[kind]) for kind in COMPONENT_KINDS}
+    comps = {kind: _checked(comp, None if kind == "arch" else resolved["arch"])
+             for kind, comp in resolved.items()}
+    sized = {}
+    if _accepts_keyword(comps["arch"].spec.factory, "image_size"):  # optional in the protocol
+        sized["image_size"] = tuple(int(v) for v in config.get("image_size") or (32, 32))
+    model = comps["arch"].build(
+        conv=comps["conv"], activation=comps["activation"], pool=comps["pool"],
+        head=comps["head"], num_classes=config["num_classes"],
+        in_channels=config["in_channels"], mean=tuple(config["mean"]), std=tuple(config["std"]),
+        **sized,
+    )
+    model.lipcli_config = {**config, **{k: resolved[k].to_config() for k in COMPONENT_KINDS}}
+    return model
+
+
+def create_model(
+    arch: str = "lipconvnet-5",
+    *,
+    conv: str = DEFAULTS["conv"],
+    activation: str = DEFAULTS["activation"],
+    pool: str = DEFAULTS["pool"],
+    head: str = DEFAULTS["head"],
+    num_classes: int = 10,
+    in_channels: int = 3,
+    image_size: tuple[int, int] = (32, 32),
+    mean: tuple[float, ...] | None = None,
+    std: tuple[float, ...] | None = None,
+    registry: Registry | None = None,
+    **arch_params: Any,
+) -> nn.Module:
+    """Python API mirroring ``lip train``'s model options.
+
+    >>> model = create_model("lipconvnet-20", head="mlp", pool="projection")  # doctest: +SKIP
+
+    Extra keyword arguments are architecture parameters (e.g. ``width=32``).  Component
+    names accept inline parameters: ``conv="soc-fast:train_terms=8"``.
+    """
+    config = make_config(
+        arch, conv=conv, activation=activation, pool=pool, head=head, num_classes=num_classes,
+        in_channels=in_channels, image_size=image_size, mean=mean, std=std,
+        arch_params=arch_params, registry=registry,
+    )
+    return build_model(config, registry)
+
+
+def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and persistent buffers (the state dict) as detached tensors."""
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def _is_installed(distribution: str) -> bool:
+    import importlib.metadata as md
+
+    try:
+        md.distribution(distribution)
+    except md.PackageNotFoundError:
+        return False
+    return True
+
+
+def save_model(
+    model: nn.Module,
+    path: str | os.PathLike,
+    *,
+    dataset: dict[str, Any] | None = None,
+    lipschitz: dict[str, Any] | None = None,
+    results: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+    cache: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``model`` (built by :func:`build_model`) to a model file, atomically.
+
+    The metadata slots are JSON objects (or ``None``); ``dataset`` is e.g.
+    ``{"name": "digits", "params": {}, "num_classes": 10, "classes": [...]}``."""
+    for slot, value in (("dataset", dataset), ("lipschitz", lipschitz), ("results", results),
+                        ("training", training), ("cache", cache)):
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(
+                f"save_model: {slot} must be a dict or None, got {type(value).__name__} "
+                f"{value!r:.60}"
+            )
+    config = getattr(model, "lipcli_config", None)
+    if config is None:
+        raise ValueError("model has no lipcli_config; build it with lipcli.create_model")
+    metadata = {
+        "config": config,
+        "dataset": dataset,
+        "normalization": {"mean": config["mean"], "std": config["std"]},
+        "lipschitz": lipschitz,
+        "results": results,
+        "training": training,
+        "cache": cache,
+    }
+    return save_model_file(path, model_tensors(model), metadata)
+
+
+def load_model(
+    path: str | os.PathLike, *, registry: Registry | None = None, device: str | torch.device = "cpu"
+) -> tuple[nn.Module, ModelFile]:
+    """Rebuild a model from a model file's metadata and load its tensors (validated).
+
+    The model is returned in eval mode.  Its power-iteration vectors are the saved ones,
+    so the operator evaluated (and bounded by ``lip lipschitz``) is exactly the saved one.
+    """
+    from lipcli.host.modelcheck import check_config_limits, guarded_build
+
+    mf = read_model_file(path)
+    config = mf.config
+    _check_config(path, config)
+    check_config_limits(path, config, COMPONENT_KINDS)
+    reg = registry or get_registry()
+    try:  # nothing much larger than the file's tensors is allocated
+        model = guarded_build(path, lambda: build_model(config, reg), mf.tensors)
+    except UnknownComponentError as exc:
+        raise _missing_component(path, exc, config.get(exc.kind) or {}, reg) from None
+    except LipUsageError as exc:  # e.g. a parameter the component does not have: the file is bad
+        raise ModelFileError(f"{path}: metadata: {exc}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"{path}: model config is invalid: {exc}") from None
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(mf.tensors))
+    extra = sorted(set(mf.tensors) - set(expected))
+    if missing or extra:
+        raise ModelFileError(
+            f"{path}: tensors do not match the model config "
+            f"(missing: {', '.join(missing[:3]) or 'none'}; unexpected: {', '.join(extra[:3]) or 'none'})"
+        )
+    for key, ref in expected.items():
+        got = mf.tensors[key]
+        if got.shape != ref.shape or got.dtype != ref.dtype:
+            raise ModelFileError(
+                f"{path}: tensor {key!r} has shape {tuple(got.shape)} {got.dtype}, expected "
+                f"{tuple(ref.shape)} {ref.dtype}"
+            )
+        if got.is_floating_point() and not torch.isfinite(got).all():
+            raise ModelFileError(f"{path}: tensor {key!r} contains NaN or infinite values")
+    model.load_state_dict(mf.tensors, strict=True)
+    model.to(device)
+    model.eval()
+    return model, mf
+
+
+def _broken(reg: Registry, distribution: Any) -> str | None:
+    """``"installed but BROKEN (plugin ...: error); see `lip plugins`"`` when a plugin of
+    ``distribution`` failed to load, else ``None``."""
+    from lipcli.host.safetext import clean
+
+    for info in reg.plugins.values():
+        if info.error and info.distribution == distribution:
+            return (f"installed but BROKEN (plugin {info.name!r}: {clean(info.error)}); "
+                    "see `lip plugins`")
+    return None
+
+
+def _missing_component(
+    path: str | os.PathLike, exc: UnknownComponentError, entry: dict[str, Any], reg: Registry
+) -> MissingPluginError:
+    """The error for a model that needs a component no loaded plugin provides: the
+    distribution is broken (its error), not loaded (autoload disabled) or not installed (with
+    ``pip install NAME`` when the recorded NAME is a valid distribution name)."""
+    from lipcli.host.plugins import DISABLE_AUTOLOAD_ENV, autoload_disabled
+    from lipcli.host.safetext import clean, install_hint, is_distribution_name
+
+    dist = entry.get("distribution") or "the plugin that provides it"
+    needs = f"{path}: model needs {exc.kind} {exc.name!r} from distribution {clean(repr(dist))}"
+    external = dist not in ("lipcli", "(in-process)")
+    broken = _broken(reg, dist)
+    if external and broken:
+        return MissingPluginError(f"{needs}, which is {broken}")
+    if autoload_disabled() and external and is_distribution_name(dist) and _is_installed(dist):
+        return MissingPluginError(
+            f"{needs}, which is installed, but installed plugins are not loaded "
+            f"({DISABLE_AUTOLOAD_ENV} is set)"
+        )
+    hint = (
+        install_hint(dist) if external
+        else "it was provided by a different lipcli version or an in-process plugin"
+    )
+    return MissingPluginError(f"{needs}, which is not installed ({hint})")
+
+
+def _check_config(path: str | os.PathLike, config: dict[str, Any]) -> None:
+    for kind in COMPONENT_KINDS:
+        entry = config.get(kind)
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ModelFileError(f"{path}: model config lacks a valid {kind!r} entry")
+        if not isinstance(entry.get("params", {}), dict):
+            raise ModelFileError(f"{path}: model config {kind!r} params must be an object")
+    for key in ("num_classes", "in_channels"):
+        if not isinstance(config.get(key), int) or config[key] < 1:
+            raise ModelFileError(f"{path}: model config {key!r} must be a positive integer")
+    for key in ("mean", "std"):
+        vals = config.get(key)
+        if not isinstance(vals, list) or len(vals) != config["in_channels"] or not all(
+            isinstance(v, (int, float)) for v in vals
+        ):
+            raise ModelFileError(f"{path}: model config {key!r} must list one number per channel")
+    if min(config["std"]) <= 0:
+        raise ModelFileError(f"{path}: model config 'std' must be positive")
+
+
+def recorded_dataset(
+    path: str | os.PathLike, recorded: Any, registry: Registry | None = None
+) -> Component | None:
+    """The data-set component named by a model file's ``dataset`` slot (``None`` if null).
+
+    ``recorded`` is ``ModelFile.metadata["dataset"]``.  A defective slot is a defect of the
+    file, reported as one line naming it: not an object with a string ``name``, or parameters
+    the data set does not have (:class:`ModelFileError`); a data set that no installed plugin
+    provides (:class:`MissingPluginError`, with the distribution to install when recorded).
+    Both exit 1; callers that take ``--dataset NAME`` should only call this without one.
+    """
+    if recorded is None:
+        return None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("name"), str):
+        raise ModelFileError(f"{path}: metadata: 'dataset' must be an object with a string 'name'")
+    params = recorded.get("params") or {}
+    if not isinstance(params, dict):
+        raise ModelFileError(f"{path}: metadata: dataset 'params' must be an object")
+    reg = registry or get_registry()
+    try:
+        return reg.component("dataset", {"name": recorded["name"], "params": params})
+    except UnknownComponentError as exc:
+        from lipcli.host.safetext import install_hint
+
+        dist = recorded.get("distribution")
+        broken = _broken(reg, dist) if isinstance(dist, str) else None
+        if broken:
+            raise MissingPluginError(f"{path}: metadata: {exc}; distribution {dist!r} is {broken}") from None
+        hint = (f"{install_hint(dist)}, or pass --dataset NAME"
+                if isinstance(dist, str) and dist and dist not in ("lipcli", "(in-process)")
+                else "pass --dataset NAME")
+        raise MissingPluginError(f"{path}: metadata: {exc} ({hint})") from None
+    except LipUsageError as exc:
+        raise ModelFileError(f"{path}: metadata: {exc}") from None

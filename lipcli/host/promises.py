@@ -1,0 +1,244 @@
+"""Promises checked with the parameters actually in use (SPEC §5 counts a promise as exactly 1).
+
+A component that promises ``"1-lipschitz"`` contributes the factor 1 to the network's
+GUARANTEED bound, without any computation.  A parametrisation that is 1-Lipschitz only at
+initialisation (a learnable scale that starts at 1) keeps that factor after training has
+moved it, and every certificate becomes unsound.  Two defences:
+
+* :func:`verify_promises` -- run by ``lip certify`` and ``lip lipschitz`` before the promise
+  is used: every body layer counted as 1 because of its promise is measured with the model's
+  trained parameters, in float64, at inputs it really sees (the first data points pushed
+  through the network, or random images) and at pairs around them: secant ratios
+  ``||f(a) - f(b)|| / ||a - b||`` along directions found by a short power iteration on
+  ``J^T J`` (``J v`` by a central difference, ``J^T u`` by autograd), random pairs at three
+  scales and pairs of different inputs.  Every ratio is a true lower bound on the layer's
+  Lipschitz constant, so a ratio above ``1 + tol`` proves the promise false:
+  :class:`BrokenPromiseError` (exit 1).  Passing is evidence, not proof.  Cost: ``points``
+  inputs, ``2 iters + 4`` forward and ``iters`` backward passes of each promised layer alone, in
+  float64, on inputs recorded during the feature pass (:func:`capture_inputs`): no forward
+  pass of the network of its own in ``lip certify``.
+* :func:`perturbed_copies` -- used by :mod:`lipcli.testing`: copies of a module with every
+  parameter moved far from its initial value (random, large, negative, a few optimiser steps
+  on a random loss), so that conformance checks see the parametrisation's whole range.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from lipcli.sdk.errors import LipError
+
+#: a ratio above 1 + PROMISE_TOL breaks the promise (float64 evaluation of float32 parameters:
+#: exact 1-Lipschitz layers measure 1 up to ~1e-15, float32 unit vectors up to ~1e-7)
+PROMISE_TOL = 1e-6
+EVIDENCE_LABEL = "measured with the trained parameters: evidence, not proof"
+
+
+class BrokenPromiseError(LipError):
+    """A layer measured a Lipschitz ratio above 1 although its component promises 1."""
+
+
+@dataclass
+class PromiseCheck:
+    """What :func:`verify_promises` measured: per layer the largest ratio found."""
+
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    points: int = 0
+    time_s: float = 0.0
+
+    @property
+    def max_ratio(self) -> float:
+        return max((row["max_ratio"] for row in self.layers), default=0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layers": self.layers, "max_ratio": self.max_ratio, "points": self.points,
+                "tolerance": PROMISE_TOL, "time_s": self.time_s, "label": EVIDENCE_LABEL}
+
+
+def _component_of(module: nn.Module) -> dict[str, Any]:
+    tag = getattr(module, "lip_component", None)
+    return tag if isinstance(tag, dict) else {}
+
+
+def _per_sample_norm(t: torch.Tensor) -> torch.Tensor:
+    return t.flatten(1).norm(dim=1)
+
+
+def _unit(t: torch.Tensor) -> torch.Tensor:
+    return t / _per_sample_norm(t).clamp_min(1e-300).view(-1, *([1] * (t.dim() - 1)))
+
+
+def layer_ratio(layer: nn.Module, x: torch.Tensor, *, iters: int = 8, seed: int = 0) -> float:
+    """The largest secant ratio found for ``layer`` (float64 copy, eval mode) around the
+    inputs ``x`` (``(B, ...)``; see the module docstring)."""
+    f = copy.deepcopy(layer).double().eval()
+    for p in f.parameters():
+        p.requires_grad_(False)
+    x = x.detach().double()
+    gen = torch.Generator().manual_seed(seed)
+    shape = (-1, *([1] * (x.dim() - 1)))
+    scale = _per_sample_norm(x).clamp_min(1e-3).view(shape)
+
+    def ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return _per_sample_norm(f(a) - f(b)) / _per_sample_norm(a - b).clamp_min(1e-300)
+
+    def noise() -> torch.Tensor:
+        return torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.device)
+
+    best = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
+    v = _unit(noise())
+    step = 1e-4 * scale
+    for _ in range(max(1, iters)):  # power iteration on J^T J with secant ratios
+        a, b = x + step * v, x - step * v
+        with torch.no_grad():
+            fa, fb = f(a), f(b)
+        best = torch.maximum(best, _per_sample_norm(fa - fb) / _per_sample_norm(a - b).clamp_min(1e-300))
+        jv = (fa - fb) / (2 * step.view(-1, *([1] * (fa.dim() - 1))))
+        xg = x.clone().requires_grad_(True)
+        with torch.enable_grad():
+            out = f(xg)
+            (w,) = torch.autograd.grad(out, xg, grad_outputs=jv, allow_unused=True)
+        if w is None or not bool(torch.isfinite(w).all()) or not bool((_per_sample_norm(w) > 0).all()):
+            break
+        v = _unit(w)
+    for rel in (1e-2, 1.0, 10.0):  # random pairs at three scales
+        best = torch.maximum(best, ratio(x, x + rel * scale * _unit(noise())))
+    if x.shape[0] > 1:  # pairs of different inputs
+        best = torch.maximum(best, ratio(x, x.roll(1, 0)))
+    value = float(best.max())
+    return value if math.isfinite(value) else math.inf
+
+
+def promised_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The body children whose factor in the guaranteed bound is 1 because of a promise."""
+    from lipcli.host.lipschitz import _layer_kind, body_of
+
+    return [(name, child) for name, child in body_of(model).named_children()
+            if _layer_kind(child) == "promise"]
+
+
+@torch.no_grad()
+def _layer_inputs(model: nn.Module, x: torch.Tensor, names: set[str]) -> dict[str, torch.Tensor]:
+    from lipcli.host.lipschitz import body_of
+
+    inputs: dict[str, torch.Tensor] = {}
+    h = x
+    for name, child in body_of(model).named_children():
+        if name in names:
+            inputs[name] = h
+        if len(inputs) == len(names):
+            break
+        h = child(h)
+    return inputs
+
+
+@contextlib.contextmanager
+def capture_inputs(model: nn.Module, points: int = 8) -> Iterator[dict[str, torch.Tensor]]:
+    """While the block runs, record the first ``points`` inputs that reach each promised
+    layer (forward pre-hooks), e.g. during the feature pass, so that :func:`verify_promises`
+    needs no forward pass of its own."""
+    captured: dict[str, torch.Tensor] = {}
+    handles = []
+    for name, layer in promised_layers(model):
+        def hook(_module: nn.Module, args: tuple[Any, ...], name: str = name) -> None:
+            have = captured.get(name)
+            if have is None or have.shape[0] < points:
+                new = args[0][:points].detach().clone()
+                captured[name] = new if have is None else torch.cat([have, new])[:points]
+        handles.append(layer.register_forward_pre_hook(hook))
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def verify_promises(
+    model: nn.Module, data: torch.Tensor | None = None, *, inputs: dict[str, torch.Tensor] | None = None,
+    points: int = 8, iters: int = 8, tol: float = PROMISE_TOL, seed: int = 0,
+) -> PromiseCheck:
+    """Measure every body layer counted as 1 because of its promise (see the module
+    docstring) at the first ``points`` images of ``data`` (``(N, C, H, W)`` in [0, 1]) or at
+    random images, or at the layer ``inputs`` recorded by :func:`capture_inputs`; raise
+    :class:`BrokenPromiseError` on a ratio above ``1 + tol``.  The model is left in eval mode."""
+    from lipcli.host.lipschitz import model_input_shape
+
+    t0 = time.perf_counter()
+    model.eval()
+    layers = promised_layers(model)
+    check = PromiseCheck()
+    if not layers:
+        return check
+    if inputs is None or any(name not in inputs for name, _ in layers):
+        param = next(model.parameters())
+        if data is None:
+            gen = torch.Generator().manual_seed(seed)
+            data = torch.rand((points, *model_input_shape(model)), generator=gen)
+        x = data[:points].to(device=param.device, dtype=param.dtype)
+        inputs = _layer_inputs(model, x, {name for name, _ in layers})
+    check.points = min(int(t.shape[0]) for t in inputs.values())
+    for name, layer in layers:
+        r = layer_ratio(layer, inputs[name], iters=iters, seed=seed)
+        comp = _component_of(layer)
+        check.layers.append({"layer": name, "type": type(layer).__name__, "max_ratio": r,
+                             "component": comp.get("name"), "plugin": comp.get("provider")})
+        if not r <= 1 + tol:
+            what = f"{comp.get('kind', 'layer')} {comp['name']!r}" if comp.get("name") else type(layer).__name__
+            plugin = comp.get("provider") or "(unknown plugin)"
+            dist = comp.get("distribution")
+            raise BrokenPromiseError(
+                f"plugin {plugin}{f' (distribution {dist})' if dist else ''} breaks its "
+                f"1-Lipschitz promise (measured {r:.6g}): {what} at layer {name!r} with this "
+                "model's trained parameters; refusing to use the promise (no certificate or "
+                "bound is given)"
+            )
+    check.time_s = time.perf_counter() - t0
+    return check
+
+
+# ---------------------------------------------------------------------------------------------
+# conformance testing: the whole parameter range
+# ---------------------------------------------------------------------------------------------
+def perturbed_copies(
+    module: nn.Module, input_shape: Sequence[int], *, seed: int = 0, steps: int = 5,
+) -> Iterator[tuple[str, nn.Module]]:
+    """Float64 copies of ``module`` with every parameter moved: standard normal values,
+    values ten times larger (both signs), negative values, and ``steps`` Adam steps (lr 0.5)
+    on a random linear loss of the output at random inputs of ``input_shape``.  None for a
+    module without parameters."""
+    if not any(True for _ in module.parameters()):
+        return  # nothing to move: the module as built is all there is
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn_like(p: torch.Tensor) -> torch.Tensor:
+        return torch.randn(p.shape, generator=gen, dtype=torch.float64)
+
+    for label, make in (("random parameters", lambda p: randn_like(p)),
+                        ("large parameters", lambda p: 10 * randn_like(p)),
+                        ("negative parameters", lambda p: -3 * randn_like(p).abs() - 0.5)):
+        copy_ = copy.deepcopy(module).double()
+        with torch.no_grad():
+            for p in copy_.parameters():
+                p.copy_(make(p))
+        yield label, copy_.eval()
+    trained = copy.deepcopy(module).double().train()
+    params = [p for p in trained.parameters() if p.requires_grad]
+    if params:
+        optimizer = torch.optim.Adam(params, lr=0.5)
+        x = 3 * torch.randn((16, *input_shape), generator=gen, dtype=torch.float64)
+        with torch.no_grad():
+            target = torch.randn(trained(x).shape, generator=gen, dtype=torch.float64)
+        for _ in range(steps):
+            optimizer.zero_grad()
+            (trained(x) * target).sum().backward()
+            optimizer.step()
+    yield f"{steps} optimiser steps on a random loss", trained.eval()

@@ -1,0 +1,264 @@
+"""Spec objects that plugins return from their ``lip_*`` hooks.
+
+A spec is an immutable description of one component: its unique CLI name, a factory that
+builds it, typed parameters with defaults, a one-line description and what it promises
+(for example ``"1-lipschitz"``).  The host never imports a plugin's classes directly: it only
+sees specs, so built-in and third-party components are handled identically.
+
+Factory signatures by kind (``**params`` are the spec's declared :class:`Param` values):
+
+===============  ===========================================================================
+kind             factory call
+===============  ===========================================================================
+``conv``         ``factory(in_channels, out_channels, kernel_size, stride, **params)`` ->
+                 ``nn.Module`` mapping ``(N, in, H, W)`` to ``(N, out, H/stride, W/stride)``
+``activation``   ``factory(channels, **params)`` -> ``nn.Module`` keeping the shape
+``pool``         ``factory(channels, **params)`` -> ``nn.Module`` mapping ``C`` to ``C/2``
+                 channels at the same spatial size
+``head``         ``factory(in_features, num_classes, **params)`` -> ``nn.Module`` mapping
+                 ``(N, in_features)`` to logits ``(N, num_classes)``
+``certificate``  ``factory(**params)`` -> a certifier (see :mod:`lipcli.sdk.certificates`)
+``arch``         ``factory(*, conv, activation, pool, head, num_classes, in_channels, mean,
+                 std, **params)`` -> ``nn.Module``; the first four are :class:`Component`
+``dataset``      ``factory(root, split, *, download=False, augment=False, **params)`` ->
+                 a ``torch.utils.data.Dataset`` yielding ``(image in [0, 1], label)``
+``loss``         ``factory(context, **params)`` -> a training loss ``nn.Module``:
+                 ``loss(model, images, labels) -> LossOutput`` (see :mod:`lipcli.sdk.losses`)
+===============  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+#: Promise: the component is 1-Lipschitz in the l2 norm (exactly, by construction).
+ONE_LIPSCHITZ = "1-lipschitz"
+#: Promise: the component is orthogonal (norm preserving) up to a bounded series truncation.
+ORTHOGONAL = "orthogonal"
+#: Promise: the certificate method never over-claims (sound lower bound on the true radius).
+SOUND = "sound"
+
+#: ``torch.profiler`` range name under which a convolution component may run the
+#: convolutions it computes in another form (a fused convolution-plus-add, a matrix product
+#: for 1×1 filters on 1×1 images), so that ``lip bench profile`` counts them as convolution
+CONVOLUTION_PROFILE_LABEL = "lipcli::soc_convolution"
+
+_PARAM_TYPES = (int, float, str, bool)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Param:
+    """A typed, defaulted parameter of a component (``name=value`` on the command line)."""
+
+    name: str
+    type: type
+    default: Any
+    help: str = ""
+    choices: tuple[Any, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in _PARAM_TYPES:
+            raise TypeError(f"Param {self.name!r}: type must be one of int, float, str, bool")
+        if not self.name.isidentifier():
+            raise ValueError(f"Param name {self.name!r} is not a valid identifier")
+
+    def parse(self, text: str) -> Any:
+        """Convert a command-line string to this parameter's type (``ValueError`` if bad)."""
+        if self.type is bool:
+            low = text.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                value: Any = True
+            elif low in ("0", "false", "no", "off"):
+                value = False
+            else:
+                raise ValueError(f"{self.name}: expected true/false, got {text!r}")
+        else:
+            try:
+                value = self.type(text)
+            except ValueError:
+                raise ValueError(
+                    f"{self.name}: expected {self.type.__name__}, got {text!r}"
+                ) from None
+        return self.check(value)
+
+    def check(self, value: Any) -> Any:
+        """Validate (and coerce int -> float) a Python value for this parameter."""
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
+            raise ValueError(
+                f"{self.name}: expected {self.type.__name__}, got {type(value).__name__}"
+            )
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"{self.name}: must be one of {', '.join(map(str, self.choices))}")
+        return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentSpec:
+    """Base spec. Subclasses fix :attr:`kind`."""
+
+    kind: ClassVar[str] = "component"
+
+    name: str
+    factory: Callable[..., Any]
+    description: str
+    params: tuple[Param, ...] = ()
+    promises: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name or self.name != self.name.strip() or " " in self.name:
+            raise ValueError(f"invalid component name {self.name!r}")
+        if not callable(self.factory):
+            raise TypeError(f"{self.kind} {self.name!r}: factory is not callable")
+        seen = set()
+        for p in self.params:
+            if p.name in seen:
+                raise ValueError(f"{self.kind} {self.name!r}: duplicate parameter {p.name!r}")
+            seen.add(p.name)
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        valid = ", ".join(p.name for p in self.params) or "none"
+        raise KeyError(f"{self.kind} {self.name!r} has no parameter {name!r} (valid: {valid})")
+
+    def resolve_params(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Defaults overlaid with ``given`` (validated); unknown names raise ``KeyError``."""
+        out = {p.name: p.default for p in self.params}
+        for key, value in (given or {}).items():
+            out[key] = self.param(key).check(value)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvSpec(ComponentSpec):
+    """A convolution layer (e.g. ``soc-fast``)."""
+
+    kind: ClassVar[str] = "conv"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationSpec(ComponentSpec):
+    """A shape-preserving activation (e.g. ``maxmin``)."""
+
+    kind: ClassVar[str] = "activation"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolSpec(ComponentSpec):
+    """A pooling layer that halves the number of channels (e.g. ``max``, ``projection``)."""
+
+    kind: ClassVar[str] = "pool"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadSpec(ComponentSpec):
+    """A classification head and the certificate method that certifies it.
+
+    ``features`` says what the architecture feeds the head: ``"pool"`` (the last SOC output
+    pooled to half its channels, as for LLN) or ``"activation"`` (MaxMin of it, full width,
+    as for the CRC-Lip MLP).  ``loss`` is the training loss the head is trained with by
+    default (``"ce"``; the CRC-Lip MLP: ``"crc-lip"``).
+    """
+
+    kind: ClassVar[str] = "head"
+    certificate: str
+    features: str = "pool"
+    #: the training loss (a ``loss`` component choice) used when ``--loss`` is not given
+    loss: str = "ce"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.features not in ("pool", "activation"):
+            raise ValueError(f"head {self.name!r}: features must be 'pool' or 'activation'")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CertificateSpec(ComponentSpec):
+    """A certificate method: builds a certifier for a head (see :mod:`lipcli.certify`)."""
+
+    kind: ClassVar[str] = "certificate"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchSpec(ComponentSpec):
+    """A network architecture (e.g. ``lipconvnet-20``)."""
+
+    kind: ClassVar[str] = "arch"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetSpec(ComponentSpec):
+    """A data set. ``num_classes`` may be ``None`` when it depends on the data on disk."""
+
+    kind: ClassVar[str] = "dataset"
+    num_classes: int | None
+    image_shape: tuple[int, int, int] = (3, 32, 32)
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+    needs_root: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossSpec(ComponentSpec):
+    """A training loss (e.g. ``ce``, ``crc-lip``); the protocol is in :mod:`lipcli.sdk.losses`.
+
+    ``recipe`` (optional): ``recipe(dataset_name) -> dict`` of parameter values that a
+    published recipe uses for that data set; the trainer applies them to every parameter the
+    user did not give (e.g. CRC-Lip's radius and weight differ for CIFAR-100).
+    ``grad_clip``: the gradient-norm clipping the loss's recipe trains with when the user
+    gives none (0 = off).
+    """
+
+    kind: ClassVar[str] = "loss"
+    recipe: Callable[[str], dict[str, Any]] | None = None
+    grad_clip: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.recipe is not None and not callable(self.recipe):
+            raise TypeError(f"loss {self.name!r}: recipe is not callable")
+        if not self.grad_clip >= 0:
+            raise ValueError(f"loss {self.name!r}: grad_clip must be >= 0")
+
+
+SPEC_KINDS: dict[str, type[ComponentSpec]] = {
+    cls.kind: cls
+    for cls in (ConvSpec, ActivationSpec, PoolSpec, HeadSpec, CertificateSpec, ArchSpec,
+                DatasetSpec, LossSpec)
+}
+
+
+@dataclass(frozen=True)
+class Component:
+    """A resolved component: its spec, validated parameters and providing plugin."""
+
+    spec: ComponentSpec
+    params: dict[str, Any] = field(default_factory=dict)
+    provider: str = ""
+    distribution: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def build(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the spec's factory with the positional arguments and the resolved params."""
+        return self.spec.factory(*args, **kwargs, **self.params)
+
+    def to_config(self) -> dict[str, Any]:
+        return {
+            "name": self.spec.name,
+            "params": dict(self.params),
+            "provider": self.provider,
+            "distribution": self.distribution,
+        }
+
+
+def replace(spec: ComponentSpec, **changes: Any) -> ComponentSpec:
+    """``dataclasses.replace`` for specs (handy for tests and plugin authors)."""
+    return dataclasses.replace(spec, **changes)
