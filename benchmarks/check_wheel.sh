@@ -58,13 +58,13 @@ find tests plugins \( -name "*.egg-info" -o -name __pycache__ -o -name build \) 
 cat >pytest.ini <<'INI'
 [pytest]
 testpaths = tests plugins/lipcli-polygon-pool/tests
-pythonpath = plugins/lipcli-polygon-pool/src
+pythonpath = tests plugins/lipcli-polygon-pool/src
 markers =
     slow: end-to-end or heavy tests
 filterwarnings = ignore::DeprecationWarning:torch.*
 INI
 if [ "$SMOKE" = "--smoke" ]; then
-  ../venv/bin/python -m pytest -q -p no:cacheprovider tests/test_modelfile.py
+  ../venv/bin/python -m pytest -q -p no:cacheprovider tests/host/test_modelfile.py
 else
   ../venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
 fi

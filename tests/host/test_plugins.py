@@ -29,7 +29,7 @@ from lipcli.sdk.specs import (
     PoolSpec,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _factory(*args, **kwargs):

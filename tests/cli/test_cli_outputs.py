@@ -24,7 +24,7 @@ from lipcli.host.modelfile import read_metadata
 from conftest import save_tiny_model
 from lipcli.host.models import create_model, save_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DIGITS = {"name": "digits", "params": {}, "num_classes": 10,
           "classes": [str(i) for i in range(10)]}
 FAST = ["--radii", "36", "--limit", "8", "-q"]

@@ -25,7 +25,7 @@ from lipcli.train import INTERRUPT_ENV, read_checkpoint
 
 from conftest import save_tiny_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 TINY = ["--dataset", "digits", "--width", "4", "--batch-size", "32", "--limit-train", "64",
         "--limit-test", "32", "--epochs", "1"]

@@ -22,7 +22,7 @@ from lipcli.certify.plot import certified_accuracy_curve
 
 from conftest import save_tiny_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DIGITS = {"name": "digits", "params": {}, "num_classes": 10}
 LIMIT = "40"
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 import make_train_reference as ref  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = Path(__file__).parent / "data" / "train_reference_659d790.json"
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "train_reference_659d790.json"
 BASE_COMMIT = "659d790"
 
 
