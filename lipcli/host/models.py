@@ -259,6 +259,7 @@ def load_model(
     so the operator evaluated (and bounded by ``lip lipschitz``) is exactly the saved one.
     """
     from lipcli.host.modelcheck import check_config_limits, guarded_build
+    from lipcli.sdk.loading import loading_tensors
 
     mf = read_model_file(path)
     config = mf.config
@@ -266,7 +267,8 @@ def load_model(
     check_config_limits(path, config, COMPONENT_KINDS)
     reg = registry or get_registry()
     try:  # nothing much larger than the file's tensors is allocated
-        model = guarded_build(path, lambda: build_model(config, reg), mf.tensors)
+        with loading_tensors():  # components may skip init work the file's tensors replace
+            model = guarded_build(path, lambda: build_model(config, reg), mf.tensors)
     except UnknownComponentError as exc:
         raise _missing_component(path, exc, config.get(exc.kind) or {}, reg) from None
     except LipUsageError as exc:  # e.g. a parameter the component does not have: the file is bad

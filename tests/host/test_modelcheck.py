@@ -123,8 +123,7 @@ def test_forged_metadata_costs_little_memory_and_work(tiny, tmp_path):
     for path, got in results.items():
         assert got["error"] == "ModelFileError", (path, got)
         assert got["extra_kb"] < 100 * 1024, (path, got)
-        if not path.endswith("hidden.safetensors"):  # that one builds the (small) rest first
-            assert got["cpu_s"] < 1.0, (path, got)
+        assert got["cpu_s"] < 1.0, (path, got)  # "hidden" too: the rest is built without init work
 
 
 def test_json_depth_skips_strings_and_escapes():

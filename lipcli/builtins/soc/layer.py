@@ -51,6 +51,7 @@ from torch import Tensor, nn
 
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.builtins.soc import fused as _fused
+from lipcli.sdk.loading import tensors_will_be_loaded
 from lipcli.sdk.specs import CONVOLUTION_PROFILE_LABEL, ORTHOGONAL, ConvSpec, Param
 from lipcli.numerics.spectral import CONV_RESHAPES, conv_reshape_shape, conv_spectral_norm_upper_bound
 
@@ -656,8 +657,10 @@ class SOC(nn.Module):
         self._bound_cache: tuple[tuple, float] | None = None
         self._last_reshape: int | Tensor = -1  # see last_sigma_reshape
         # Random start vectors can give a tiny or negative Rayleigh quotient σ, i.e. a
-        # useless S in eval mode: a freshly built layer starts from converged-ish vectors.
-        self.refresh(INIT_POWER_STEPS)
+        # useless S in eval mode: a freshly built layer starts from converged-ish vectors
+        # (not when a model file's vectors replace them: lipcli.sdk.loading).
+        if not tensors_will_be_loaded():
+            self.refresh(INIT_POWER_STEPS)
 
     # ------------------------------------------------------------------ power iteration
     # For the exactly skew D (T(D) = −D) the four reshapes are tied (F flips the tap index):
