@@ -178,10 +178,30 @@ def test_readme_is_an_entry_page():
         assert f"]({link}" in text, f"README does not link {link}"
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/plugins.md", "docs/guide.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/plugins.md", "docs/guide.md", "docs/benchmarks.md"])
 def test_relative_links_exist(doc):
     path = ROOT / doc
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
         if "://" in target:
             continue
         assert (path.parent / target).exists(), f"{doc} links to missing {target}"
+
+
+def _docs_text() -> str:
+    return "\n".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+
+
+def test_every_raw_report_belongs_to_a_figure():
+    """docs/data holds one raw report per current figure: each is named by a doc."""
+    docs = _docs_text()
+    orphans = [p.name for p in sorted((ROOT / "docs" / "data").iterdir()) if p.name not in docs]
+    assert not orphans, f"docs/data files no doc refers to (superseded? delete them): {orphans}"
+
+
+def test_every_benchmark_script_is_a_reproduction_script():
+    """benchmarks/ keeps only scripts a doc refers to (or that such a script runs)."""
+    scripts = sorted(p for p in (ROOT / "benchmarks").iterdir() if p.is_file())
+    docs = _docs_text()
+    used = "\n".join(p.read_text() for p in scripts if p.name in docs)
+    unused = [p.name for p in scripts if p.name not in docs and p.name not in used]
+    assert not unused, f"benchmarks/ scripts no doc refers to: {unused}"

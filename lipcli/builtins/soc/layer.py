@@ -230,7 +230,7 @@ CHANNELS_LAST_MIN_PIXELS: int | None = 64
 
 #: CUDA inputs run the series in channels-last memory format when ``True`` (cuDNN's float32/
 #: TF32 convolutions otherwise convert every input and output between NCHW and NHWC).  A
-#: layout choice only, as above.  Measured on an H200 (``benchmarks/gpu_layout_ab.py``,
+#: layout choice only, as above.  Measured on an H200 (a one-off A/B, in the git history of
 #: docs/benchmarks.md): convolution kernel time of a LipConvnet-20 step at batch 512 down
 #: from 31.2 to 20.2 ms; training steps 13–17 % faster with ``soc-fast`` and 17–23 % with
 #: ``soc`` at batch 512, 2–8 % at batch 128 (on a second H200 whose slower host set the pace:
