@@ -7,7 +7,9 @@ Each commit is checked out into a temporary git worktree and run with this check
 scenarios train tiny digits models (fixed seed, one thread) and run ``lip certify``,
 ``lip lipschitz`` and ``lip bench certify`` on them. Compared: every tensor of every model file
 (bit for bit) and every JSON report with timings, paths, versions and plugin provider names
-removed. Exit status 0 when everything is identical, 1 otherwise (the differences are printed).
+removed. Keys that only the new version reports are listed (new
+features), not counted. Exit status 0 when everything else is identical, 1 otherwise (the
+differences are printed).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ TRAIN = {
 }
 #: JSON keys whose values are allowed to differ (timings, file locations, versions, providers)
 VOLATILE = re.compile(r"(time|seconds|_s$|per_s|throughput|wall|elapsed|created|date|path|file|"
-                      r"version|provider|distribution|commit|host|pid|out$|dir$|memory|rss)", re.I)
+                      r"version|provider|distribution|commit|host|pid|out$|dir$|memory|rss|load_average)", re.I)
 
 
 def run(py: str, src: Path, args: list[str], cwd: Path) -> str:
@@ -39,11 +41,14 @@ def run(py: str, src: Path, args: list[str], cwd: Path) -> str:
     return proc.stdout
 
 
-def scrub(obj):
+def scrub(obj, work: Path):
+    """``obj`` without volatile keys, with the run's folder written as ``WORK`` in strings."""
     if isinstance(obj, dict):
-        return {k: scrub(v) for k, v in sorted(obj.items()) if not VOLATILE.search(k)}
+        return {k: scrub(v, work) for k, v in sorted(obj.items()) if not VOLATILE.search(k)}
     if isinstance(obj, list):
-        return [scrub(v) for v in obj]
+        return [scrub(v, work) for v in obj]
+    if isinstance(obj, str):
+        return obj.replace(str(work), "WORK")
     return obj
 
 
@@ -62,10 +67,12 @@ def scenarios(py: str, src: Path, work: Path) -> dict[str, object]:
                       "--overwrite", "-q"], work)
         out[f"{name}: tensors"] = tensors(model)
         out[f"{name}: certify"] = scrub(json.loads(run(py, src, ["certify", str(model), "--radii", "36,72,108",
-                                                                   "--json", "-q"], work)))
-        out[f"{name}: lipschitz"] = scrub(json.loads(run(py, src, ["lipschitz", str(model), "--json", "-q"], work)))
-    out["bench certify"] = scrub(json.loads(run(py, src, ["bench", "certify", "--arch", "lipconvnet-5", "--width", "4",
-                                                          "--batch", "8", "--repeats", "1", "--json", "-q"], work)))
+                                                                   "--json", "-q"], work)), work)
+        out[f"{name}: lipschitz"] = scrub(json.loads(run(py, src, ["lipschitz", str(model), "--json", "-q"], work)), work)
+    out["bench certify (random lln)"] = scrub(json.loads(run(py, src, [
+        "bench", "certify", "--arch", "lipconvnet-5", "--width", "4", "--batch-size", "8", "--n", "16", "--json"], work)), work)
+    out["bench certify (mlp model)"] = scrub(json.loads(run(py, src, [
+        "bench", "certify", str(work / "mlp-projection.safetensors"), "--batch-size", "8", "--n", "16", "--json"], work)), work)
     return out
 
 
@@ -73,7 +80,8 @@ def diff(a, b, where: str = "") -> list[str]:
     if type(a) is not type(b):
         return [f"{where}: {a!r} != {b!r}"]
     if isinstance(a, dict):
-        lines = [f"{where}/{k}: only in {'old' if k in a else 'new'}" for k in sorted(set(a) ^ set(b))]
+        lines = [f"{where}/{k}: only in old" for k in sorted(set(a) - set(b))]
+        ADDED.extend(f"{where}/{k}" for k in sorted(set(b) - set(a)))
         for k in sorted(set(a) & set(b)):
             lines += diff(a[k], b[k], f"{where}/{k}")
         return lines
@@ -84,8 +92,16 @@ def diff(a, b, where: str = "") -> list[str]:
     return [] if a == b else [f"{where}: {str(a)[:80]} != {str(b)[:80]}"]
 
 
+#: keys only the new version reports (new features): listed, not counted as differences
+ADDED: list[str] = []
+
+
 def checkout(commit: str, parent: Path) -> Path:
     path = parent / f"src-{commit}"
+    if path.exists():  # left by an interrupted run
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False)
+        subprocess.run(["rm", "-rf", str(path)], check=False)
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=False)
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), commit], check=True)
     return path
 
@@ -120,8 +136,10 @@ def main() -> int:
             if not same:
                 problems.append(key)
         else:
+            ADDED.clear()
             lines = diff(a, b)
-            print(f"{key}: {'identical (timings, paths, versions, providers removed)' if not lines else 'DIFFERENT'}")
+            print(f"{key}: {'identical (timings, paths, versions, providers removed)' if not lines else 'DIFFERENT'}"
+                  + (f"; new keys: {', '.join(ADDED)}" if ADDED else ""))
             for line in lines[:20]:
                 print("   ", line)
             if lines:
