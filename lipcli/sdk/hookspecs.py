@@ -62,7 +62,7 @@ def lip_datasets() -> list[DatasetSpec]:
 
 @hookspec
 def lip_losses() -> list[LossSpec]:
-    """Training losses, e.g. ``ce``, ``crc-lip``, ``cr``, ``offset-ce``."""
+    """Training losses, e.g. ``ce``, ``crc-lip``, ``cr``, ``margin-offset``."""
 
 
 #: hook name -> spec kind it returns
