@@ -13,7 +13,7 @@ from lipcli.builtins.crc import head as crc_head
 from lipcli.builtins.lln import head as lln_head
 from lipcli.builtins.lipconvnet import DEPTHS, LipConvnet, Normalize, lip_architectures
 from lipcli.builtins.pooling import lip_pools
-from lipcli.builtins.soc.layer import lip_convolutions
+from lipcli.builtins.soc.plugin import lip_convolutions
 from lipcli.sdk.specs import ONE_LIPSCHITZ, ArchSpec, Component
 
 ARCHS = {spec.name: spec for spec in lip_architectures()}

@@ -1,6 +1,6 @@
 """Fused GPU kernels for SOC's filter-side work (optional; ``torch.compile`` / Triton).
 
-The filter gradient of the normalised skew filter (:class:`lipcli.builtins.soc.layer._NormalisedSkew`,
+The filter gradient of the normalised skew filter (:class:`lipcli.builtins.soc.filters._NormalisedSkew`,
 SPEC §1.2) is, with ``G = ∂ℓ/∂S``, ``c = ⟨G, S⟩`` and the rank-one factors ``(eu_r, ev_r)``::
 
     H = G − c · Σ_r eu_r ⊗ ev_r,        ∂ℓ/∂W = (H − T(H)) / ρ

@@ -1,6 +1,47 @@
 """The SOC built-in plugin (registered as ``lipcli.soc``): the ``soc`` and ``soc-fast``
 convolutions (skew orthogonal convolution, exact and fast weight gradient; SPEC §2)."""
 
-from lipcli.builtins.soc.layer import lip_convolutions
+from __future__ import annotations
+
+import functools
+
+from lipcli.builtins.soc.layer import SOC
+from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param
 
 __all__ = ["lip_convolutions"]
+
+
+# --------------------------------------------------------------------------------------
+# Plugin hook
+# --------------------------------------------------------------------------------------
+_PARAMS = (
+    Param(name="train_terms", type=int, default=6,
+          help="terms of the exponential series during training (paper §4, eq. 1)"),
+    Param(name="eval_terms", type=int, default=15,
+          help="terms of the exponential series at evaluation/certification (paper §4, eq. 1)"),
+    Param(name="power_iters", type=int, default=1,
+          help="power-iteration steps per training forward for the filter norm σ"),
+)
+
+
+@hookimpl
+def lip_convolutions() -> list[ConvSpec]:
+    """``soc-fast`` (default: SOC with the paper's fast filter gradient) and ``soc``
+    (exact-gradient baseline); same parameters, same forward."""
+    return [
+        ConvSpec(
+            name="soc-fast",
+            factory=functools.partial(SOC, fast_grad=True),
+            description="Skew orthogonal convolution with the fast one-conv filter gradient",
+            params=_PARAMS,
+            promises=(ORTHOGONAL,),
+        ),
+        ConvSpec(
+            name="soc",
+            factory=functools.partial(SOC, fast_grad=False),
+            description="Skew orthogonal convolution, exact autograd gradient (baseline)",
+            params=_PARAMS,
+            promises=(ORTHOGONAL,),
+        ),
+    ]

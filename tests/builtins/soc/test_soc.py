@@ -11,15 +11,13 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.functional import jacobian
 
-from lipcli.builtins.soc import layer as soc_module
-from lipcli.builtins.soc.layer import (
-    SOC,
-    lip_convolutions,
-    soc_series,
-    soc_series_fast,
-    transpose_filter,
-    truncated_exp_norm_bound,
-)
+from lipcli.builtins.soc import filters, series, settings
+from lipcli.builtins.soc import layer as soc_layer
+from lipcli.builtins.soc import plugin as soc_plugin
+from lipcli.builtins.soc.filters import transpose_filter
+from lipcli.builtins.soc.layer import SOC
+from lipcli.builtins.soc.plugin import lip_convolutions
+from lipcli.builtins.soc.series import soc_series, soc_series_fast, truncated_exp_norm_bound
 from lipcli.numerics.spectral import conv_reshape
 from lipcli.sdk.specs import ConvSpec
 
@@ -83,13 +81,13 @@ def test_minus_transpose_matches_direct_formula(shape, dtype):
     gen = torch.Generator().manual_seed(2)
     X = torch.randn(shape, generator=gen, dtype=dtype)
     direct = X - transpose_filter(X)
-    got = soc_module._minus_transpose(X)
+    got = filters._minus_transpose(X)
     assert torch.equal(got, direct)
     assert torch.equal(transpose_filter(got), -got)
     assert got.is_contiguous()
     assert got._base is None  # not a view: _NormalisedSkew scales it in place
     scale = torch.tensor(0.37, dtype=dtype)
-    torch.testing.assert_close(soc_module._minus_transpose(X, scale), direct * scale)
+    torch.testing.assert_close(filters._minus_transpose(X, scale), direct * scale)
 
 
 def test_minus_transpose_falls_back_when_matmul_precision_is_reduced():
@@ -99,11 +97,11 @@ def test_minus_transpose_falls_back_when_matmul_precision_is_reduced():
     before = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("medium")
-        assert not soc_module._exact_cpu_matmul()
-        assert torch.equal(soc_module._minus_transpose(X), X - transpose_filter(X))
+        assert not filters._exact_cpu_matmul()
+        assert torch.equal(filters._minus_transpose(X), X - transpose_filter(X))
     finally:
         torch.set_float32_matmul_precision(before)
-    assert soc_module._exact_cpu_matmul()
+    assert filters._exact_cpu_matmul()
 
 
 @pytest.mark.parametrize("k", [1, 3])
@@ -228,7 +226,7 @@ def test_fast_forward_bit_identical_and_input_grad_exact(c_in, c_out, k, s, hw):
         assert torch.equal(fast(x), exact(x))
 
 
-@pytest.mark.skipif(not soc_module.FUSED_CONV_ADD, reason="no oneDNN fused convolution here")
+@pytest.mark.skipif(not series.FUSED_CONV_ADD, reason="no oneDNN fused convolution here")
 @pytest.mark.parametrize("sign", [1, -1])
 @pytest.mark.parametrize("k,fmt", [(3, torch.channels_last), (3, torch.contiguous_format),
                                    (1, torch.channels_last)])
@@ -241,7 +239,7 @@ def test_fused_convolution_add_equals_convolution_then_add(sign, k, fmt):
     K = torch.randn(16, 16, k, k, generator=gen) / 7
     y = F.conv2d(u, K, padding=k // 2)
     want = other + y if sign > 0 else y - other
-    got = soc_module._conv_plus(u, K, other, k // 2, sign=sign)
+    got = series._conv_plus(u, K, other, k // 2, sign=sign)
     assert torch.equal(got, want)
 
 
@@ -256,22 +254,22 @@ class _FakeInput:
 def test_working_memory_format_per_device(monkeypatch, cuda_flag):
     """CUDA: channels-last exactly when ``CUDA_CHANNELS_LAST`` (the default); CPU: from
     ``CHANNELS_LAST_MIN_PIXELS`` pixels on, whatever the CUDA setting."""
-    monkeypatch.setattr(soc_module, "CUDA_CHANNELS_LAST", cuda_flag)
+    monkeypatch.setattr(settings, "CUDA_CHANNELS_LAST", cuda_flag)
     want_cuda = torch.channels_last if cuda_flag else torch.contiguous_format
     for hw in (1, 2, 32):
-        assert soc_module._working_format(_FakeInput("cuda", (4, 8, hw, hw))) == want_cuda
-    threshold = soc_module.CHANNELS_LAST_MIN_PIXELS
+        assert series._working_format(_FakeInput("cuda", (4, 8, hw, hw))) == want_cuda
+    threshold = settings.CHANNELS_LAST_MIN_PIXELS
     assert threshold is not None
     side = math.isqrt(threshold)
-    assert soc_module._working_format(torch.empty(2, 4, side, side)) == torch.channels_last
-    assert soc_module._working_format(torch.empty(2, 4, side - 1, side - 1)) == torch.contiguous_format
-    assert soc_module.CUDA_CHANNELS_LAST is cuda_flag
+    assert series._working_format(torch.empty(2, 4, side, side)) == torch.channels_last
+    assert series._working_format(torch.empty(2, 4, side - 1, side - 1)) == torch.contiguous_format
+    assert settings.CUDA_CHANNELS_LAST is cuda_flag
 
 
 @pytest.mark.parametrize("value,expected", [(None, True), ("1", True), ("0", False), ("false", False)])
 def test_cuda_channels_last_default_and_environment_switch(value, expected):
-    """On by default; ``LIPCLI_CUDA_CHANNELS_LAST=0`` turns it off (read at import: checked in
-    a fresh interpreter)."""
+    """On by default; ``LIPCLI_CUDA_CHANNELS_LAST=0`` turns it off (read once, when the SOC
+    built-in is imported: checked in a fresh interpreter, with the series' layout)."""
     import os
     import subprocess
     import sys
@@ -279,11 +277,31 @@ def test_cuda_channels_last_default_and_environment_switch(value, expected):
     env = {k: v for k, v in os.environ.items() if k != "LIPCLI_CUDA_CHANNELS_LAST"}
     if value is not None:
         env["LIPCLI_CUDA_CHANNELS_LAST"] = value
+    probe = (
+        "import torch\n"
+        "from lipcli.builtins.soc import series, settings\n"
+        "class Cuda:\n"
+        "    device, shape = torch.device('cuda'), (2, 4, 8, 8)\n"
+        "print(settings.CUDA_CHANNELS_LAST, series._working_format(Cuda()) == torch.channels_last)"
+    )
     out = subprocess.run(
-        [sys.executable, "-c", "from lipcli.builtins.soc import layer; print(layer.CUDA_CHANNELS_LAST)"],
-        env=env, capture_output=True, text=True, check=True,
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,
     ).stdout.strip()
-    assert out == str(expected)
+    assert out == f"{expected} {expected}"  # the setting, and the layout the series then uses
+
+
+def test_the_environment_is_read_in_one_place():
+    """Only :mod:`lipcli.builtins.soc.settings` reads ``LIPCLI_CUDA_CHANNELS_LAST``."""
+    import pathlib
+
+    import lipcli
+
+    root = pathlib.Path(lipcli.__file__).parent
+    readers = sorted(
+        str(p.relative_to(root)) for p in root.rglob("*.py")
+        if "LIPCLI_CUDA_CHANNELS_LAST" in p.read_text(encoding="utf-8")
+    )
+    assert readers == ["builtins/soc/settings.py"]
 
 
 @pytest.mark.parametrize("c,k,hw", [(8, 3, 8), (8, 1, 8), (16, 3, 2), (8, 1, 1)])
@@ -298,7 +316,7 @@ def test_fused_and_plain_fast_gradients_agree(monkeypatch, c, k, hw):
     g = torch.randn(5, c, hw, hw, generator=gen)
     results = []
     for fused in (True, False):
-        monkeypatch.setattr(soc_module, "FUSED_CONV_ADD", fused and soc_module.FUSED_CONV_ADD)
+        monkeypatch.setattr(series, "FUSED_CONV_ADD", fused and series.FUSED_CONV_ADD)
         xr, Sr = x.clone().requires_grad_(True), S.clone().requires_grad_(True)
         z = soc_series_fast(xr, Sr, 6)
         (z * g).sum().backward()
@@ -312,10 +330,10 @@ def test_fused_and_plain_fast_gradients_agree(monkeypatch, c, k, hw):
 def test_blocked_minus_transpose_is_bit_identical():
     gen = torch.Generator().manual_seed(13)
     X = torch.randn(512, 512, 1, 1, generator=gen)
-    assert X.numel() >= soc_module._TILE_MIN_ENTRIES  # the blocked path is taken
+    assert X.numel() >= filters._TILE_MIN_ENTRIES  # the blocked path is taken
     want = X - transpose_filter(X)
-    assert torch.equal(soc_module._minus_transpose(X), want)
-    assert torch.equal(soc_module._minus_transpose(X, 0.25), want * 0.25)
+    assert torch.equal(filters._minus_transpose(X), want)
+    assert torch.equal(filters._minus_transpose(X, 0.25), want * 0.25)
 
 
 def test_fast_input_gradient_float64_matches_autograd():
@@ -427,7 +445,7 @@ def test_power_step_matches_direct_power_iteration_on_all_four_reshapes(k):
     """One power step on the four reshapes (R0, R2: v then u; R1, R3: u then v) computed
     directly on materialised reshapes equals the layer's fused implementation."""
     layer = make_layer(3, 5, k, 1)
-    D = soc_module._skew_difference(layer.weight.detach())
+    D = filters._skew_difference(layer.weight.detach())
     before = {n: b.clone() for n, b in layer.named_buffers()}
     got = layer._power_iterate(D, 1)
     for r in range(4):
@@ -465,10 +483,10 @@ def test_normalised_skew_gradient_for_each_reshape(r):
     D_ref = W - transpose_filter(W)
     S_ref = D_ref / (u @ conv_reshape(D_ref, r) @ v)
     (want,) = torch.autograd.grad((S_ref * G).sum(), W)
-    D = soc_module._skew_difference(W.detach())
+    D = filters._skew_difference(W.detach())
     rho = u @ conv_reshape(D, r) @ v
-    eu, ev = soc_module._rank_one_factors(r, u, v, C, k)
-    S = soc_module._NormalisedSkew.apply(W, D, rho, [(eu, ev)])
+    eu, ev = filters._rank_one_factors(r, u, v, C, k)
+    S = filters._NormalisedSkew.apply(W, D, rho, [(eu, ev)])
     torch.testing.assert_close(S, S_ref.detach(), rtol=1e-12, atol=1e-12)
     (got,) = torch.autograd.grad((S * G).sum(), W)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
@@ -593,7 +611,7 @@ def test_hook_specs_and_factories():
         assert layer.weight.shape == (32, 32, 3, 3) and layer.bias.shape == (32,)
     layer = specs["soc-fast"].factory(512, 2048, 1, 2, **specs["soc-fast"].resolve_params())
     assert layer.weight.shape == (2048, 2048, 1, 1)
-    assert hasattr(soc_module.lip_convolutions, "lipcli_impl")
+    assert hasattr(soc_plugin.lip_convolutions, "lipcli_impl")
 
 
 def test_freshly_built_layer_evaluates_sensibly():
@@ -616,7 +634,7 @@ def test_device_side_sigma_selection_gives_the_same_values_and_gradients(monkeyp
     the host branch's filter and weight gradient exactly (run here on CPU by forcing it)."""
     results = []
     for on_host in (True, False):
-        monkeypatch.setattr(soc_module, "_select_on_host", lambda device, v=on_host: v)
+        monkeypatch.setattr(soc_layer, "_select_on_host", lambda device, v=on_host: v)
         for k in (1, 3):
             layer = make_layer(6, 6, k, 1, seed=3, dtype=torch.float32).train()
             x = torch.randn(2, 6, 5, 5, generator=torch.Generator().manual_seed(1))

@@ -6,13 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lipcli.builtins.soc import layer as soc
+from lipcli.builtins.soc import filters
 from lipcli.builtins.soc import fused as soc_fused
+from lipcli.builtins.soc import layer as soc_layer
+from lipcli.builtins.soc.layer import SOC
 
 
 def _layer_gradient(C: int, k: int, fused: bool, device: str = "cpu", dtype=torch.float64):
     torch.manual_seed(0)
-    layer = soc.SOC(C, C, k).to(device=device, dtype=dtype).train()
+    layer = SOC(C, C, k).to(device=device, dtype=dtype).train()
     G = torch.randn(C, C, k, k, dtype=dtype, device=device)
     old = soc_fused.FUSED_FILTER
     soc_fused.FUSED_FILTER = fused
@@ -29,17 +31,17 @@ def test_reference_form_is_the_layer_gradient(C, k):
     layer, S, G, grad = _layer_gradient(C, k, fused=False)
     # the same quantities as _NormalisedSkew.backward sees, through the reference form
     torch.manual_seed(0)
-    twin = soc.SOC(C, C, k).double().train()
+    twin = SOC(C, C, k).double().train()
     with torch.no_grad():
-        D = soc._skew_difference(twin.weight)
+        D = filters._skew_difference(twin.weight)
         q = twin._power_iterate(D, 1)
         r = int(torch.argmin(torch.stack([x[0] for x in q])))
         rho, u, v = q[r]
-    ref = soc_fused.skew_gradient_eager(G, D / rho, rho, [soc._rank_one_factors(r, u, v, C, k)])
+    ref = soc_fused.skew_gradient_eager(G, D / rho, rho, [filters._rank_one_factors(r, u, v, C, k)])
     assert torch.allclose(ref, grad, rtol=1e-12, atol=1e-14)
     # and the gradient autograd gives through A = (W - T(W))/2, sigma = u'R(A)v, S = A/sigma
     W = twin.weight.detach().clone().requires_grad_(True)
-    A = 0.5 * (W - soc.transpose_filter(W))
+    A = 0.5 * (W - filters.transpose_filter(W))
     from lipcli.numerics.spectral import conv_reshape
 
     sigma = u @ conv_reshape(A, r) @ v
@@ -51,7 +53,7 @@ def test_cpu_never_uses_the_fused_kernels(monkeypatch):
     monkeypatch.setattr(soc_fused, "FUSED_FILTER", True)
     calls = []
     monkeypatch.setattr(soc_fused, "_skew_gradient_fused", lambda *a: calls.append(a))
-    monkeypatch.setattr(soc, "_power_steps_fused", lambda *a: calls.append(a))
+    monkeypatch.setattr(soc_layer, "_power_steps_fused", lambda *a: calls.append(a))
     _, _, _, grad = _layer_gradient(8, 3, fused=True)
     _, _, _, plain = _layer_gradient(8, 3, fused=False)
     assert calls == [] and torch.equal(grad, plain)
@@ -81,5 +83,5 @@ def test_fused_kernel_on_cuda_matches_the_eager_gradient(C, k):
     assert soc_fused.FUSION_STATUS["skew_gradient"] == "compiled", soc_fused.FUSION_STATUS
     assert soc_fused.FUSION_STATUS["power_steps"] == "compiled", soc_fused.FUSION_STATUS
     assert ((S_fused - S_eager).norm() / S_eager.norm()).item() < 1e-5
-    assert torch.equal(S_fused, -soc.transpose_filter(S_fused))  # still exactly skew
+    assert torch.equal(S_fused, -filters.transpose_filter(S_fused))  # still exactly skew
     assert ((fused - eager).norm() / eager.norm()).item() < 1e-5
