@@ -1,5 +1,12 @@
-"""Conformance checks for activation and head components (re-exported by :mod:`lipcli.testing`).
+"""Conformance checks for pool, activation and head components (re-exported by
+:mod:`lipcli.testing`).
 
+* :func:`check_pool_spec` -- a :class:`~lipcli.sdk.specs.PoolSpec`: the factory builds an
+  ``nn.Module`` mapping ``(N, C, H, W)`` to ``(N, C/2, H, W)`` (also at ``H = W = 1``, as in
+  LipConvnet's last block) with the checks shared with activations
+  (:func:`lipcli.testing.check_channel_module`), 1-Lipschitz if it promises
+  ``"1-lipschitz"`` -- as built and again with every parameter perturbed
+  (:func:`lipcli.testing.check_channel_spec`).
 * :func:`check_activation_spec` -- an :class:`~lipcli.sdk.specs.ActivationSpec`: the factory
   builds an ``nn.Module`` keeping the shape ``(N, C, H, W)`` (also at ``1 x 1``) with the
   checks shared with pools (:func:`lipcli.testing.check_channel_module`: finite outputs and
@@ -26,33 +33,54 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec, HeadSpec
-from lipcli.testing import (
-    LipschitzReport,
-    _fail,
-    check_channel_spec,
-    check_component_spec,
-)
+from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec, HeadSpec, PoolSpec
+from lipcli.testing.base import fail, random_jacobians
+from lipcli.testing.modules import ChannelCheckReport, check_channel_spec
+from lipcli.testing.specs import check_component_spec
 
 __all__ = [
     "ActivationCheckReport",
     "HeadCheckReport",
+    "PoolCheckReport",
     "check_activation_spec",
     "check_gradient_norm_preserving",
     "check_head_lipschitz",
+    "check_pool_spec",
     "declared_lipschitz_bound",
     "installed_plugin_modules",
 ]
 
 
+# ---------------------------------------------------------------------------------------------
+# pools and activations
+# ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class ActivationCheckReport:
+class PoolCheckReport(ChannelCheckReport):
+    """What :func:`check_pool_spec` measured."""
+
+
+def check_pool_spec(spec: PoolSpec, channels: int = 8, **options: Any) -> PoolCheckReport:
+    """Check a pool spec and the module its factory builds (see the module docstring).
+
+    ``options``: ``params`` (overrides of the spec's defaults), ``spatial``, ``batch``,
+    ``pairs``, ``attack_steps``, ``seed``, ``rtol``, as :func:`check_channel_spec` takes them.
+    The Lipschitz checks (only if the spec promises ``"1-lipschitz"``) run on a float64 copy
+    of the module in eval mode with inputs ``(B, channels, 2, 2)``.
+    """
+    checked, lip = check_channel_spec(
+        spec, PoolSpec, channels, channels // 2,
+        rule="a pool must map (N, C, H, W) to (N, C/2, H, W)", **options,
+    )
+    return PoolCheckReport(
+        name=spec.name, params=checked.params, num_parameters=checked.num_parameters,
+        lipschitz=lip,
+    )
+
+
+@dataclass(frozen=True)
+class ActivationCheckReport(ChannelCheckReport):
     """What :func:`check_activation_spec` measured."""
 
-    name: str
-    params: dict[str, Any]
-    num_parameters: int
-    lipschitz: LipschitzReport | None
     singular_values: tuple[float, float] | None  # (min, max) over the Jacobians checked
 
 
@@ -73,19 +101,16 @@ def check_gradient_norm_preserving(
     """
     gen = torch.Generator().manual_seed(seed)
     lo, hi = float("inf"), 0.0
-    for i in range(points):
-        scale = (0.1, 1.0, 3.0, 30.0)[i % 4]
-        point = torch.randn(1, *input_shape, generator=gen, dtype=torch.float64) * scale
-        jac = torch.autograd.functional.jacobian(fn, point).reshape(-1, point.numel())
+    for scale, jac in random_jacobians(fn, input_shape, points, gen):
         if jac.shape[0] != jac.shape[1]:
-            _fail(f"{name}: the Jacobian is {tuple(jac.shape)}, not square: a map that changes "
-                  "the dimension cannot preserve gradient norms")
+            fail(f"{name}: the Jacobian is {tuple(jac.shape)}, not square: a map that changes "
+                 "the dimension cannot preserve gradient norms")
         sv = torch.linalg.svdvals(jac)
         lo, hi = min(lo, float(sv.min())), max(hi, float(sv.max()))
         if float((sv - 1).abs().max()) > tol:
-            _fail(f"{name} is not gradient-norm preserving: Jacobian singular values in "
-                  f"[{float(sv.min()):.9g}, {float(sv.max()):.9g}] at a random point of scale "
-                  f"{scale} (tolerance {tol:g})")
+            fail(f"{name} is not gradient-norm preserving: Jacobian singular values in "
+                 f"[{float(sv.min()):.9g}, {float(sv.max()):.9g}] at a random point of scale "
+                 f"{scale} (tolerance {tol:g})")
     return lo, hi
 
 
@@ -93,25 +118,21 @@ def check_activation_spec(
     spec: ActivationSpec,
     channels: int = 8,
     *,
-    params: dict[str, Any] | None = None,
-    spatial: tuple[int, int] = (3, 3),
-    batch: int = 4,
-    pairs: int = 512,
-    attack_steps: int = 25,
     gradient_norm_preserving: bool = False,
     gnp_tol: float = 1e-9,
     seed: int = 0,
-    rtol: float = 1e-6,
+    **options: Any,
 ) -> ActivationCheckReport:
     """Check an activation spec and its module (see the module docstring).
 
-    The Lipschitz checks (if the spec promises ``"1-lipschitz"``) and the gradient-norm check
-    run on a float64 copy in eval mode with inputs ``(B, channels, 2, 2)``.
+    ``options``: ``params``, ``spatial``, ``batch``, ``pairs``, ``attack_steps``, ``rtol``, as
+    :func:`check_channel_spec` takes them.  The Lipschitz checks (if the spec promises
+    ``"1-lipschitz"``) and the gradient-norm check run on a float64 copy in eval mode with
+    inputs ``(B, channels, 2, 2)``.
     """
     checked, lip = check_channel_spec(
-        spec, ActivationSpec, channels, channels, params=params, spatial=spatial, batch=batch,
-        pairs=pairs, attack_steps=attack_steps, seed=seed, rtol=rtol,
-        rule="an activation must keep the shape (N, C, H, W)",
+        spec, ActivationSpec, channels, channels,
+        rule="an activation must keep the shape (N, C, H, W)", seed=seed, **options,
     )
     singular = None
     if gradient_norm_preserving:
@@ -169,13 +190,13 @@ def check_head_lipschitz(
     """
     check_component_spec(spec)
     if not isinstance(spec, HeadSpec):
-        _fail(f"expected a HeadSpec, got {type(spec).__name__}")
+        fail(f"expected a HeadSpec, got {type(spec).__name__}")
     label = f"head {spec.name!r}"
     resolved = spec.resolve_params(params)
     torch.manual_seed(seed)
     head = spec.factory(in_features, num_classes, **resolved)
     if not isinstance(head, nn.Module):
-        _fail(f"{label}: the factory must return an nn.Module, got {type(head).__name__}")
+        fail(f"{label}: the factory must return an nn.Module, got {type(head).__name__}")
     gen = torch.Generator().manual_seed(seed)
     max_jac = max_pair = 0.0
     bound = 0.0
@@ -185,27 +206,24 @@ def check_head_lipschitz(
         head.eval()
         declared = declared_lipschitz_bound(head, spec.promises)
         if declared is None:
-            _fail(f"{label} declares no Lipschitz bound: give it lipschitz_upper_bound() or "
-                  "promise '1-lipschitz'")
+            fail(f"{label} declares no Lipschitz bound: give it lipschitz_upper_bound() or "
+                 "promise '1-lipschitz'")
         bound = max(bound, declared)
         head64 = copy.deepcopy(head).double().eval()
-        for i in range(points):
-            scale = (0.1, 1.0, 3.0, 30.0)[i % 4]
-            y = torch.randn(1, in_features, generator=gen, dtype=torch.float64) * scale
-            jac = torch.autograd.functional.jacobian(head64, y).reshape(num_classes, in_features)
+        for _scale, jac in random_jacobians(head64, (in_features,), points, gen):
             norm = float(torch.linalg.matrix_norm(jac, ord=2))
             max_jac = max(max_jac, norm)
             if norm > declared * (1 + rtol):
-                _fail(f"{label} ({stage}): Jacobian spectral norm {norm:.9g} exceeds its "
-                      f"declared Lipschitz bound {declared:.9g}")
+                fail(f"{label} ({stage}): Jacobian spectral norm {norm:.9g} exceeds its "
+                     f"declared Lipschitz bound {declared:.9g}")
         with torch.no_grad():
             a = torch.randn(pairs, in_features, generator=gen, dtype=torch.float64) * 3
             b = a + torch.randn(pairs, in_features, generator=gen, dtype=torch.float64)
             ratio = (head64(a) - head64(b)).norm(dim=1) / (a - b).norm(dim=1)
         max_pair = max(max_pair, float(ratio.max()))
         if float(ratio.max()) > declared * (1 + rtol):
-            _fail(f"{label} ({stage}): ||h(a) - h(b)|| / ||a - b|| = {float(ratio.max()):.9g} "
-                  f"exceeds its declared Lipschitz bound {declared:.9g}")
+            fail(f"{label} ({stage}): ||h(a) - h(b)|| / ||a - b|| = {float(ratio.max()):.9g} "
+                 f"exceeds its declared Lipschitz bound {declared:.9g}")
     return HeadCheckReport(spec.name, bound, max_jac, max_pair)
 
 

@@ -31,14 +31,13 @@ import torch
 from torch import nn
 
 from lipcli.sdk.specs import ONE_LIPSCHITZ, ORTHOGONAL, ConvSpec
+from lipcli.testing.base import fail
+from lipcli.testing.modules import check_state_roundtrip
+from lipcli.testing.specs import check_component_spec
 
 __all__ = [
     "ConvCaseReport", "affine_matrix", "check_conv_network_bound", "check_conv_spec", "conv_cases",
 ]
-
-
-def _fail(message: str) -> None:
-    raise AssertionError(message)
 
 
 @dataclass(frozen=True)
@@ -98,18 +97,16 @@ def _declared_bound(module: nn.Module, spec: ConvSpec, label: str) -> float:
     if callable(bound_fn):
         value = float(bound_fn())
         if not math.isfinite(value) or value < 0:
-            _fail(f"{label}: lipschitz_upper_bound() returned {value!r}")
+            fail(f"{label}: lipschitz_upper_bound() returned {value!r}")
         return value
     if ONE_LIPSCHITZ in spec.promises:
         return 1.0
-    _fail(f"{label}: the module has no lipschitz_upper_bound() and the spec does not promise "
-          f"{ONE_LIPSCHITZ!r}: the network bound cannot use it")
+    fail(f"{label}: the module has no lipschitz_upper_bound() and the spec does not promise "
+         f"{ONE_LIPSCHITZ!r}: the network bound cannot use it")
     raise AssertionError  # unreachable
 
 
 def _roundtrip(module: nn.Module, build: Any, x: torch.Tensor, label: str) -> None:
-    from lipcli.testing import check_state_roundtrip
-
     check_state_roundtrip(module, build, x, label, seed=987654)
 
 
@@ -126,15 +123,13 @@ def check_conv_spec(
     float32_slack: float = 1e-5,
 ) -> list[ConvCaseReport]:
     """Check a conv spec and its modules (see the module docstring); one report per case."""
-    from lipcli.testing import check_component_spec
-
     check_component_spec(spec)
     if not isinstance(spec, ConvSpec):
-        _fail(f"expected a ConvSpec, got {type(spec).__name__}")
+        fail(f"expected a ConvSpec, got {type(spec).__name__}")
     try:
         resolved = spec.resolve_params(params)
     except (KeyError, ValueError) as exc:
-        _fail(f"conv {spec.name!r}: parameters {params!r} do not validate: {exc}")
+        fail(f"conv {spec.name!r}: parameters {params!r} do not validate: {exc}")
     reports = []
     for cin, cout, k, s, n in cases or conv_cases(channels, size):
         label = f"conv {spec.name!r} ({cin}->{cout}, k={k}, stride={s}, {n}x{n} input)"
@@ -145,7 +140,7 @@ def check_conv_spec(
         torch.manual_seed(seed)
         module = build()
         if not isinstance(module, nn.Module):
-            _fail(f"{label}: the factory must return an nn.Module, got {type(module).__name__}")
+            fail(f"{label}: the factory must return an nn.Module, got {type(module).__name__}")
         gen = torch.Generator().manual_seed(seed)
         # training: shapes, finite values and gradients
         module.train()
@@ -153,13 +148,13 @@ def check_conv_spec(
         out = module(x)
         expected = (2, cout, n // s, n // s)
         if tuple(out.shape) != expected:
-            _fail(f"{label}: maps {tuple(x.shape)} to {tuple(out.shape)}, expected {expected}")
+            fail(f"{label}: maps {tuple(x.shape)} to {tuple(out.shape)}, expected {expected}")
         if out.dtype != x.dtype or not torch.isfinite(out).all():
-            _fail(f"{label}: output is not finite float32")
+            fail(f"{label}: output is not finite float32")
         out.square().sum().backward()
         grads = [x.grad] + [p.grad for p in module.parameters() if p.requires_grad]
         if any(g is not None and not torch.isfinite(g).all() for g in grads) or x.grad is None:
-            _fail(f"{label}: missing or non-finite gradients")
+            fail(f"{label}: missing or non-finite gradients")
         module.zero_grad(set_to_none=True)
         # eval: deterministic, round trip, float32 bound
         module.eval()
@@ -167,14 +162,14 @@ def check_conv_spec(
         with torch.no_grad():
             first, second = module(x), module(x)
         if not torch.equal(first, second):
-            _fail(f"{label}: two eval-mode forward passes differ")
+            fail(f"{label}: two eval-mode forward passes differ")
         _roundtrip(module, build, x, label)
         bound32 = _declared_bound(module, spec, label)
         jac32 = affine_matrix(module, (cin, n, n), torch.float32).double()
         sigma32 = float(torch.linalg.matrix_norm(jac32, ord=2))
         if sigma32 > bound32 * (1.0 + float32_slack):
-            _fail(f"{label}: float32 layer has Jacobian spectral norm {sigma32:.9g} > its "
-                  f"declared bound {bound32:.9g}")
+            fail(f"{label}: float32 layer has Jacobian spectral norm {sigma32:.9g} > its "
+                 f"declared bound {bound32:.9g}")
         # float64: affine, Jacobian singular values vs the claims
         module64 = copy.deepcopy(module).double().eval()
         bound = _declared_bound(module64, spec, label)
@@ -185,26 +180,26 @@ def check_conv_spec(
             gap = (module64(a) + module64(b) - zero - module64(a + b)).abs().max()
             scale = float(module64(a).abs().max()) + float(module64(b).abs().max()) + 1.0
         if float(gap) > 1e-9 * scale:
-            _fail(f"{label}: the layer is not affine (f(a)+f(b)-f(0)-f(a+b) = {float(gap):.3g}); "
-                  "conv components must be affine maps")
+            fail(f"{label}: the layer is not affine (f(a)+f(b)-f(0)-f(a+b) = {float(gap):.3g}); "
+                 "conv components must be affine maps")
         svals = torch.linalg.svdvals(affine_matrix(module64, (cin, n, n), torch.float64))
         smax, smin = float(svals.max()), float(svals.min())
         if smax > bound * (1.0 + rtol):
-            _fail(f"{label}: dense-Jacobian spectral norm {smax:.12g} exceeds the declared "
-                  f"bound {bound:.12g}")
+            fail(f"{label}: dense-Jacobian spectral norm {smax:.12g} exceeds the declared "
+                 f"bound {bound:.12g}")
         if ONE_LIPSCHITZ in spec.promises and smax > 1.0 + orthogonal_tol:
-            _fail(f"{label}: promises {ONE_LIPSCHITZ!r} but the Jacobian's spectral norm is "
-                  f"{smax:.12g}")
+            fail(f"{label}: promises {ONE_LIPSCHITZ!r} but the Jacobian's spectral norm is "
+                 f"{smax:.12g}")
         if ORTHOGONAL in spec.promises:
             slack = orthogonal_tol + max(0.0, bound - 1.0)
             if abs(smax - 1.0) > slack or abs(smin - 1.0) > slack:
-                _fail(f"{label}: promises {ORTHOGONAL!r} but its singular values range over "
-                      f"[{smin:.12g}, {smax:.12g}] (tolerance {slack:.3g})")
+                fail(f"{label}: promises {ORTHOGONAL!r} but its singular values range over "
+                     f"[{smin:.12g}, {smax:.12g}] (tolerance {slack:.3g})")
         estimate = getattr(module64, "lipschitz_estimate", None)
         if callable(estimate):
             est = float(estimate((cin, n, n), iters=10))
             if est > bound * (1.0 + 1e-6):
-                _fail(f"{label}: lipschitz_estimate() = {est:.9g} exceeds the bound {bound:.9g}")
+                fail(f"{label}: lipschitz_estimate() = {est:.9g} exceeds the bound {bound:.9g}")
         reports.append(ConvCaseReport(cin, cout, k, s, n, smax, smin, bound))
     return reports
 
@@ -242,10 +237,10 @@ def check_conv_network_bound(
         norm = float(torch.linalg.matrix_norm(jac, ord=2))
         worst = max(worst, norm)
     if worst > bound * (1.0 + 1e-9):
-        _fail(f"{arch} with conv {conv!r}: Jacobian spectral norm {worst:.12g} exceeds the "
-              f"guaranteed network bound {bound:.12g}")
+        fail(f"{arch} with conv {conv!r}: Jacobian spectral norm {worst:.12g} exceeds the "
+             f"guaranteed network bound {bound:.12g}")
     bound32, _ = guaranteed_upper_bound(model)
     if not bound32 >= worst * (1.0 - 1e-4):
-        _fail(f"{arch} with conv {conv!r}: float32 network bound {bound32:.9g} is below the "
-              f"float64 Jacobian norm {worst:.9g}")
+        fail(f"{arch} with conv {conv!r}: float32 network bound {bound32:.9g} is below the "
+             f"float64 Jacobian norm {worst:.9g}")
     return bound, worst
