@@ -41,7 +41,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "lipcli.lln": "lipcli.builtins.lln.plugin",
     "lipcli.crc": "lipcli.builtins.crc.plugin",
     "lipcli.lipconvnet": "lipcli.builtins.lipconvnet",
-    "lipcli.datasets": "lipcli.builtins.datasets",
+    "lipcli.datasets": "lipcli.builtins.datasets.plugin",
     "lipcli.losses": "lipcli.builtins.losses",
 }
 

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from lipcli.builtins import datasets as D
+from lipcli.builtins.datasets.plugin import lip_datasets
 from lipcli.host.data import (
     epoch_seed, eval_loader, limit_indices, load_data, resolve_dataset, split_indices, train_loader,
 )
@@ -22,7 +23,7 @@ from conftest import CIFAR10_LABEL_NAMES, CIFAR_PER_BATCH, CIFAR_TEST, IMAGEFOLD
 
 
 def specs() -> dict:
-    return {s.name: s for s in D.lip_datasets()}
+    return {s.name: s for s in lip_datasets()}
 
 
 def _is_crop_of(aug: torch.Tensor, original: torch.Tensor, padding: int, allow_flip: bool) -> tuple[bool, bool]:
@@ -51,7 +52,7 @@ def test_registry_has_the_builtin_datasets():
 
 def test_specs_pass_the_plugin_checker():
     from lipcli import testing
-    for spec in D.lip_datasets():
+    for spec in lip_datasets():
         testing.check_component_spec(spec)
 
 
