@@ -56,39 +56,28 @@ def check_state_roundtrip(module: nn.Module, build: Any, x: torch.Tensor, label:
 
 
 def check_channel_spec(
-    spec: ComponentSpec,
-    spec_type: type,
-    channels: int,
-    out_channels: int,
-    *,
-    rule: str,
-    params: dict[str, Any] | None = None,
-    spatial: tuple[int, int] = (3, 3),
-    batch: int = 4,
-    pairs: int = 512,
-    attack_steps: int = 25,
-    seed: int = 0,
-    rtol: float = 1e-6,
+    spec: ComponentSpec, spec_type: type, channels: int, out_channels: int, *, rule: str,
+    pairs: int = 512, attack_steps: int = 25, seed: int = 0, rtol: float = 1e-6,
+    **module_options: Any,
 ) -> tuple["ChannelModuleCheck", LipschitzReport | None]:
     """:func:`check_component_spec`, the spec's type, :func:`check_channel_module` and, if the
     spec promises ``"1-lipschitz"``, :func:`check_one_lipschitz` on the float64 module with
     inputs ``(B, channels, 2, 2)``: the checks pools and activations share.
 
-    ``params`` overrides the spec's defaults (validated through the spec); ``spatial`` and
-    ``batch`` shape the inputs of the module checks; ``pairs``, ``attack_steps`` and ``rtol``
-    are those of :func:`check_one_lipschitz`, which runs on the module as built and again on
-    copies with every parameter perturbed (a promise must hold for every value training can
-    reach).  The keyword options of :func:`lipcli.testing.check_pool_spec` and
-    :func:`lipcli.testing.check_activation_spec` are these (defaults written here once)."""
+    ``module_options`` (``params``: overrides of the spec's defaults, validated through the
+    spec; ``spatial`` and ``batch``: the shape of the inputs) go to
+    :func:`check_channel_module`; ``pairs``, ``attack_steps`` and ``rtol`` are those of
+    :func:`check_one_lipschitz`, which runs on the module as built and again on copies with
+    every parameter perturbed (a promise must hold for every value training can reach).  The
+    keyword options of :func:`lipcli.testing.check_pool_spec` and
+    :func:`lipcli.testing.check_activation_spec` are these (defaults written once, here and
+    in :func:`check_channel_module`)."""
     check_component_spec(spec)
     if not isinstance(spec, spec_type):
         fail(f"expected a {spec_type.__name__}, got {type(spec).__name__}")
     if channels < 2 or channels % 2:
         raise ValueError("channels must be a positive even number")
-    checked = check_channel_module(
-        spec, channels, out_channels, params=params, spatial=spatial, batch=batch, seed=seed,
-        rule=rule,
-    )
+    checked = check_channel_module(spec, channels, out_channels, seed=seed, rule=rule, **module_options)
     lip = None
     if ONE_LIPSCHITZ in spec.promises:
         lip = check_one_lipschitz(
