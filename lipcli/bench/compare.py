@@ -21,6 +21,7 @@ the timed rounds (:func:`lipcli.bench.memory.measure_step_memory`).
 from __future__ import annotations
 
 import gc
+import inspect
 import itertools
 import statistics
 from collections.abc import Mapping, Sequence
@@ -144,34 +145,35 @@ def bench_components_arch(
     return {"arch": arch, "reference": labels[0], "varying": varying, "variants": rows}
 
 
+#: the settings of :func:`bench_components_arch` that the report repeats, in report order
+_REPORTED = ("batch_size", "steps", "warmup", "width", "num_classes", "seed")
+
+
 def bench_components(
     archs: Sequence[str],
     choices: Mapping[str, Sequence[str]],
     *,
-    batch_size: int = 128,
-    steps: int = 10,
-    warmup: int = 2,
     device: torch.device | str = "cpu",
-    width: int = 32,
-    num_classes: int = 10,
-    seed: int = 0,
-    measure_memory: bool = True,
     progress: Progress = _no_progress,
+    **options: Any,
 ) -> dict[str, Any]:
     """:func:`bench_components_arch` for every architecture, with environment and settings.
 
-    ``choices``: per component kind, the choices to combine (see the module docstring).
+    ``choices``: per component kind, the choices to combine (see the module docstring);
+    ``options``: the other keyword arguments of :func:`bench_components_arch` (``batch_size``,
+    ``steps``, ``warmup``, ``width``, ``num_classes``, ``seed``, ``measure_memory``), with its
+    defaults (written there once) where not given.
     """
-    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
+    bound = inspect.signature(bench_components_arch).bind_partial(**options)
+    bound.apply_defaults()
+    s = bound.arguments
+    _check_step_settings(batch_size=s["batch_size"], steps=s["steps"], warmup=s["warmup"],
+                         width=s["width"])
     device = torch.device(device)
     variants = component_variants(choices)
     env = environment(device)
     results = [
-        bench_components_arch(
-            arch, variants, batch_size=batch_size, steps=steps, warmup=warmup, device=device,
-            width=width, num_classes=num_classes, seed=seed, measure_memory=measure_memory,
-            progress=progress,
-        )
+        bench_components_arch(arch, variants, device=device, progress=progress, **options)
         for arch in archs
     ]
     record_load_after(env)
@@ -179,14 +181,13 @@ def bench_components(
         "benchmark": "train-components",
         "environment": env,
         "settings": {
-            "batch_size": batch_size, "steps": steps, "warmup": warmup, "width": width,
-            "num_classes": num_classes, "seed": seed,
+            **{key: s[key] for key in _REPORTED},
             "choices": {kind: list(dict.fromkeys(c)) for kind, c in choices.items()},
             "schedule": (
                 "interleaved: each round every variant takes one step on the same synthetic "
                 "batch, the starting variant rotating between rounds; warm-up rounds not timed"
             ),
-            **step_settings(batch_size),
+            **step_settings(s["batch_size"]),
         },
         "results": results,
     }
