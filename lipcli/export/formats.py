@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -58,8 +57,34 @@ def _torch_runner(module: Any) -> Runner:
     return run
 
 
-@dataclass(frozen=True)
-class Pt2Format:
+class _TorchArchive:
+    """A torch archive run by torch alone (``pt2``, ``torchscript``): the metadata record is
+    its extra file :data:`METADATA_NAME`; subclasses write and read the archive."""
+
+    def available(self) -> None:
+        return None
+
+    def serialise(self, program: torch.nn.Module, example: torch.Tensor, record: dict) -> bytes:
+        buf = io.BytesIO()
+        with torch.no_grad():
+            self._write(program, example, buf, {METADATA_NAME: json.dumps(record, sort_keys=True)})
+        return buf.getvalue()
+
+    def load(self, path: Path) -> tuple[Runner, dict]:
+        extra = {METADATA_NAME: ""}
+        module = self._read(path, extra)
+        return _torch_runner(module), json.loads(extra[METADATA_NAME])
+
+    def _write(self, program: torch.nn.Module, example: torch.Tensor, buf: io.BytesIO,
+               extra: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def _read(self, path: Path, extra: dict[str, str]) -> Any:
+        """The archive's module; fills ``extra`` with the extra files' contents."""
+        raise NotImplementedError
+
+
+class Pt2Format(_TorchArchive):
     """``torch.export`` archive (``.pt2``). Deploy with torch alone::
 
         import json, torch
@@ -69,30 +94,20 @@ class Pt2Format:
         record = json.loads(extra["lipcli.json"])
     """
 
-    name: str = "pt2"
-    suffix: str = ".pt2"
-    runtime: str = "torch (torch.export)"
+    name, suffix, runtime = "pt2", ".pt2", "torch (torch.export)"
 
-    def available(self) -> None:
-        return None
-
-    def serialise(self, program: torch.nn.Module, example: torch.Tensor, record: dict) -> bytes:
+    def _write(self, program: torch.nn.Module, example: torch.Tensor, buf: io.BytesIO,
+               extra: dict[str, str]) -> None:
         dims = ({0: torch.export.Dim.DYNAMIC},)
-        with torch.no_grad():
-            exported = torch.export.export(program, (example,), dynamic_shapes=dims, strict=False)
-        buf = io.BytesIO()
-        torch.export.save(exported, buf, extra_files={METADATA_NAME: json.dumps(record, sort_keys=True)})
-        return buf.getvalue()
+        exported = torch.export.export(program, (example,), dynamic_shapes=dims, strict=False)
+        torch.export.save(exported, buf, extra_files=extra)
 
-    def load(self, path: Path) -> tuple[Runner, dict]:
-        extra = {METADATA_NAME: ""}
+    def _read(self, path: Path, extra: dict[str, str]) -> Any:
         with open(path, "rb") as fh:
-            module = torch.export.load(fh, extra_files=extra).module()
-        return _torch_runner(module), json.loads(extra[METADATA_NAME])
+            return torch.export.load(fh, extra_files=extra).module()
 
 
-@dataclass(frozen=True)
-class TorchScriptFormat:
+class TorchScriptFormat(_TorchArchive):
     """TorchScript archive (``.torchscript.pt``, traced). Deploy with torch alone::
 
         import json, torch
@@ -102,34 +117,25 @@ class TorchScriptFormat:
         record = json.loads(extra["lipcli.json"])
     """
 
-    name: str = "torchscript"
-    suffix: str = ".torchscript.pt"
-    runtime: str = "torch (TorchScript)"
+    name, suffix, runtime = "torchscript", ".torchscript.pt", "torch (TorchScript)"
 
-    def available(self) -> None:
-        return None
-
-    def serialise(self, program: torch.nn.Module, example: torch.Tensor, record: dict) -> bytes:
+    def _write(self, program: torch.nn.Module, example: torch.Tensor, buf: io.BytesIO,
+               extra: dict[str, str]) -> None:
         import warnings
 
-        with torch.no_grad(), warnings.catch_warnings():
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # TorchScript's deprecation and tracer notes
             traced = torch.jit.trace(program, (example,), check_trace=False)
-            buf = io.BytesIO()
-            torch.jit.save(traced, buf, _extra_files={METADATA_NAME: json.dumps(record, sort_keys=True)})
-        return buf.getvalue()
+            torch.jit.save(traced, buf, _extra_files=extra)
 
-    def load(self, path: Path) -> tuple[Runner, dict]:
+    def _read(self, path: Path, extra: dict[str, str]) -> Any:
         import warnings
 
-        extra = {METADATA_NAME: ""}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            module = torch.jit.load(str(path), _extra_files=extra, map_location="cpu")
-        return _torch_runner(module), json.loads(extra[METADATA_NAME])
+            return torch.jit.load(str(path), _extra_files=extra, map_location="cpu")
 
 
-@dataclass(frozen=True)
 class OnnxFormat:
     """ONNX model (``.onnx``), written by ``torch.onnx`` (needs ``lipcli[onnx]``). Deploy with
     onnxruntime alone::
@@ -141,9 +147,7 @@ class OnnxFormat:
         record = json.loads(meta["lipcli"])
     """
 
-    name: str = "onnx"
-    suffix: str = ".onnx"
-    runtime: str = "onnxruntime"
+    name, suffix, runtime = "onnx", ".onnx", "onnxruntime"
 
     def available(self) -> None:
         missing = []
