@@ -3,6 +3,7 @@ report, model twins, the recipe training step and synthetic batches."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import platform
@@ -162,6 +163,18 @@ def _check_step_settings(*, batch_size: int, steps: int, warmup: int, width: int
     _check_positive(batch_size=batch_size, steps=steps, width=width)
     if warmup < 0:
         raise LipUsageError(f"warmup must be >= 0, got {warmup}")
+
+
+def arch_settings(per_arch: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments a multi-architecture benchmark passes to its per-architecture
+    function ``per_arch``: ``options`` over ``per_arch``'s defaults (written once, there), the
+    step settings checked first (an unknown name is a ``TypeError``)."""
+    bound = inspect.signature(per_arch).bind_partial(**options)
+    bound.apply_defaults()
+    s = dict(bound.arguments)
+    _check_step_settings(batch_size=s["batch_size"], steps=s["steps"], warmup=s["warmup"],
+                         width=s["width"])
+    return s
 
 
 # ------------------------------------------------------------------------------------------

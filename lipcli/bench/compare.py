@@ -21,7 +21,6 @@ the timed rounds (:func:`lipcli.bench.memory.measure_step_memory`).
 from __future__ import annotations
 
 import gc
-import inspect
 import itertools
 import statistics
 from collections.abc import Mapping, Sequence
@@ -36,6 +35,7 @@ from lipcli.bench.common import (
     _check_step_settings,
     _clip_for,
     _no_progress,
+    arch_settings,
     _timed,
     count_parameters,
     environment,
@@ -164,11 +164,7 @@ def bench_components(
     ``steps``, ``warmup``, ``width``, ``num_classes``, ``seed``, ``measure_memory``), with its
     defaults (written there once) where not given.
     """
-    bound = inspect.signature(bench_components_arch).bind_partial(**options)
-    bound.apply_defaults()
-    s = bound.arguments
-    _check_step_settings(batch_size=s["batch_size"], steps=s["steps"], warmup=s["warmup"],
-                         width=s["width"])
+    s = arch_settings(bench_components_arch, options)
     device = torch.device(device)
     variants = component_variants(choices)
     env = environment(device)

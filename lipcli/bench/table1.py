@@ -20,6 +20,7 @@ from lipcli.bench.common import (
     build_twins,
     _check_step_settings,
     _clip_for,
+    arch_settings,
     count_parameters,
     environment,
     _no_progress,
@@ -141,56 +142,48 @@ def bench_train_arch(
     return result
 
 
+#: the settings of :func:`bench_train_arch` that the report repeats, in report order
+_REPORTED = ("batch_size", "steps", "warmup", "width", "head", "pool", "num_classes", "seed",
+             "fast_conv", "exact_conv")
+
+
 def bench_train(
     archs: Sequence[str],
     *,
-    batch_size: int = 128,
-    steps: int = 10,
-    warmup: int = 2,
     device: torch.device | str = "cpu",
-    width: int = 32,
-    head: str = "lln",
-    pool: str = "max",
-    num_classes: int = 10,
-    seed: int = 0,
-    measure_memory: bool = True,
-    cuda_graphs: bool = False,
-    floor: bool = True,
     progress: Progress = _no_progress,
+    **options: Any,
 ) -> dict[str, Any]:
-    """:func:`bench_train_arch` for every architecture, with environment and settings."""
-    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
+    """:func:`bench_train_arch` for every architecture, with environment and settings.
+
+    ``options``: the other keyword arguments of :func:`bench_train_arch` (``batch_size``,
+    ``steps``, ``warmup``, ``width``, ``head``, ``pool``, ``num_classes``, ``seed``,
+    ``fast_conv``, ``exact_conv``, ``measure_memory``, ``cuda_graphs``, ``floor``), with its
+    defaults (written there once) where not given.
+    """
+    s = arch_settings(bench_train_arch, options)
     device = torch.device(device)
     env = environment(device)
     results = []
     for arch in archs:
-        progress(f"{arch}: building fast ({FAST_CONV}) and exact ({EXACT_CONV}) models")
-        results.append(
-            bench_train_arch(
-                arch, batch_size=batch_size, steps=steps, warmup=warmup, device=device,
-                width=width, head=head, pool=pool, num_classes=num_classes, seed=seed,
-                measure_memory=measure_memory, cuda_graphs=cuda_graphs, floor=floor,
-                progress=progress,
-            )
-        )
+        progress(f"{arch}: building fast ({s['fast_conv']}) and exact ({s['exact_conv']}) models")
+        results.append(bench_train_arch(arch, device=device, progress=progress, **options))
     record_load_after(env)
     return {
         "benchmark": "train",
         "environment": env,
         "settings": {
-            "batch_size": batch_size, "steps": steps, "warmup": warmup, "width": width,
-            "head": head, "pool": pool, "num_classes": num_classes, "seed": seed,
-            "fast_conv": FAST_CONV, "exact_conv": EXACT_CONV,
+            **{key: s[key] for key in _REPORTED},
             "schedule": (
                 "interleaved: each round both models take one step on the same synthetic "
                 "batch, order alternating between rounds; warm-up rounds not timed"
             ),
-            "cuda_graphs": cuda_graphs,
+            "cuda_graphs": s["cuda_graphs"],
             "kernel_floor": (
                 f"CUDA: GPU kernel time per step and its convolution kernels, profiled over "
-                f"{FLOOR_STEPS} eager steps after the timed ones" if floor and device.type == "cuda"
-                else None),
-            **step_settings(batch_size),
+                f"{FLOOR_STEPS} eager steps after the timed ones"
+                if s["floor"] and device.type == "cuda" else None),
+            **step_settings(s["batch_size"]),
         },
         "results": results,
     }
