@@ -264,18 +264,12 @@ def kernel_floor(model: nn.Module, step: RecipeStep, batches: Sequence[Any],
 def bench_profile(
     arch: str = "lipconvnet-20",
     *,
-    conv: str = FAST_CONV,
-    batch_size: int = 128,
-    steps: int = 3,
-    warmup: int = 1,
-    device: torch.device | str = "cpu",
-    width: int = 32,
-    head: str = "lln",
-    pool: str = "max",
-    num_classes: int = 10,
-    seed: int = 0,
-    top_ops: int = 15,
-    progress: Progress = _no_progress,
+    # the model
+    conv: str = FAST_CONV, head: str = "lln", pool: str = "max", width: int = 32,
+    num_classes: int = 10, seed: int = 0,
+    # the measurement
+    batch_size: int = 128, steps: int = 3, warmup: int = 1, top_ops: int = 15,
+    device: torch.device | str = "cpu", progress: Progress = _no_progress,
 ) -> dict[str, Any]:
     """Share of training-step time per category, convolution versus everything else.
 
