@@ -154,7 +154,7 @@ def bench_certify(
     t0 = time.perf_counter()
     lip = lipschitz_report(model, estimate=True, iters=lipschitz_iters)
     t_lip = time.perf_counter() - t0
-    lip_bound = float(lip["upper_bound"])
+    lip_bound = float(lip.upper_bound)
 
     # -- certificates ------------------------------------------------------------------
     variants: list[tuple[str, int | None]] = [(head_spec.certificate, None)]
@@ -216,9 +216,9 @@ def bench_certify(
         },
         "lipschitz": {
             "upper_bound": lip_bound,
-            "upper_bound_s": lip["time_s"]["upper_bound"],
-            "estimate": lip["estimate"],
-            "estimate_s": lip["time_s"]["estimate"],
+            "upper_bound_s": lip.time_s["upper_bound"],
+            "estimate": lip.estimate,
+            "estimate_s": lip.time_s["estimate"],
             "estimate_iters": lipschitz_iters,
             "report_total_s": t_lip,
         },

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from lipcli.cli.common import MODEL_HELP, ProgressBars, cli_errors, fail, print_json, stdout_console
+from lipcli.certify.options import DEFAULT_RADII, CertifyOptions
+from lipcli.cli.common import ProgressBars, cli_errors, fail, print_json, stdout_console
+from lipcli.cli.options import DeviceOption, JsonOption, ModelArgument, QuietOption
 
+#: the defaults the options show (written once, in CertifyOptions)
+_C = CertifyOptions()
 RADII_HELP = (
     "Comma-separated l2 radii. A plain number v means v/UNIT (see --radius-unit: 36 -> 36/255); "
     "an item a/b is the absolute radius a/b whatever the unit (36/255). Must be >= 0."
@@ -18,58 +22,60 @@ RADII_HELP = (
 
 @cli_errors
 def certify(
-    model: Optional[Path] = typer.Argument(None, help=MODEL_HELP, show_default=False),
-    radii: str = typer.Option("36,72,108", "--radii", help=RADII_HELP),
-    radius_unit: float = typer.Option(
-        255.0, "--radius-unit",
+    model: ModelArgument = None,
+    radii: Annotated[str, typer.Option("--radii", help=RADII_HELP)] = DEFAULT_RADII,
+    radius_unit: Annotated[float, typer.Option(
+        "--radius-unit",
         help="Divisor for plain radii: 255 (pixel levels, the paper's convention) or 1 (absolute, e.g. 0.14).",
-    ),
-    dataset: Optional[str] = typer.Option(
-        None, "--dataset", help="Data set NAME[:key=value,...] (default: the one recorded in the model file)."
-    ),
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Data set root directory."),
-    download: bool = typer.Option(False, "--download", help="Download the data set if missing."),
-    split: str = typer.Option("test", "--split", help="Data set split to certify."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N points of the split."),
-    batch_size: int = typer.Option(256, "--batch-size", help="Batch size for features, certificates and attacks."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
-    lipschitz: str = typer.Option(
-        "bound", "--lipschitz",
+    )] = _C.radius_unit,
+    dataset: Annotated[Optional[str], typer.Option(
+        "--dataset", help="Data set NAME[:key=value,...] (default: the one recorded in the model file).",
+    )] = _C.dataset,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Data set root directory.")] = None,
+    download: Annotated[bool, typer.Option("--download", help="Download the data set if missing.")] = _C.download,
+    split: Annotated[str, typer.Option("--split", help="Data set split to certify.")] = _C.split,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N points of the split.")] = _C.limit,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", help="Batch size for features, certificates and attacks.")] = _C.batch_size,
+    device: DeviceOption = _C.device,
+    lipschitz: Annotated[str, typer.Option(
+        "--lipschitz",
         help="bound: GUARANTEED upper bound of Lip(g) (default, sound). estimate: the paper's product "
         "of power-method estimates (NOT guaranteed; output is labelled).",
-    ),
-    lipschitz_iters: int = typer.Option(
-        50, "--lipschitz-iters", help="Power iterations for --lipschitz estimate (>= 1)."
-    ),
-    top_k: Optional[int] = typer.Option(
-        None, "--top-k",
+    )] = _C.lipschitz,
+    lipschitz_iters: Annotated[int, typer.Option(
+        "--lipschitz-iters", help="Power iterations for --lipschitz estimate (>= 1).")] = _C.lipschitz_iters,
+    top_k: Annotated[Optional[int], typer.Option(
+        "--top-k",
         help="Only check the K highest other logits (reference heuristic; NOT sound unless K >= classes-1; labelled).",
-    ),
-    attack: bool = typer.Option(
-        False, "--attack",
+    )] = _C.top_k,
+    attack: Annotated[bool, typer.Option(
+        "--attack",
         help="PGD-attack every certified point at each radius (a success is a soundness violation: "
         "exit 1) and report empirical robust accuracy.",
-    ),
-    attack_steps: int = typer.Option(100, "--attack-steps", help="PGD steps per restart."),
-    attack_restarts: int = typer.Option(2, "--attack-restarts", help="PGD restarts."),
-    per_sample: Optional[Path] = typer.Option(
-        None, "--per-sample", help="Write index,label,prediction,correct,radius (input-space l2 radius of the prediction) to this CSV."
-    ),
-    plot: Optional[Path] = typer.Option(
-        None, "--plot", help="Write the certified accuracy vs radius curve (needs matplotlib: pip install 'lipcli[plot]')."
-    ),
-    ignore_class_names: bool = typer.Option(
-        False, "--ignore-class-names",
+    )] = _C.attack,
+    attack_steps: Annotated[int, typer.Option("--attack-steps", help="PGD steps per restart.")] = _C.attack_steps,
+    attack_restarts: Annotated[int, typer.Option("--attack-restarts", help="PGD restarts.")] = _C.attack_restarts,
+    per_sample: Annotated[Optional[Path], typer.Option(
+        "--per-sample",
+        help="Write index,label,prediction,correct,radius (input-space l2 radius of the prediction) to this CSV.",
+    )] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot",
+        help="Write the certified accuracy vs radius curve (needs matplotlib: pip install 'lipcli[plot]').",
+    )] = None,
+    ignore_class_names: Annotated[bool, typer.Option(
+        "--ignore-class-names",
         help="Certify even if the data set's class names differ from those recorded in the "
         "model file (by default that is refused: same class count, different data).",
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Machine-readable summary on stdout."),
-    no_write: bool = typer.Option(
-        False, "--no-write",
+    )] = _C.ignore_class_names,
+    json_out: JsonOption = False,
+    no_write: Annotated[bool, typer.Option(
+        "--no-write",
         help="Do not modify the model file. By default the summary is stored in its 'results' slot "
         "(key 'certify') and certificate precomputations in its 'cache' slot (atomic rewrite).",
-    ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    )] = not _C.write,
+    quiet: QuietOption = False,
 ) -> None:
     """Certify l2 robustness of MODEL: clean and certified accuracy at each radius.
 
@@ -127,7 +133,7 @@ def certify(
     if per_sample is not None:
         try:
             write_per_sample_csv(per_sample, outcome)
-            summary["per_sample"] = str(per_sample)
+            summary.per_sample = str(per_sample)
         except LipError as exc:
             write_errors.append(str(exc))
     if plot is not None:
@@ -136,28 +142,28 @@ def certify(
         try:
             plot_certified_accuracy(
                 plot, outcome.radius, outcome.correct, radii_list, unit=radius_unit,
-                title=f"{model.name}: {summary['certificate']['name']}, Lip {summary['lipschitz']['label']}",
+                title=f"{model.name}: {summary.certificate.name}, Lip {summary.lipschitz.label}",
             )
-            summary["plot"] = str(plot)
+            summary.plot = str(plot)
         except LipError as exc:
             write_errors.append(str(exc))
     if json_out:
-        print_json(summary)
+        print_json(summary.to_json())
     else:
         print_summary(summary)
     if write_errors and not outcome.violations:
         fail("; ".join(write_errors), 1)
     if outcome.violations:
         first = outcome.violations[0]
-        if summary["sound"]:
+        if summary.sound:
             blame = "the certificate or the Lipschitz bound is WRONG for this model (a lipcli or plugin bug)"
         else:
             blame = ("these radii come from the requested NON-guaranteed settings "
                      "(Lipschitz estimate and/or top-k classes) and over-claim")
         fail(
             f"SOUNDNESS VIOLATION: PGD broke {len(outcome.violations)} certified prediction(s) "
-            f"within their certified radius (e.g. point {first['index']}: certified "
-            f"{first['certified_radius']:.6g}, attacked at distance {first['attack_distance']:.6g}); "
+            f"within their certified radius (e.g. point {first.index}: certified "
+            f"{first.certified_radius:.6g}, attacked at distance {first.attack_distance:.6g}); "
             + blame
             + ("; also " + "; ".join(write_errors) if write_errors else ""),
             1,
@@ -180,66 +186,64 @@ def write_per_sample_csv(path: Path, outcome: Any) -> None:
         raise LipError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def print_summary(summary: dict[str, Any]) -> None:
-    """The paper-style table on stdout (rich); no control characters or rich markup from
-    the model file's strings reach the terminal."""
+def print_summary(summary: Any) -> None:
+    """The paper-style table of a :class:`~lipcli.certify.CertifySummary` on stdout (rich); no
+    control characters or rich markup from the model file's strings reach the terminal."""
     from rich.markup import escape
     from rich.table import Table
 
-    from lipcli.host.safetext import clean_tree
+    from lipcli.host.promises import EVIDENCE_LABEL
+    from lipcli.host.safetext import clean
 
-    summary = clean_tree(summary)
-    for key in ("arch", "head", "model"):
-        summary[key] = escape(summary[key])
-    summary["dataset"]["name"] = escape(summary["dataset"]["name"])
+    def text(value: Any) -> str:  # a string from the model file or a plugin, made inert
+        return escape(clean(str(value)))
+
     console = stdout_console()
     say = functools.partial(console.print, soft_wrap=True)  # long labels stay on one line
-    lip = summary["lipschitz"]
-    cert = summary["certificate"]
-    ds = summary["dataset"]
-    unit = summary["radius_unit"]
+    lip, cert, ds = summary.lipschitz, summary.certificate, summary.dataset
+    unit = summary.radius_unit
     title = (
-        f"{summary['arch']} + {summary['head']} on {ds['name']} ({ds['split']}, {summary['total']} points)"
+        f"{text(summary.arch)} + {text(summary.head)} on {text(ds.name)} ({text(ds.split)}, "
+        f"{summary.total} points)"
     )
     table = Table(title=title, title_justify="left")
     table.add_column("radius" + (f" (x1/{unit:g})" if unit != 1 else ""), justify="right")
     table.add_column("l2 radius", justify="right")
     table.add_column("certified acc.", justify="right")
     table.add_column("certified", justify="right")
-    attacked = summary.get("attack") is not None
+    attacked = summary.attack is not None
     if attacked:
         table.add_column("PGD robust acc.", justify="right")
         table.add_column("violations", justify="right")
-    table.add_row("clean", "0", f"{100 * summary['clean_accuracy']:.2f}%", str(summary["correct"]),
+    table.add_row("clean", "0", f"{100 * summary.clean_accuracy:.2f}%", str(summary.correct),
                   *(["", ""] if attacked else []))
-    for row in summary["radii"]:
+    for row in summary.radii:
         extra = []
         if attacked:
-            v = row.get("violations", 0)
-            extra = [f"{100 * row['empirical_robust_accuracy']:.2f}%",
+            v = row.violations or 0
+            extra = [f"{100 * row.empirical_robust_accuracy:.2f}%",
                      f"[bold red]{v}[/bold red]" if v else "0"]
-        table.add_row(f"{row['radius_units']:g}", f"{row['radius']:.4f}",
-                      f"{100 * row['certified_accuracy']:.2f}%", str(row["certified"]), *extra)
+        table.add_row(f"{row.radius_units:g}", f"{row.radius:.4f}",
+                      f"{100 * row.certified_accuracy:.2f}%", str(row.certified), *extra)
     console.print(table)
-    lip_style = "green" if lip["guaranteed"] else "bold yellow"
-    say(f"Lipschitz of features (normalisation included): [{lip_style}]{lip['value']:.6g} "
-                  f"({lip['label']})[/{lip_style}]"
-                  + ("" if lip["guaranteed"] else f"; guaranteed bound {lip['upper_bound']:.6g}"))
-    checked = summary.get("promises") or {}
-    if checked.get("layers"):
-        say(f"promises: {len(checked['layers'])} layers counted as 1 measured at most "
-            f"{checked['max_ratio']:.9g} ({checked['label']})", highlight=False)
-    cls_style = "green" if cert["exact_classes"] else "bold yellow"
-    say(f"certificate: {cert['name']}, [{cls_style}]{cert['classes']}[/{cls_style}]")
-    mcr = summary["mean_certified_radius"]
+    lip_style = "green" if lip.guaranteed else "bold yellow"
+    say(f"Lipschitz of features (normalisation included): [{lip_style}]{lip.value:.6g} "
+        f"({text(lip.label)})[/{lip_style}]"
+        + ("" if lip.guaranteed else f"; guaranteed bound {lip.upper_bound:.6g}"))
+    checked = summary.promises
+    if checked.layers:
+        say(f"promises: {len(checked.layers)} layers counted as 1 measured at most "
+            f"{checked.max_ratio:.9g} ({text(EVIDENCE_LABEL)})", highlight=False)
+    cls_style = "green" if cert.exact_classes else "bold yellow"
+    say(f"certificate: {text(cert.name)}, [{cls_style}]{text(cert.classes)}[/{cls_style}]")
+    mcr = summary.mean_certified_radius
     fmt = lambda v: "inf" if v is None or v == float("inf") else f"{v:.4f}"  # noqa: E731
-    say(f"mean certified radius: {fmt(mcr['all'])} over all points (0 if misclassified), "
-                  f"{fmt(mcr['correct'])} over correctly classified points")
-    t = summary["time_s"]
-    say("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
-    for note in cert["notes"] + summary["notes"]:
-        say(f"note: {note}", highlight=False, markup=False)
-    if not summary["sound"]:
+    say(f"mean certified radius: {fmt(mcr.all)} over all points (0 if misclassified), "
+        f"{fmt(mcr.correct)} over correctly classified points")
+    say("time: " + ", ".join(f"{text(k)} {v:.2f}s" for k, v in summary.time_s.items()))
+    for note in cert.notes + summary.notes:
+        say(f"note: {clean(str(note))}", highlight=False, markup=False)
+    if not summary.sound:
         say("[bold yellow]These numbers are NOT guaranteed certificates (see notes).[/bold yellow]")
-    if summary.get("written"):
-        say(f"stored in {summary['model']}: {', '.join(summary['written'])}")
+    if summary.written:
+        say(f"stored in {text(summary.model)}: {', '.join(summary.written)}")

@@ -18,10 +18,6 @@ from lipcli.host.strictjson import dumps_json
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-#: help of the optional MODEL argument (lip certify, lipschitz, info, export)
-MODEL_HELP = "Model file (.safetensors); default: the most recent one under ./runs (or $LIPCLI_RUNS)."
-
-
 class State:
     debug = False
 
@@ -66,7 +62,7 @@ def cli_errors(func: F) -> F:
             # on every rank, so it is printed once)
             if getattr(exc, "silent", False) or (isinstance(exc, LipUsageError) and other_rank()):
                 raise typer.Exit(exc.exit_code) from None
-            fail(str(exc), exc.exit_code)
+            fail(with_option_hint(exc, func), exc.exit_code)
         except KeyboardInterrupt:
             if state.debug:
                 raise
@@ -77,6 +73,43 @@ def cli_errors(func: F) -> F:
             fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)", 1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def option_flag(func: Callable[..., Any], name: str) -> str | None:
+    """The long flag (``--top-k``) of ``func``'s command-line parameter ``name``, from its
+    ``typer.Option`` (in ``Annotated[...]`` or as the default); ``None`` when there is none."""
+    import inspect
+    import typing
+
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: no hint
+        hints = {}
+    infos = list(getattr(hints.get(name), "__metadata__", ()))
+    param = inspect.signature(func).parameters.get(name)
+    if param is not None:
+        infos.append(param.default)
+    for info in infos:
+        if type(info).__name__ != "OptionInfo":
+            continue
+        longs = [d for d in (getattr(info, "param_decls", None) or ()) if d.startswith("--")]
+        return longs[0].split("/")[0] if longs else "--" + name.replace("_", "-")
+    return None
+
+
+def with_option_hint(exc: LipError, func: Callable[..., Any]) -> str:
+    """The message of ``exc``, prefixed with the command-line option of the setting it is
+    about: a :class:`~lipcli.sdk.errors.SettingError` names the setting (``top_k``), the
+    command ``func``'s parameter of that name gives the flag, which replaces the setting's
+    name at the start of the message or else prefixes it (``--top-k: ...``)."""
+    setting = getattr(exc, "setting", None)
+    flag = None if setting is None else option_flag(func, setting)
+    text = str(exc)
+    if flag is None:
+        return text
+    if text.startswith(setting + " "):  # "top_k must be >= 1" -> "--top-k must be >= 1"
+        return flag + text[len(setting):]
+    return f"{flag}: {text}"
 
 
 def other_rank() -> bool:

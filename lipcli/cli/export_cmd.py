@@ -7,12 +7,13 @@ from typing import Any, Optional
 
 import typer
 
-from lipcli.cli.common import MODEL_HELP, ProgressBars, cli_errors, print_json, stdout_console
+from lipcli.cli.common import ProgressBars, cli_errors, print_json, stdout_console
+from lipcli.cli.options import JsonOption, ModelArgument, QuietOption
 
 
 @cli_errors
 def export(
-    model: Optional[Path] = typer.Argument(None, help=MODEL_HELP, show_default=False),
+    model: ModelArgument = None,
     format: Optional[str] = typer.Option(
         None, "--format", "-f",
         help="pt2 (torch.export, torch alone), torchscript (torch alone) or onnx (onnxruntime "
@@ -34,8 +35,8 @@ def export(
         "model's data set when available offline, else random images).",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
-    json_out: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Export MODEL as a program that runs without lipcli.
 

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-import typer
-
-from lipcli.cli.common import MODEL_HELP, cli_errors, print_json, stdout_console
+from lipcli.cli.common import cli_errors, print_json, stdout_console
+from lipcli.cli.options import JsonOption, ModelArgument
 
 
 @cli_errors
-def info(
-    model: Optional[Path] = typer.Argument(None, help=MODEL_HELP, show_default=False),
-    json_out: bool = typer.Option(False, "--json", help="Machine-readable card on stdout."),
-) -> None:
+def info(model: ModelArgument = None, json_out: JsonOption = False) -> None:
     """Show MODEL's card: components, data set, Lipschitz bound, results, training.
 
     Read from the file alone (no data, no network built), so it also works when
@@ -23,9 +18,9 @@ def info(
     from lipcli.info import model_card
     from lipcli.host.runs import resolve_model_argument
 
-    card = model_card(resolve_model_argument(model)).to_json()
+    card = model_card(resolve_model_argument(model))
     if json_out:
-        print_json(card)
+        print_json(card.to_json())
     else:
         print_card(card)
 
@@ -38,7 +33,8 @@ def _fmt(value: Any, digits: int = 6) -> str:
     return str(value)
 
 
-def print_card(card: dict[str, Any]) -> None:
+def print_card(card: Any) -> None:
+    """A :class:`~lipcli.info.ModelCard` on stdout (plain text, no markup: file strings are inert)."""
     from rich.table import Table
 
     console = stdout_console()
@@ -46,31 +42,31 @@ def print_card(card: dict[str, Any]) -> None:
     def say(text: str) -> None:
         console.print(text, soft_wrap=True, highlight=False, markup=False)
 
-    say(f"{card['file']}: {card['bytes']:,} bytes, sha256 {card['sha256']}")
-    say(f"written by lipcli {card['written_by']} (format {card['format_version']}); input "
-        f"{'x'.join(map(str, card['input_shape']))}, {card['num_classes']} classes")
+    say(f"{card.file}: {card.bytes:,} bytes, sha256 {card.sha256}")
+    say(f"written by lipcli {card.written_by} (format {card.format_version}); input "
+        f"{'x'.join(map(str, card.input_shape))}, {card.num_classes} classes")
     table = Table(title="components", title_justify="left")
     for col in ("kind", "name", "parameters", "distribution", "installed"):
         table.add_column(col)
-    for comp in card["components"]:
-        params = ", ".join(f"{k}={v}" for k, v in comp["params"].items()) or "-"
-        table.add_row(comp["kind"], comp["name"], params, comp["distribution"],
-                      "yes" if comp["installed"] else "NO")
+    for comp in card.components:
+        params = ", ".join(f"{k}={v}" for k, v in comp.params.items()) or "-"
+        table.add_row(comp.kind, comp.name, params, comp.distribution,
+                      "yes" if comp.installed else "NO")
     console.print(table)
-    counts = card["parameters"]
+    counts = card.parameters
     say("parameters: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
-    ds = card["dataset"] or {}
-    norm = card["normalization"] or {}
+    ds = card.dataset or {}
+    norm = card.normalization or {}
     say(f"data set: {ds.get('name', '-')} {ds.get('params') or ''} sizes {ds.get('sizes', '-')}; "
         f"normalisation mean {norm.get('mean')}, std {norm.get('std')}")
-    lip = card["lipschitz"]
+    lip = card.lipschitz
     if lip:
         say(f"Lipschitz: {lip.get('upper_bound_label')} {_fmt(lip.get('upper_bound'), 8)}; "
             f"estimate {_fmt(lip.get('estimate'), 8)} (not guaranteed); empirical lower bound "
             f"{_fmt(lip.get('empirical_lower'), 8)}")
     else:
         say("Lipschitz: none stored (lip lipschitz MODEL --write)")
-    res = card["results"] or {}
+    res = card.results or {}
     if "test_accuracy" in res:
         say(f"training evaluation: test accuracy {_fmt(res['test_accuracy'], 4)} on "
             f"{res.get('test_examples')} images ({res.get('selection')})")
@@ -88,8 +84,8 @@ def print_card(card: dict[str, Any]) -> None:
                f"{attack['violations']} violations"))
     else:
         say("lip certify: no stored results")
-    tr = card["training"]
+    tr = card.training
     if tr:
         say("training: " + ", ".join(f"{k} {_fmt(v)}" for k, v in tr.items()))
-    for note in card["notes"]:
+    for note in card.notes:
         say(f"note: {note}")

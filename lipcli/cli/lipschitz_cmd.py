@@ -4,29 +4,35 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-from lipcli.cli.common import MODEL_HELP, ProgressBars, cli_errors, print_json, stdout_console
+from lipcli.certify.options import CertifyOptions
+from lipcli.cli.common import ProgressBars, cli_errors, print_json, stdout_console
+from lipcli.cli.options import DeviceOption, JsonOption, ModelArgument, QuietOption
+from lipcli.host.devices import DEFAULT_DEVICE
 
 
 @cli_errors
 def lipschitz(
-    model: Optional[Path] = typer.Argument(None, help=MODEL_HELP, show_default=False),
-    json_out: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
-    iters: int = typer.Option(50, "--iters", help="Power-method iterations per layer for the estimate."),
-    no_estimate: bool = typer.Option(False, "--no-estimate", help="Skip the power-method estimate (bound only, fastest)."),
-    empirical: bool = typer.Option(
-        False, "--empirical",
+    model: ModelArgument = None,
+    json_out: JsonOption = False,
+    iters: Annotated[int, typer.Option(
+        "--iters", help="Power-method iterations per layer for the estimate.",
+    )] = CertifyOptions.lipschitz_iters,
+    no_estimate: Annotated[bool, typer.Option(
+        "--no-estimate", help="Skip the power-method estimate (bound only, fastest).")] = False,
+    empirical: Annotated[bool, typer.Option(
+        "--empirical",
         help="Also search for an empirical LOWER bound (largest output/input distance ratio at a few random images).",
-    ),
-    write: bool = typer.Option(
-        False, "--write", help="Store the report in the model file's 'lipschitz' slot (atomic rewrite); "
+    )] = False,
+    write: Annotated[bool, typer.Option(
+        "--write", help="Store the report in the model file's 'lipschitz' slot (atomic rewrite); "
         "an estimate or empirical bound not recomputed now (--no-estimate, no --empirical) keeps the "
-        "stored one when it belongs to the same weights."),
-    device: str = typer.Option("auto", "--device", help="auto (default), cpu, cuda or cuda:N."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+        "stored one when it belongs to the same weights.")] = False,
+    device: DeviceOption = DEFAULT_DEVICE,
+    quiet: QuietOption = False,
 ) -> None:
     """Lipschitz constant of MODEL's feature map (input normalisation included).
 
@@ -58,60 +64,58 @@ def lipschitz(
     with ProgressBars(enabled=not quiet) as bars:
         report = lipschitz_report(net, estimate=not no_estimate, iters=iters, empirical=empirical,
                                   progress=bars.update)
-    report["promises"] = promises.to_json()
-    report["model"] = str(model)
+    report.promises = promises
+    report.model = str(model)
     if write:
-        record = merge_stored_record(
-            {k: v for k, v in report.items() if k not in ("model", "promises")},
-            mf.metadata.get("lipschitz")
-        )
+        record = merge_stored_record(report.record(), mf.metadata.get("lipschitz"))
         update_metadata(model, {"lipschitz": record})
-        report["written"] = True
+        report.written = True
         if record.get("carried_over"):
-            report["carried_over"] = record["carried_over"]
+            report.carried_over = record["carried_over"]
     if json_out:
-        print_json(report)
+        print_json(report.to_json())
     else:
         print_report(report)
 
 
-def print_report(report: dict[str, Any]) -> None:
+def print_report(report: Any) -> None:
+    """A :class:`~lipcli.host.lipschitz.LipschitzReport` as a table on stdout (rich); strings
+    from the model file are made inert (no control characters, no markup)."""
     from rich.markup import escape
     from rich.table import Table
 
-    from lipcli.host.safetext import clean_tree
+    from lipcli.host.promises import EVIDENCE_LABEL
+    from lipcli.host.safetext import clean
 
-    report = clean_tree(report)  # no control characters or markup from file text
-    report["model"] = escape(report["model"])
-    for row in report["layers"]:
-        row["name"], row["type"] = escape(row["name"]), escape(row["type"])
+    def text(value: Any) -> str:
+        return escape(clean(str(value)))
+
     console = stdout_console()
     say = functools.partial(console.print, soft_wrap=True)  # long labels stay on one line
-    table = Table(title=f"Lipschitz constants of {report['model']}", title_justify="left")
+    table = Table(title=f"Lipschitz constants of {text(report.model)}", title_justify="left")
     for col, just in (("layer", "left"), ("type", "left"), ("input shape", "left"),
                       ("upper bound", "right"), ("estimate", "right")):
         table.add_column(col, justify=just)
-    for row in report["layers"]:
-        bound = "1 (promise)" if row["source"] == "promise" else f"{row['upper_bound']:.8g}"
-        est = "" if row["estimate"] is None else f"{row['estimate']:.8g}"
-        table.add_row(row["name"], row["type"], "x".join(map(str, row["input_shape"])), bound, est)
+    for row in report.layers:
+        bound = "1 (promise)" if row.source == "promise" else f"{row.upper_bound:.8g}"
+        est = "" if row.estimate is None else f"{row.estimate:.8g}"
+        table.add_row(text(row.name), text(row.type), "x".join(map(str, row.input_shape)), bound, est)
     console.print(table)
-    say(f"[green]whole network {report['upper_bound_label']}: {report['upper_bound']:.8g}[/green]"
-                  " (normalisation included)")
-    if report["estimate"] is not None:
-        rel = report["estimate"] / report["upper_bound"] - 1
-        say(f"[yellow]{report['estimate_label']}: {report['estimate']:.8g}[/yellow] "
-                      f"({100 * rel:+.4f}% vs bound; {report['estimate_iters']} iterations)")
-    checked = report.get("promises") or {}
-    if checked.get("layers"):
-        say(f"promises: {len(checked['layers'])} layers counted as 1 measured at most "
-            f"{checked['max_ratio']:.9g} ({checked['label']})")
-    emp = report.get("empirical_lower")
+    say(f"[green]whole network {text(report.upper_bound_label)}: {report.upper_bound:.8g}[/green]"
+        " (normalisation included)")
+    if report.estimate is not None:
+        rel = report.estimate / report.upper_bound - 1
+        say(f"[yellow]{text(report.estimate_label)}: {report.estimate:.8g}[/yellow] "
+            f"({100 * rel:+.4f}% vs bound; {report.estimate_iters} iterations)")
+    checked = report.promises
+    if checked is not None and checked.layers:
+        say(f"promises: {len(checked.layers)} layers counted as 1 measured at most "
+            f"{checked.max_ratio:.9g} ({text(EVIDENCE_LABEL)})")
+    emp = report.empirical_lower
     if emp:
-        say(f"{emp['label']}: {emp['value']:.8g} ({emp['points']} {emp['source']})")
-    t = report["time_s"]
-    say("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
-    if report.get("written"):
-        kept = report.get("carried_over")
-        say(f"stored in {report['model']}: lipschitz"
+        say(f"{text(emp.label)}: {emp.value:.8g} ({emp.points} {text(emp.source)})")
+    say("time: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.time_s.items()))
+    if report.written:
+        kept = report.carried_over
+        say(f"stored in {text(report.model)}: lipschitz"
             + (f" (kept the file's {' and '.join(kept)} for these weights: not recomputed)" if kept else ""))

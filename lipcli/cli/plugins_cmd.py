@@ -5,11 +5,12 @@ from __future__ import annotations
 import typer
 
 from lipcli.cli.common import cli_errors, fail, print_json, stdout_console
+from lipcli.cli.options import JsonOption
 
 
 @cli_errors
 def plugins(
-    json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+    json_out: JsonOption = False,
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show each component's parameters."),
 ) -> None:
     """List installed plugins (name, distribution, version) and the components they provide."""

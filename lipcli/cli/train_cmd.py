@@ -3,104 +3,108 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from lipcli.train.config import DEFAULT_EXTRA_RATIO, OPTIMIZER_LR, SCHEDULES, TrainConfig
 from lipcli.cli.common import cli_errors, print_json
+from lipcli.cli.options import DeviceOption, JsonOption, QuietOption
+from lipcli.train.config import DEFAULT_EXTRA_RATIO, OPTIMIZER_LR, SCHEDULES, TrainConfig
 
 _COMPONENT = "NAME or NAME:key=value,..."
-#: the defaults the help texts quote (written once, in TrainConfig)
+#: the defaults the options have and show (written once, in TrainConfig); an option counts as
+#: given (over a --config file, or over the stored settings with --resume) only when it was
+#: on the command line
 _D = TrainConfig()
 _LRS = ", ".join(f"{name} {lr:g}" for name, lr in OPTIMIZER_LR.items())
 
 
 @cli_errors
 def train(
-    arch: Optional[str] = typer.Option(
-        None, "--arch", help=f"Architecture ({_COMPONENT}); default lipconvnet-5 (the CPU-friendly "
-        "baseline; the paper's best CIFAR models are lipconvnet-10..40)."),
-    conv: Optional[str] = typer.Option(None, "--conv", help=f"Convolution ({_COMPONENT}); default soc-fast."),
-    activation: Optional[str] = typer.Option(None, "--activation", help="Activation; default maxmin."),
-    pool: Optional[str] = typer.Option(None, "--pool", help="Pooling (max, projection, ...); default max."),
-    head: Optional[str] = typer.Option(
-        None, "--head", help=f"Head: lln (trained with ce) or mlp (trained with crc-lip: feature attack "
-        f"+ curvature regulariser); default {_D.head}."),
-    loss: Optional[str] = typer.Option(
-        None, "--loss", help=f"Training loss ({_COMPONENT}): ce, crc-lip, cr, margin-offset or a "
-        "plugin's; default: the head's (lln: ce, mlp: crc-lip). `lip plugins -v` lists parameters."),
-    width: Optional[int] = typer.Option(None, "--width", help="Architecture width (channels after the stem; paper 32)."),
-    dataset: Optional[str] = typer.Option(
-        None, "--dataset", help="Data set: cifar10 (default), cifar100, imagefolder, digits, or a plugin's."),
-    data_dir: Optional[Path] = typer.Option(
-        None, "--data-dir", help="Data set root (cifar10: DIR/cifar-10-batches-py/...; imagefolder: DIR/train, DIR/test)."),
-    download: Optional[bool] = typer.Option(None, "--download", help="Download the data set into --data-dir if missing."),
-    extra_data: Optional[Path] = typer.Option(
-        None, "--extra-data", help="Extra training images: an uncompressed .npz (or a directory) with "
-        "'image' uint8 NxHxWxC and 'label'; memory-mapped, augmented like the data set."),
-    extra_ratio: Optional[float] = typer.Option(
-        None, "--extra-ratio", help=f"Fraction of each batch drawn from --extra-data (default {DEFAULT_EXTRA_RATIO:g})."),
-    out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Model file to write (default RUN_DIR/model.safetensors)."),
-    run_dir: Optional[Path] = typer.Option(
-        None, "--run-dir", help="Run directory for checkpoint and logs (default: OUT's stem + '-run' "
-        "beside --out, else runs/ARCH-HEAD-TIMESTAMP)."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", help="Epochs (default 200)."),
-    batch_size: Optional[int] = typer.Option(
-        None, "--batch-size", help="Global batch size, split over processes (default 128)."),
-    optimizer: Optional[str] = typer.Option(
-        None, "--optimizer", help=f"Optimiser: {', '.join(OPTIMIZER_LR)} (default {_D.optimizer}, the paper's)."),
-    lr: Optional[float] = typer.Option(
-        None, "--lr", help=f"Learning rate (default per optimiser: {_LRS})."),
-    momentum: Optional[float] = typer.Option(None, "--momentum", help=f"SGD momentum (default {_D.momentum})."),
-    lookahead: Optional[int] = typer.Option(
-        None, "--lookahead", help=f"Wrap the optimiser in Lookahead, syncing every K steps (alpha "
-        f"{_D.lookahead_alpha}); default {_D.lookahead} (off)."),
-    schedule: Optional[str] = typer.Option(
-        None, "--schedule", help=f"LR schedule per step: {' or '.join(SCHEDULES)} (default {_D.schedule}: "
-        f"x{_D.lr_gamma:g} at {' and '.join(f'{m:.0%}' for m in _D.lr_milestones)} of training)."),
-    warmup_epochs: Optional[float] = typer.Option(
-        None, "--warmup-epochs", help=f"Linear LR warm-up over this many epochs (default {_D.warmup_epochs:g})."),
-    weight_decay: Optional[float] = typer.Option(
-        None, "--weight-decay", help="Weight decay on conv filters and the LLN weight (default 5e-4)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default 0)."),
-    workers: Optional[int] = typer.Option(
-        None, "--workers", help="Data loader worker processes (default: 0 on CPU, up to 4 on CUDA)."),
-    device: Optional[str] = typer.Option(None, "--device", help="auto (default), cpu, cuda or cuda:N."),
-    amp: Optional[bool] = typer.Option(None, "--amp", help="Mixed precision for training steps (bf16; evaluation stays fp32)."),
-    cuda_graphs: Optional[str] = typer.Option(
-        None, "--cuda-graphs", help="auto (default: on CUDA where the configuration allows), on or "
-        "off: replay each training step from a CUDA graph (same values; fewer kernel launches)."),
-    augment: Optional[bool] = typer.Option(
-        None, "--augment/--no-augment", help="Random crop (+ flip) augmentation (default on)."),
-    attack_radius: Optional[float] = typer.Option(
-        None, "--attack-radius", help="Sets the loss parameter radius (crc-lip: input-space l2 radius "
-        "rho of the feature attack; default cifar10 36/255, cifar100 0.2, others 36/255)."),
-    curvature_weight: Optional[float] = typer.Option(
-        None, "--curvature-weight", help="Sets the loss parameter gamma (crc-lip: curvature weight; "
-        "default cifar10 0.5, cifar100 0.75, others 0.5)."),
-    grad_clip: Optional[float] = typer.Option(
-        None, "--grad-clip", help="Gradient-norm clipping (default: the loss's, 1.0 for crc-lip, off "
-        "otherwise; 0 = off)."),
-    val_split: Optional[float] = typer.Option(
-        None, "--val-split", help="Hold out this fraction of the training set for validation (never the test set)."),
-    keep_best: Optional[bool] = typer.Option(
-        None, "--keep-best", help="Keep the weights of the best validation epoch (needs --val-split)."),
-    limit_train: Optional[int] = typer.Option(None, "--limit-train", help="Train on a seeded random subset of N images."),
-    limit_test: Optional[int] = typer.Option(None, "--limit-test", help="Test on a seeded random subset of N images."),
-    lipschitz_estimate: Optional[bool] = typer.Option(
-        None, "--lipschitz-estimate/--no-lipschitz-estimate",
-        help="Also store the power-method estimate of Lip(g) (default on; the guaranteed bound is always stored)."),
-    config: Optional[Path] = typer.Option(
-        None, "--config", help="Settings file (.toml, .json, .yaml) with TrainConfig keys; options given here win."),
-    resume: Optional[Path] = typer.Option(
-        None, "--resume", help="Continue the run in this run directory from its last checkpoint."),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace an existing model file (--out) and a finished run in the "
-        "run directory (its log and checkpoint); without it lip train refuses to replace them."),
-    json_out: bool = typer.Option(False, "--json", help="Final summary as JSON on stdout."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output on stderr."),
+    ctx: typer.Context,
+    arch: Annotated[str, typer.Option("--arch", help=f"Architecture ({_COMPONENT}); lipconvnet-5 is the "
+        "CPU-friendly baseline, the paper's best CIFAR models are lipconvnet-10..40.")] = _D.arch,
+    conv: Annotated[str, typer.Option("--conv", help=f"Convolution ({_COMPONENT}).")] = _D.conv,
+    activation: Annotated[str, typer.Option("--activation", help="Activation.")] = _D.activation,
+    pool: Annotated[str, typer.Option("--pool", help="Pooling (max, projection, ...).")] = _D.pool,
+    head: Annotated[str, typer.Option("--head", help="Head: lln (trained with ce) or mlp (trained with "
+        "crc-lip: feature attack + curvature regulariser).")] = _D.head,
+    loss: Annotated[Optional[str], typer.Option("--loss", help=f"Training loss ({_COMPONENT}): ce, crc-lip, "
+        "cr, margin-offset or a plugin's; default: the head's (lln: ce, mlp: crc-lip). "
+        "`lip plugins -v` lists parameters.")] = _D.loss,
+    width: Annotated[Optional[int], typer.Option("--width", help="Architecture width (channels after the "
+        "stem; paper 32); default: the architecture's.")] = _D.width,
+    dataset: Annotated[str, typer.Option("--dataset", help="Data set: cifar10, cifar100, imagefolder, "
+        "digits, or a plugin's.")] = _D.dataset,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Data set root (cifar10: "
+        "DIR/cifar-10-batches-py/...; imagefolder: DIR/train, DIR/test).")] = None,
+    download: Annotated[bool, typer.Option("--download", help="Download the data set into --data-dir if "
+        "missing.")] = _D.download,
+    extra_data: Annotated[Optional[Path], typer.Option("--extra-data", help="Extra training images: an "
+        "uncompressed .npz (or a directory) with 'image' uint8 NxHxWxC and 'label'; "
+        "memory-mapped, augmented like the data set.")] = None,
+    extra_ratio: Annotated[Optional[float], typer.Option("--extra-ratio", help="Fraction of each batch "
+        f"drawn from --extra-data (default {DEFAULT_EXTRA_RATIO:g}).")] = _D.extra_ratio,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Model file to write (default "
+        "RUN_DIR/model.safetensors).")] = None,
+    run_dir: Annotated[Optional[Path], typer.Option("--run-dir", help="Run directory for checkpoint and "
+        "logs (default: OUT's stem + '-run' beside --out, else runs/ARCH-HEAD-TIMESTAMP).")] = None,
+    epochs: Annotated[int, typer.Option("--epochs", help="Epochs.")] = _D.epochs,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Global batch size, split over "
+        "processes.")] = _D.batch_size,
+    optimizer: Annotated[str, typer.Option("--optimizer", help=f"Optimiser: {', '.join(OPTIMIZER_LR)} "
+        f"({_D.optimizer}: the paper's).")] = _D.optimizer,
+    lr: Annotated[Optional[float], typer.Option("--lr", help=f"Learning rate (default per optimiser: "
+        f"{_LRS}).")] = _D.lr,
+    momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum.")] = _D.momentum,
+    lookahead: Annotated[int, typer.Option("--lookahead", help="Wrap the optimiser in Lookahead, syncing "
+        f"every K steps (alpha {_D.lookahead_alpha}); 0: off.")] = _D.lookahead,
+    schedule: Annotated[str, typer.Option("--schedule", help=f"LR schedule per step: {' or '.join(SCHEDULES)} "
+        f"(step: x{_D.lr_gamma:g} at {' and '.join(f'{m:.0%}' for m in _D.lr_milestones)} of "
+        "training).")] = _D.schedule,
+    warmup_epochs: Annotated[float, typer.Option("--warmup-epochs", help="Linear LR warm-up over this many "
+        "epochs.")] = _D.warmup_epochs,
+    weight_decay: Annotated[float, typer.Option("--weight-decay", help="Weight decay on conv filters and the "
+        "LLN weight.")] = _D.weight_decay,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = _D.seed,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Data loader worker processes "
+        "(default: 0 on CPU, up to 4 on CUDA).")] = _D.workers,
+    device: DeviceOption = _D.device,
+    amp: Annotated[bool, typer.Option("--amp", help="Mixed precision for training steps (bf16; evaluation "
+        "stays fp32).")] = _D.amp,
+    cuda_graphs: Annotated[str, typer.Option("--cuda-graphs", help="auto (on CUDA where the configuration "
+        "allows), on or off: replay each training step from a CUDA graph (same values; fewer "
+        "kernel launches).")] = _D.cuda_graphs,
+    augment: Annotated[bool, typer.Option("--augment/--no-augment", help="Random crop (+ flip) "
+        "augmentation.")] = _D.augment,
+    attack_radius: Annotated[Optional[float], typer.Option("--attack-radius", help="Sets the loss parameter "
+        "radius (crc-lip: input-space l2 radius rho of the feature attack; default cifar10 36/255, "
+        "cifar100 0.2, others 36/255).")] = _D.attack_radius,
+    curvature_weight: Annotated[Optional[float], typer.Option("--curvature-weight", help="Sets the loss "
+        "parameter gamma (crc-lip: curvature weight; default cifar10 0.5, cifar100 0.75, others "
+        "0.5).")] = _D.curvature_weight,
+    grad_clip: Annotated[Optional[float], typer.Option("--grad-clip", help="Gradient-norm clipping "
+        "(default: the loss's, 1.0 for crc-lip, off otherwise; 0 = off).")] = _D.grad_clip,
+    val_split: Annotated[float, typer.Option("--val-split", help="Hold out this fraction of the training "
+        "set for validation (never the test set).")] = _D.val_split,
+    keep_best: Annotated[bool, typer.Option("--keep-best", help="Keep the weights of the best validation "
+        "epoch (needs --val-split).")] = _D.keep_best,
+    limit_train: Annotated[Optional[int], typer.Option("--limit-train", help="Train on a seeded random "
+        "subset of N images.")] = _D.limit_train,
+    limit_test: Annotated[Optional[int], typer.Option("--limit-test", help="Test on a seeded random subset "
+        "of N images.")] = _D.limit_test,
+    lipschitz_estimate: Annotated[bool, typer.Option("--lipschitz-estimate/--no-lipschitz-estimate",
+        help="Also store the power-method estimate of Lip(g) (the guaranteed bound is always "
+        "stored).")] = _D.lipschitz_estimate,
+    config: Annotated[Optional[Path], typer.Option("--config", help="Settings file (.toml, .json, .yaml) "
+        "with TrainConfig keys; options given here win.")] = None,
+    resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this run "
+        "directory from its last checkpoint.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing model file (--out) and "
+        "a finished run in the run directory (its log and checkpoint); without it lip train "
+        "refuses to replace them.")] = False,
+    json_out: JsonOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Train a provably 1-Lipschitz network with the paper's recipe (resumable; torchrun for DDP).
 
@@ -114,21 +118,7 @@ def train(
     from lipcli.train import TrainConfig, load_config_file
     from lipcli.train import train as run_training
 
-    given: dict[str, Any] = {
-        "arch": arch, "conv": conv, "activation": activation, "pool": pool, "head": head,
-        "width": width, "dataset": dataset, "loss": loss,
-        "data_dir": None if data_dir is None else str(data_dir), "download": download,
-        "extra_data": None if extra_data is None else str(extra_data), "extra_ratio": extra_ratio,
-        "epochs": epochs, "batch_size": batch_size, "optimizer": optimizer, "lr": lr,
-        "momentum": momentum, "lookahead": lookahead, "schedule": schedule,
-        "warmup_epochs": warmup_epochs,
-        "weight_decay": weight_decay, "seed": seed, "workers": workers, "device": device,
-        "amp": amp, "cuda_graphs": None if cuda_graphs is None else cuda_graphs.strip().lower(),
-        "augment": augment, "attack_radius": attack_radius,
-        "curvature_weight": curvature_weight, "grad_clip": grad_clip, "val_split": val_split,
-        "keep_best": keep_best, "lipschitz_estimate": lipschitz_estimate, "limit_train": limit_train, "limit_test": limit_test,
-    }
-    given = {k: v for k, v in given.items() if v is not None}
+    given = _given_settings(ctx)
     out_s = None if out is None else str(out)
     if resume is not None:
         if config is not None:
@@ -150,6 +140,23 @@ def train(
         )
     if json_out and summary:
         print_json(summary)
+
+
+def _given_settings(ctx: typer.Context) -> dict[str, Any]:
+    """The TrainConfig settings given on the command line (not those left at their default),
+    as TrainConfig values (paths as strings, ``cuda_graphs`` normalised)."""
+    given = {}
+    for name in TrainConfig.field_names():
+        source = ctx.get_parameter_source(name) if name in ctx.params else None
+        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
+            continue
+        value = ctx.params[name]
+        if isinstance(value, Path):
+            value = str(value)
+        elif name == "cuda_graphs":
+            value = value.strip().lower()
+        given[name] = value
+    return given
 
 
 def _without_file_width(cfg, given: dict):

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
-from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.errors import LipUsageError, SettingError
 from lipcli.host.plugins import Registry, get_registry
 from lipcli.sdk.specs import Component, DatasetSpec
 
@@ -96,8 +96,8 @@ def split_indices(indices: list[int], fraction: float, seed: int) -> tuple[list[
     """Hold out ``round(fraction * len)`` of ``indices`` (at least 1) as a validation set."""
     n_val = max(1, round(fraction * len(indices)))
     if n_val >= len(indices):
-        raise LipUsageError(
-            f"--val-split {fraction} leaves no training images ({len(indices)} available)"
+        raise SettingError(
+            "val_split", f"validation fraction {fraction} leaves no training images ({len(indices)} available)"
         )
     perm = seeded_permutation(len(indices), seed, "val-split").tolist()
     val = sorted(indices[i] for i in perm[:n_val])
@@ -111,20 +111,21 @@ def resolve_dataset(choice: str | dict, registry: Registry | None = None) -> Com
 
 
 def check_data_dir(component: Component, root: str | None, download: bool) -> str | None:
-    """Validate ``--data-dir`` before anything is loaded or written."""
+    """Validate a data set's directory ``root`` before anything is loaded or written
+    (:class:`SettingError` ``data_dir``); returns it with ``~`` expanded."""
     spec: DatasetSpec = component.spec  # type: ignore[assignment]
     if not spec.needs_root:
         return None if root is None else str(root)
     if root is None:
-        raise LipUsageError(
-            f"dataset {spec.name!r} needs --data-dir DIR (the folder holding its files; with "
-            "--download, where to fetch them); --dataset digits trains on the embedded offline set"
+        raise SettingError(
+            "data_dir", f"dataset {spec.name!r} needs a data directory (the folder holding its "
+            "files; when downloading, where to fetch them); the digits data set is embedded and needs none"
         )
     path = os.path.expanduser(str(root))
     if not download and not os.path.isdir(path):
-        raise LipUsageError(f"data directory {path} does not exist (dataset {spec.name!r})")
+        raise SettingError("data_dir", f"data directory {path} does not exist (dataset {spec.name!r})")
     if os.path.exists(path) and not os.path.isdir(path):
-        raise LipUsageError(f"data directory {path} is not a directory")
+        raise SettingError("data_dir", f"data directory {path} is not a directory")
     return path
 
 

@@ -1,4 +1,4 @@
-"""The ``--device`` option of every command: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA
+"""The device setting of every command: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA
 when available).  :func:`check_device_name` checks the spelling only (``lip train`` checks its
 configuration with it before anything runs); :func:`resolve_device` also checks it against
 this machine.  ``lip train`` then gives a bare ``cuda`` each torchrun process's own GPU
@@ -10,7 +10,10 @@ import re
 
 import torch
 
-from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.errors import SettingError
+
+#: the device used when none is named
+DEFAULT_DEVICE = "auto"
 
 #: ``cuda`` or ``cuda:N`` with N < 100 written without leading zeros (torch rejects those, and
 #: keeps the index in 8 bits: ``torch.device("cuda:257")`` is ``cuda:1``)
@@ -18,12 +21,12 @@ _CUDA = re.compile(r"^cuda(:(0|[1-9]\d?))?$")
 
 
 def check_device_name(name: str) -> str:
-    """``name`` normalised (``auto``, ``cpu``, ``cuda`` or ``cuda:N``); :class:`LipUsageError`
-    (exit 2) for anything else (``meta``, ``mps``, ``cuda:x``, ...)."""
+    """``name`` normalised (``auto``, ``cpu``, ``cuda`` or ``cuda:N``); :class:`SettingError`
+    (``device``, exit 2) for anything else (``meta``, ``mps``, ``cuda:x``, ...)."""
     key = str(name).strip().lower()
     if key in ("auto", "cpu") or _CUDA.match(key):
         return key
-    raise LipUsageError(f"unknown --device {name!r}; use cpu, cuda, cuda:N or auto")
+    raise SettingError("device", f"unknown device {name!r}; use cpu, cuda, cuda:N or auto")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -37,11 +40,11 @@ def resolve_device(name: str) -> torch.device:
     try:
         dev = torch.device(key)
     except (RuntimeError, ValueError):  # anything torch parses differently from the pattern
-        raise LipUsageError(f"unknown --device {name!r}; use cpu, cuda, cuda:N or auto") from None
+        raise SettingError("device", f"unknown device {name!r}; use cpu, cuda, cuda:N or auto") from None
     if not torch.cuda.is_available():
-        raise LipUsageError(f"--device {name}: CUDA is not available on this machine")
+        raise SettingError("device", f"device {name}: CUDA is not available on this machine")
     if dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise LipUsageError(
-            f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        raise SettingError(
+            "device", f"device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)"
         )
     return dev

@@ -30,6 +30,7 @@ import copy
 import hashlib
 import math
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -37,6 +38,7 @@ from torch import nn
 
 from lipcli.sdk.errors import LipError
 from lipcli.numerics.precision import in_full_float32_precision
+from lipcli.host.records import JsonRecord
 from lipcli.sdk.specs import ONE_LIPSCHITZ
 
 #: names used in reports
@@ -167,6 +169,17 @@ def _random_unit(shape: tuple[int, ...], generator: torch.Generator, dtype: torc
     return (flat / flat.norm(dim=1, keepdim=True)).view(shape)
 
 
+@dataclass
+class EmpiricalLower(JsonRecord):
+    """A true lower bound on ``Lip(g)`` (:func:`empirical_lower_bound`)."""
+
+    value: float
+    per_point: list[float]
+    points: int
+    source: str
+    label: str = EMPIRICAL_LABEL
+
+
 def empirical_lower_bound(
     model: nn.Module,
     data: torch.Tensor | None = None,
@@ -175,7 +188,7 @@ def empirical_lower_bound(
     iters: int = 20,
     step: float = 1e-4,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> EmpiricalLower:
     """A true lower bound on ``Lip(g)``: ``max ||g(x+tv) - g(x-tv)|| / (2t)`` (``||v|| = 1``).
 
     ``v`` is found per point by power iteration on ``J^T J`` (``J v`` by a central float64
@@ -214,13 +227,53 @@ def empirical_lower_bound(
         v = (w.flatten(1) / norms[:, None]).view_as(x)
     r, _ = ratio(v)
     best = torch.maximum(best, r)
-    return {
-        "value": float(best.max()),
-        "per_point": [float(b) for b in best],
-        "points": n,
-        "source": "data" if data is not None else "random images in [0, 1]",
-        "label": EMPIRICAL_LABEL,
-    }
+    return EmpiricalLower(
+        value=float(best.max()),
+        per_point=[float(b) for b in best],
+        points=n,
+        source="data" if data is not None else "random images in [0, 1]",
+    )
+
+
+@dataclass
+class LayerLipschitz(JsonRecord):
+    """One body child: its guaranteed bound (``source`` ``"bound"`` or ``"promise"``) and its
+    power-method estimate (``None`` when not computed)."""
+
+    name: str
+    type: str
+    input_shape: list[int]
+    source: str
+    upper_bound: float
+    estimate: float | None
+
+
+@dataclass
+class LipschitzReport(JsonRecord):
+    """What :func:`lipschitz_report` finds (``to_json()``: ``lip lipschitz --json`` and, without
+    ``promises``/``model``, the model file's ``lipschitz`` slot).  The last four fields are
+    set by the caller and absent from the JSON while ``None``."""
+
+    JSON_OMIT_NONE = ("promises", "model", "written", "carried_over")
+
+    upper_bound: float
+    upper_bound_label: str
+    estimate: float | None
+    estimate_label: str
+    estimate_iters: int | None
+    empirical_lower: EmpiricalLower | None
+    layers: list[LayerLipschitz]
+    includes_normalization: bool
+    weights_sha256: str
+    time_s: dict[str, float] = field(default_factory=dict)
+    promises: Any = None  # lipcli.host.promises.PromiseCheck, when checked
+    model: str | None = None
+    written: bool | None = None
+    carried_over: list[str] | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The JSON of the report itself (what the model file's ``lipschitz`` slot is made of)."""
+        return {k: v for k, v in self.to_json().items() if k not in ("promises", "model", "written", "carried_over")}
 
 
 @in_full_float32_precision
@@ -232,10 +285,10 @@ def lipschitz_report(
     empirical: bool = False,
     data: torch.Tensor | None = None,
     progress: Callable[[str, int, int], None] | None = None,
-) -> dict[str, Any]:
+) -> LipschitzReport:
     """Per-layer and whole-network Lipschitz numbers of ``g = model.body`` (SPEC §5).
 
-    Returns a JSON-serialisable dict: ``layers`` (name, type, input_shape, source
+    Returns a :class:`LipschitzReport`: ``layers`` (name, type, input_shape, source
     (``"bound"``/``"promise"``), upper_bound, estimate), ``upper_bound`` (guaranteed,
     normalisation included), ``estimate`` (product of power-method estimates; ``None`` if
     ``estimate=False``), ``empirical_lower`` (dict or ``None``), the labels of the three,
@@ -275,34 +328,33 @@ def lipschitz_report(
             emp = empirical_lower_bound(model, data)
             t_emp = time.perf_counter() - t0
             # float64 ratios vs a bound for the float32 weights: allow 1e-6 relative slack
-            if emp["value"] > bound * (1 + 1e-6):
+            if emp.value > bound * (1 + 1e-6):
                 raise LipError(
-                    f"SOUNDNESS VIOLATION: empirical Lipschitz lower bound {emp['value']:.9g} "
+                    f"SOUNDNESS VIOLATION: empirical Lipschitz lower bound {emp.value:.9g} "
                     f"exceeds the guaranteed upper bound {bound:.9g}"
                 )
     finally:
         model.train(was_training)
-    ordered = [
-        {k: row[k] for k in ("name", "type", "input_shape", "source", "upper_bound", "estimate")}
-        for row in rows
-    ]
-    return {
-        "upper_bound": bound,
-        "upper_bound_label": BOUND_LABEL,
-        "estimate": est_total,
-        "estimate_label": ESTIMATE_LABEL,
-        "estimate_iters": iters if estimate else None,
-        "empirical_lower": emp,
-        "layers": ordered,
-        "includes_normalization": True,
-        "weights_sha256": weights_fingerprint(model),
-        "time_s": {"shapes": t_shapes, "upper_bound": t_bound, "estimate": t_est, "empirical": t_emp},
-    }
+    return LipschitzReport(
+        upper_bound=bound,
+        upper_bound_label=BOUND_LABEL,
+        estimate=est_total,
+        estimate_label=ESTIMATE_LABEL,
+        estimate_iters=iters if estimate else None,
+        empirical_lower=emp,
+        layers=[
+            LayerLipschitz(**{k: row[k] for k in ("name", "type", "input_shape", "source", "upper_bound", "estimate")})
+            for row in rows
+        ],
+        includes_normalization=True,
+        weights_sha256=weights_fingerprint(model),
+        time_s={"shapes": t_shapes, "upper_bound": t_bound, "estimate": t_est, "empirical": t_emp},
+    )
 
 
 def merge_stored_record(record: dict[str, Any], stored: Any) -> dict[str, Any]:
-    """The ``lipschitz`` slot to write: ``record`` (a fresh :func:`lipschitz_report` without
-    ``model``) plus what it did not recompute, kept from the ``stored`` slot.
+    """The ``lipschitz`` slot to write: ``record`` (a fresh :meth:`LipschitzReport.record`)
+    plus what it did not recompute, kept from the ``stored`` slot.
 
     A fresh report made without the power estimate (``--no-estimate``) or without the
     empirical search has ``None`` there; the stored estimate (with its per-layer values and

@@ -19,6 +19,18 @@ class LipUsageError(LipError):
     exit_code = 2
 
 
+class SettingError(LipUsageError):
+    """Bad value of one named setting (a field of a driver's options, e.g. ``top_k``).
+
+    The message is the library's (it names no command-line flag); ``setting`` lets a front
+    end point at its own spelling of it (``lip`` prefixes the option, e.g. ``--top-k: ...``).
+    """
+
+    def __init__(self, setting: str, message: str) -> None:
+        self.setting = setting
+        super().__init__(message)
+
+
 class UnknownComponentError(LipUsageError):
     """A component name that no installed plugin provides."""
 

@@ -39,4 +39,4 @@ def lipschitz_record(model: nn.Module, *, estimate: bool = True) -> dict[str, An
     from lipcli.host.lipschitz import lipschitz_report
 
     report = lipschitz_report(model, estimate=estimate, iters=50)
-    return json.loads(json.dumps(report, default=float))
+    return json.loads(json.dumps(report.record(), default=float))

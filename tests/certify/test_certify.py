@@ -260,7 +260,7 @@ def test_bad_inputs_give_one_line_and_exit_code(model_file: Path, tmp_path: Path
         ([str(tmp_path / "missing.safetensors")], 2, "not found"),
         ([m, "--dataset", "nope"], 2, "unknown dataset 'nope'"),
         ([m, "--dataset", "cifar10"], 2, "--data-dir"),
-        ([m, "--dataset", "cifar10", "--data-dir", str(tmp_path / "nodir")], 2, "no such directory"),
+        ([m, "--dataset", "cifar10", "--data-dir", str(tmp_path / "nodir")], 2, "--data-dir: data directory"),
         ([m, "--dataset", "cifar10", "--data-dir", str(tmp_path)], 2, "cifar"),
         ([m, "--split", "validation"], 2, "validation"),
         ([m, "--lipschitz", "guess"], 2, "--lipschitz"),
@@ -303,7 +303,7 @@ def test_real_subprocess_error(model_file: Path, tmp_path: Path) -> None:
 def test_driver_api_returns_arrays(model_file: Path) -> None:
     outcome = run_certification(model_file, CertifyOptions(radii=[0.0], limit=6, write=False))
     assert outcome.radius.dtype == torch.float64 and outcome.radius.shape == (6,)
-    assert outcome.summary["radii"][0]["certified"] == int(outcome.correct.sum())
+    assert outcome.summary.radii[0].certified == int(outcome.correct.sum())
 
 
 # -- other data sets and a model trained by `lip train` ------------------------------------------
@@ -381,7 +381,7 @@ def test_certification_runs_without_tf32():
     precision._set_tf32_state(*allowing)
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(certify_module, "resolve_device", record)
+            mp.setattr(certify_module.driver, "resolve_device", record)
             with pytest.raises(Seen):
                 certify_module.run_certification("unused.safetensors", certify_module.CertifyOptions(radii=[0.1]))
             import lipcli.host.lipschitz as lipschitz_module

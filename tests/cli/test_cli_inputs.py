@@ -303,7 +303,7 @@ def test_device_option_is_validated_the_same_way_everywhere(tmp_path, monkeypatc
         r = runner.invoke(app, args)
         assert r.exit_code == 2, (args, r.output)
         assert "--device" in one_error_line(r)
-    with pytest.raises(LipUsageError, match="unknown --device 'meta'"):
+    with pytest.raises(LipUsageError, match="unknown device 'meta'"):
         resolve_device("meta")
     if not torch.cuda.is_available():
         with pytest.raises(LipUsageError, match="CUDA is not available"):

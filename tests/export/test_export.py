@@ -89,7 +89,7 @@ def run_isolated(tmp_path: Path, fmt: str, exported: Path, images: np.ndarray) -
 def lipcli_reference(model_path: Path, images: torch.Tensor) -> dict:
     """lipcli's logits and ``lip certify``'s input-space radii (full certificate: LLN exact,
     CRC-Lip closed form AND dual, lazy curvature), as run_certification computes them."""
-    from lipcli.certify import _input_radii
+    from lipcli.certify import input_radii as _input_radii
     from lipcli.host.lipschitz import guaranteed_upper_bound
 
     model, _ = load_model(model_path)

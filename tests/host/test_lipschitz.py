@@ -80,26 +80,26 @@ def test_bound_is_tight_and_includes_normalisation_on_one_soc_layer(stride: int)
 def test_whole_network_bound_dominates_dense_jacobian_estimate_and_empirical() -> None:
     model = _tiny_lipconvnet(seed=1).double()
     report = lipschitz_report(model, estimate=True, iters=10)
-    bound = report["upper_bound"]
+    bound = report.upper_bound
     assert math.isfinite(bound) and bound > 1 / STD * (1 - 1e-6)
     point = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     jnorm = _jacobian_norm(model.features, point)  # dense 128 x 3072 Jacobian, exact SVD
     assert jnorm <= bound
     # the reference-style estimate is a product of per-layer lower estimates
-    assert report["estimate"] <= bound
-    for row in report["layers"]:
-        assert row["estimate"] <= row["upper_bound"] * (1 + 1e-9)
+    assert report.estimate <= bound
+    for row in report.layers:
+        assert row.estimate <= row.upper_bound * (1 + 1e-9)
     # empirical lower bound: below the bound, and its power iteration reaches ~||J(x)||
     emp = empirical_lower_bound(model, point, points=1, iters=20)
-    assert emp["value"] <= bound
-    assert emp["value"] >= 0.95 * jnorm
+    assert emp.value <= bound
+    assert emp.value >= 0.95 * jnorm
 
 
 def test_report_rows_shapes_and_product() -> None:
     model = _tiny_lipconvnet()
     report = lipschitz_report(model, estimate=False)
     names = [name for name, _ in model.body.named_children()]
-    assert [r["name"] for r in report["layers"]] == names
+    assert [r.name for r in report.layers] == names
     planned = {name: list(inp) for name, inp, _ in model.describe()}
     hooked: dict[str, list[int]] = {}
 
@@ -113,17 +113,17 @@ def test_report_rows_shapes_and_product() -> None:
         model.features(torch.zeros(1, 3, 32, 32))
     for h in handles:
         h.remove()
-    for row in report["layers"]:
-        assert row["input_shape"] == planned[row["name"]] == hooked[row["name"]]
-        if row["source"] == "promise":
-            assert row["upper_bound"] == 1.0
-        assert row["estimate"] is None
-    product = math.prod(r["upper_bound"] for r in report["layers"])
-    assert report["upper_bound"] >= product
-    assert report["upper_bound"] == pytest.approx(product, rel=1e-13)
-    assert report["estimate"] is None and report["empirical_lower"] is None
-    assert report["includes_normalization"] is True
-    json.dumps(report)  # JSON-serialisable
+    for row in report.layers:
+        assert row.input_shape == planned[row.name] == hooked[row.name]
+        if row.source == "promise":
+            assert row.upper_bound == 1.0
+        assert row.estimate is None
+    product = math.prod(r.upper_bound for r in report.layers)
+    assert report.upper_bound >= product
+    assert report.upper_bound == pytest.approx(product, rel=1e-13)
+    assert report.estimate is None and report.empirical_lower is None
+    assert report.includes_normalization is True
+    json.dumps(report.to_json())  # JSON-serialisable
 
 
 def test_hooks_fallback_matches_describe() -> None:
@@ -181,7 +181,7 @@ def test_lipschitz_report_reports_progress_per_layer() -> None:
     model = _tiny_lipconvnet()
     calls: list[tuple[str, int, int]] = []
     report = lipschitz_report(model, iters=3, progress=lambda *a: calls.append(a))
-    layers = len(report["layers"])
+    layers = len(report.layers)
     assert [c[1] for c in calls] == list(range(1, layers + 1))
     assert {c[0] for c in calls} == {"power-method estimate (layers)"}
     assert {c[2] for c in calls} == {layers}
@@ -225,5 +225,5 @@ def test_lipconvnet20_bound_is_fast() -> None:
     t0 = time.perf_counter()
     report = lipschitz_report(model, estimate=False)
     elapsed = time.perf_counter() - t0
-    assert math.isfinite(report["upper_bound"])
+    assert math.isfinite(report.upper_bound)
     assert elapsed < 10.0, f"whole-network bound took {elapsed:.1f} s"

@@ -72,6 +72,6 @@ def test_train_default_dataset_says_what_it_needs(tmp_path, monkeypatch):
     r = runner.invoke(app, ["train", "--arch", "lipconvnet-20", "--head", "mlp"])
     assert r.exit_code == 2
     assert r.stderr.strip().splitlines() == [
-        "error: dataset 'cifar10' needs --data-dir DIR (the folder holding its files; with "
-        "--download, where to fetch them); --dataset digits trains on the embedded offline set"]
+        "error: --data-dir: dataset 'cifar10' needs a data directory (the folder holding its "
+        "files; when downloading, where to fetch them); the digits data set is embedded and needs none"]
     assert not (tmp_path / "runs").exists()

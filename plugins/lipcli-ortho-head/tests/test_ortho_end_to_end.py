@@ -46,14 +46,14 @@ def _certify(model_file, registry, radii, limit=16, **kw):
 def test_certify_with_attack_finds_no_violation(model_file, registry):
     base = _certify(model_file, registry, [0.0])
     s = base.summary
-    assert s["certificate"]["name"] == "margin" and s["sound"] is True
+    assert s.certificate.name == "margin" and s.sound is True
     positive = sorted(float(r) for r in base.radius if r > 0)
     assert positive, "the tiny model certifies nothing; the test would be vacuous"
     eps = [positive[len(positive) // 2], positive[(3 * len(positive)) // 4]]
     out = _certify(model_file, registry, eps, attack=True, attack_steps=10, attack_restarts=1)
-    assert out.summary["violations"] == 0
-    for row in out.summary["radii"]:
-        assert row["attacked"] > 0 and row["violations"] == 0
+    assert out.summary.violations == 0
+    for row in out.summary.radii:
+        assert row.attacked > 0 and row.violations == 0
 
 
 def test_a_wrong_head_bound_is_caught_by_the_attack(model_file, registry, monkeypatch):
@@ -63,7 +63,7 @@ def test_a_wrong_head_bound_is_caught_by_the_attack(model_file, registry, monkey
     monkeypatch.setattr(OrthoHead, "lipschitz_upper_bound", lambda self: 1e-3)
     out = _certify(model_file, registry, [0.05], limit=6, attack=True, attack_steps=10,
                    attack_restarts=1)
-    assert out.summary["violations"] > 0
+    assert out.summary.violations > 0
 
 
 def test_margin_equals_lln_on_the_ortho_model(model_file, registry):

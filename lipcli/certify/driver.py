@@ -1,0 +1,224 @@
+"""The certification driver :func:`run_certification` (pipeline in the package docstring)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from lipcli.certify.attack import attack_radii
+from lipcli.certify.data import check_class_names, check_compatible, load_dataset
+from lipcli.certify.options import CertifyOptions
+from lipcli.certify.results import (
+    BOUND_TEXT,
+    ESTIMATE_WARNING,
+    AttackInfo,
+    CertificateUsed,
+    CertifyOutcome,
+    CertifySummary,
+    LipschitzUsed,
+    ResultsNotWrittenError,
+    Violation,
+)
+from lipcli.certify.steps import (
+    CertificateRun,
+    Progress,
+    certified_rows,
+    certify_features,
+    extract_features,
+    input_radii,
+    lipschitz_constant,
+    mean_certified_radius,
+    soundness_note,
+)
+from lipcli.host.devices import resolve_device
+from lipcli.host.outputs import check_model_writable
+from lipcli.host.strictjson import strict_json
+from lipcli.numerics.precision import in_full_float32_precision
+from lipcli.sdk.errors import LipError
+
+#: the model file's ``results`` key holding the summary
+RESULTS_KEY = "certify"
+
+
+def _store_results(
+    model_path: str | os.PathLike, metadata: dict[str, Any], cert: CertificateRun,
+    file_cache: dict[str, Any], outcome: CertifyOutcome,
+) -> None:
+    """Write ``results["certify"]`` (and a changed certificate cache) into the model file;
+    sets ``summary.written``.  A failed write raises :class:`ResultsNotWrittenError`
+    carrying the finished outcome."""
+    from lipcli.host.modelfile import update_metadata
+
+    summary = outcome.summary
+    updates: dict[str, Any] = {}
+    if isinstance(cert.cache, dict) and cert.cache != cert.cache_before:
+        file_cache[cert.name] = cert.cache
+        updates["cache"] = file_cache
+    stored_results = metadata.get("results")
+    stored_results = dict(stored_results) if isinstance(stored_results, dict) else {}
+    stored_results[RESULTS_KEY] = strict_json(summary.to_json())
+    updates["results"] = stored_results
+    summary.written = []
+    try:
+        update_metadata(model_path, updates)
+    except (LipError, OSError) as exc:
+        text = str(exc) if isinstance(exc, LipError) else f"cannot write {model_path}: {exc.strerror or exc}"
+        raise ResultsNotWrittenError(
+            f"{text} (the results were not stored in the model file)", outcome
+        ) from None
+    summary.written = sorted(updates)
+
+
+@in_full_float32_precision
+def run_certification(
+    model_path: str | os.PathLike,
+    options: CertifyOptions,
+    *,
+    registry: Any = None,
+    progress: Progress | None = None,
+) -> CertifyOutcome:
+    """Certify the model in ``model_path`` (see the package docstring). Writes the summary to
+    the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
+    ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
+    disabled (:mod:`lipcli.numerics.precision`)."""
+    from lipcli.host.lipschitz import BOUND_LABEL
+    from lipcli.host.models import load_model
+    from lipcli.host.plugins import get_registry
+
+    report = progress or (lambda stage, done, total: None)
+    options.check()
+    device = resolve_device(options.device)
+    if options.write:
+        check_model_writable(model_path)
+    reg = registry or get_registry()
+    times: dict[str, float] = {}
+    t_start = time.perf_counter()
+
+    # -- 1. model and data set -------------------------------------------------------------------
+    t0 = time.perf_counter()
+    model, mf = load_model(model_path, registry=reg, device=device)
+    model.eval()
+    config = model.lipcli_config
+    times["load"] = time.perf_counter() - t0
+    notes: list[str] = []
+    recorded = mf.metadata.get("dataset")
+    dataset, ds_info = load_dataset(
+        reg, recorded, name=options.dataset, data_dir=options.data_dir,
+        download=options.download, split=options.split, model_path=model_path,
+    )
+    if options.dataset is not None and isinstance(recorded, dict) and recorded.get("name") not in (
+        None, ds_info.name
+    ):
+        notes.append(f"model was trained on {recorded.get('name')!r}, evaluated on {ds_info.name!r}")
+    check_compatible(model, dataset, ds_info, model_path)
+    class_note = check_class_names(recorded, dataset, ds_info, model_path, options.ignore_class_names)
+    if class_note:
+        notes.append(class_note)
+    n = len(dataset) if options.limit is None else min(options.limit, len(dataset))
+    ds_info.size = n
+    ds_info.limit = options.limit
+
+    # -- 2. features (float32, eval mode) --------------------------------------------------------
+    from lipcli.host.promises import capture_inputs, verify_promises
+
+    t0 = time.perf_counter()
+    with capture_inputs(model) as layer_inputs:  # for the promise check below
+        feats = extract_features(model, dataset, n, options.batch_size, device, ds_info.name, report)
+    times["features"] = time.perf_counter() - t0
+    # -- 2b. every layer counted as 1 by its promise, measured with the trained parameters at
+    #    the first data points (lipcli.host.promises; a broken promise is an error) ----------------
+    promises = verify_promises(model, inputs=layer_inputs)
+    times["promises"] = promises.time_s
+
+    # -- 3. certificate (feature space) ----------------------------------------------------------
+    file_cache = mf.metadata.get("cache")
+    file_cache = dict(file_cache) if isinstance(file_cache, dict) else {}
+    cert = certify_features(reg, model, file_cache, feats.features, options, device, report, times)
+    predictions = cert.result.predictions.cpu().long()
+    differ = int((predictions != feats.forward_predictions).sum())
+    if differ:
+        notes.append(
+            f"{differ} inputs where the float32 forward pass and the float64 certifier predict "
+            "different classes (near ties); the certifier's predictions are used"
+        )
+
+    # -- 4. Lipschitz constant of g (normalisation included) -------------------------------------
+    t0 = time.perf_counter()
+    lip = lipschitz_constant(model, mf.metadata.get("lipschitz"), options, notes, report)
+    times["lipschitz"] = time.perf_counter() - t0
+
+    # -- 5. input-space radii and certified accuracy ---------------------------------------------
+    radius = input_radii(cert.result.radius.cpu().double(), lip.value)
+    labels = feats.labels
+    correct = predictions == labels
+    rows = certified_rows(correct, radius, options)
+
+    # -- PGD check -------------------------------------------------------------------------------
+    violations: list[Violation] = []
+    attack_info: AttackInfo | None = None
+    if options.attack:
+        t0 = time.perf_counter()
+        violations, attack_info = attack_radii(
+            model, dataset, predictions, correct, radius, options, rows, device, report
+        )
+        times["attack"] = time.perf_counter() - t0
+
+    times["total"] = time.perf_counter() - t_start
+    guaranteed = options.lipschitz == "bound"
+    cres = cert.result
+    n_correct = int(correct.sum())
+    summary = CertifySummary(
+        model=str(model_path),
+        weights_sha256=lip.fingerprint,
+        arch=config["arch"]["name"],
+        head=config["head"]["name"],
+        dataset=ds_info,
+        device=str(device),
+        certificate=CertificateUsed(
+            name=cert.name,
+            provider=cert.component.provider,
+            promises_sound=cert.promises_sound,
+            classes=(
+                "all classes (exact)" if cres.exact_classes
+                else f"top-{options.top_k} other classes (HEURISTIC, not a certificate)"
+            ),
+            exact_classes=bool(cres.exact_classes),
+            top_k=options.top_k,
+            notes=list(cres.notes),
+            stats=cres.stats,
+        ),
+        lipschitz=LipschitzUsed(
+            method=options.lipschitz,
+            value=lip.value,
+            guaranteed=guaranteed,
+            label=BOUND_TEXT if guaranteed else ESTIMATE_WARNING,
+            upper_bound=lip.bound,
+            upper_bound_label=BOUND_LABEL,
+            estimate=lip.estimate,
+        ),
+        sound=bool(guaranteed and cres.exact_classes and cert.promises_sound),
+        total=n,
+        correct=n_correct,
+        clean_accuracy=n_correct / n,
+        radius_unit=options.radius_unit,
+        radii=rows,
+        mean_certified_radius=mean_certified_radius(correct, radius),
+        attack=attack_info,
+        violations=len(violations),
+        promises=promises,
+        time_s=times,
+        notes=notes,
+    )
+    unsound = soundness_note(guaranteed, cert, options)
+    if unsound:
+        summary.notes.append(unsound)
+    outcome = CertifyOutcome(
+        summary=summary, labels=labels, predictions=predictions, radius=radius,
+        violations=violations,
+    )
+    if options.write and not violations:
+        _store_results(model_path, mf.metadata, cert, file_cache, outcome)
+    else:
+        summary.written = []
+    return outcome

@@ -1,0 +1,22 @@
+"""Command-line options shared by every ``lip`` command, each defined once (``Annotated``
+aliases): ``--device``, ``--json``, ``--quiet`` and the optional MODEL argument.
+
+Their defaults are the library's (:data:`lipcli.host.devices.DEFAULT_DEVICE`, a command's
+options dataclass), written where a command declares the parameter, e.g.
+``device: DeviceOption = CertifyOptions.device``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+#: help of the optional MODEL argument (lip certify, lipschitz, info, export)
+MODEL_HELP = "Model file (.safetensors); default: the most recent one under ./runs (or $LIPCLI_RUNS)."
+
+ModelArgument = Annotated[Optional[Path], typer.Argument(help=MODEL_HELP, show_default=False)]
+DeviceOption = Annotated[str, typer.Option("--device", help="Device: auto (CUDA if available), cpu, cuda or cuda:N.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout (strict JSON).")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output on stderr.")]
