@@ -87,3 +87,11 @@ class AOLConv(LipConvBase):
         with torch.no_grad():
             d = aol_row_sums(self.weight.detach().double()).clamp_min(_MIN_D)
         return conv_gram_norm_upper_bound(op, schur_weights=d.sqrt())
+
+    def export_module(self) -> nn.Module:
+        """``lip export`` (:mod:`lipcli.export.lowering`): the eval filter ``K·D`` (the cached
+        one the layer applies) and the bias baked into one plain convolution."""
+        from .export import ExportedAOL
+
+        with torch.no_grad():
+            return ExportedAOL(self.eval_operator(None), self.bias, stride=self.stride)

@@ -156,3 +156,12 @@ class BCOPConv(LipConvBase):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", bjorck_iters={self.bjorck_iters}"
+
+    def export_module(self) -> nn.Module:
+        """``lip export`` (:mod:`lipcli.export.lowering`): the eval filter (Björck converged,
+        the cached one the layer applies and is bounded for) baked into a plain circular
+        convolution."""
+        from .export import ExportedBCOP
+
+        with torch.no_grad():
+            return ExportedBCOP(self.eval_operator(None), self.bias, stride=self.stride)

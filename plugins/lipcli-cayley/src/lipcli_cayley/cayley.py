@@ -151,3 +151,13 @@ class CayleyConv(LipConvBase):
 
     def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
         return isometry_norm_upper_bound(op)
+
+    def export_module(self) -> nn.Module:
+        """``lip export`` (:mod:`lipcli.export.lowering`): the eval matrices ``Q(f)`` for the
+        recorded image size (the cached ones the layer applies and is bounded for) baked into
+        real matrix products (:mod:`lipcli_cayley.export`; runs in torch and onnxruntime)."""
+        from .export import ExportedCayley
+
+        size = self.bound_size()  # LipError before the layer has seen an input
+        with torch.no_grad():
+            return ExportedCayley(self.eval_operator(size), self.bias, size=size, stride=self.stride)

@@ -67,41 +67,64 @@ def _pairs(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return z[:, :half], z[:, half:]
 
 
-def _per_pair(theta: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """``(C/2,)`` angles as ``(1, C/2, 1, ..., 1)`` in ``z``'s dtype, broadcasting over ``z``."""
-    return theta.to(z.dtype).view(1, -1, *([1] * (z.dim() - 2)))
+def _per_pair(value: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """``(C/2,)`` per-pair values as ``(1, C/2, 1, ..., 1)``, broadcasting over ``z``."""
+    return value.view(1, -1, *([1] * (z.dim() - 2)))
 
 
-def householder_order1(z: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-    """Order-1 HouseHolder activation ``z - 2 max(0, vᵀz) v`` per channel pair (module doc)."""
+def order1_constants(theta: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``sin, cos`` of ``θ/2`` per pair (``v = (s, -c)``): all that order 1 needs of ``θ``."""
+    half_angle = 0.5 * theta
+    return {"s": torch.sin(half_angle), "c": torch.cos(half_angle)}
+
+
+def apply_order1(z: torch.Tensor, k: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``z - 2 max(0, vᵀz) v`` per channel pair with the constants of :func:`order1_constants`."""
     x, y = _pairs(z)
-    half_angle = 0.5 * _per_pair(theta, z)
-    s, c = torch.sin(half_angle), torch.cos(half_angle)
+    s, c = _per_pair(k["s"], z), _per_pair(k["c"], z)
     fold = 2.0 * torch.relu(x * s - y * c)  # 2 max(0, vᵀz), v = (s, -c)
     return torch.cat((x - fold * s, y + fold * c), dim=1)
 
 
-def householder_order2(
-    z: torch.Tensor, theta0: torch.Tensor, theta1: torch.Tensor, theta2: torch.Tensor
-) -> torch.Tensor:
-    """Order-2 HouseHolder activation: four sectors per channel pair (module doc)."""
+def householder_order1(z: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """Order-1 HouseHolder activation ``z - 2 max(0, vᵀz) v`` per channel pair (module doc)."""
+    return apply_order1(z, order1_constants(theta.to(z.dtype)))
+
+
+def order2_constants(
+    theta0: torch.Tensor, theta1: torch.Tensor, theta2: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Per pair: the sector limits (in ``u``) and the matrices' cosines and sines, all that
+    order 2 needs of the angles (``θ1, θ2`` clamped to ``[0, 2π]``)."""
+    t0 = theta0
+    t1 = theta1.clamp(0.0, _TWO_PI)
+    t2 = theta2.clamp(0.0, _TWO_PI)
+    return {
+        "offset": 0.5 * t0,  # u = (atan2(y, x) - θ0/2) mod 2π
+        "limit1": 0.5 * t1,
+        "limit2": 0.5 * (t1 + t2),
+        "limit3": math.pi + 0.5 * t2,
+        # sector 1: reflection at angle θ0 + θ1
+        "c1": torch.cos(t0 + t1), "s1": torch.sin(t0 + t1),
+        # sector 2: rotation by -θ2
+        "c2": torch.cos(t2), "s2": torch.sin(t2),
+        # sector 3: reflection at angle θ0
+        "c3": torch.cos(t0), "s3": torch.sin(t0),
+    }
+
+
+def apply_order2(z: torch.Tensor, k: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Order 2 with the constants of :func:`order2_constants`: four sectors per pair."""
     x, y = _pairs(z)
-    t0 = _per_pair(theta0, z)
-    t1 = _per_pair(theta1, z).clamp(0.0, _TWO_PI)
-    t2 = _per_pair(theta2, z).clamp(0.0, _TWO_PI)
+    k = {name: _per_pair(value, z) for name, value in k.items()}
     with torch.no_grad():  # the sector choice is piecewise constant: no gradient
-        u = torch.remainder(torch.atan2(y, x) - 0.5 * t0, _TWO_PI)
+        u = torch.remainder(torch.atan2(y, x) - k["offset"], _TWO_PI)
         sector = (
-            (u >= 0.5 * t1).to(torch.uint8)
-            + (u >= 0.5 * (t1 + t2)).to(torch.uint8)
-            + (u >= math.pi + 0.5 * t2).to(torch.uint8)
+            (u >= k["limit1"]).to(torch.uint8)
+            + (u >= k["limit2"]).to(torch.uint8)
+            + (u >= k["limit3"]).to(torch.uint8)
         )
-    # sector 1: reflection at angle θ0 + θ1
-    c1, s1 = torch.cos(t0 + t1), torch.sin(t0 + t1)
-    # sector 2: rotation by -θ2
-    c2, s2 = torch.cos(t2), torch.sin(t2)
-    # sector 3: reflection at angle θ0
-    c3, s3 = torch.cos(t0), torch.sin(t0)
+    c1, s1, c2, s2, c3, s3 = (k[name] for name in ("c1", "s1", "c2", "s2", "c3", "s3"))
     a = torch.where(
         sector == 0, x,
         torch.where(sector == 1, x * c1 + y * s1, torch.where(sector == 2, x * c2 + y * s2, x * c3 + y * s3)),
@@ -111,6 +134,13 @@ def householder_order2(
         torch.where(sector == 1, x * s1 - y * c1, torch.where(sector == 2, y * c2 - x * s2, x * s3 - y * c3)),
     )
     return torch.cat((a, b), dim=1)
+
+
+def householder_order2(
+    z: torch.Tensor, theta0: torch.Tensor, theta1: torch.Tensor, theta2: torch.Tensor
+) -> torch.Tensor:
+    """Order-2 HouseHolder activation: four sectors per channel pair (module doc)."""
+    return apply_order2(z, order2_constants(*(t.to(z.dtype) for t in (theta0, theta1, theta2))))
 
 
 class HouseHolder(nn.Module):
@@ -148,3 +178,33 @@ class HouseHolder(nn.Module):
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, order={self.order}"
+
+    def export_module(self) -> nn.Module:
+        """``lip export`` (:mod:`lipcli.export.lowering`): the per-pair constants (sines,
+        cosines, sector limits) computed once from the current angles, applied by the same
+        plain torch code as the forward pass."""
+        with torch.no_grad():
+            if self.order == 1:
+                constants = order1_constants(self.theta)
+            else:
+                constants = order2_constants(self.theta0, self.theta1, self.theta2)
+        return ExportedHouseHolder(self.order, constants)
+
+
+class ExportedHouseHolder(nn.Module):
+    """A HouseHolder activation with its per-pair constants stored as buffers (what
+    ``lip export`` writes; same values as :class:`HouseHolder`)."""
+
+    def __init__(self, order: int, constants: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.order = int(order)
+        self.names = tuple(constants)
+        for name, value in constants.items():
+            self.register_buffer(name, value.detach().clone().contiguous())
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        constants = {name: getattr(self, name) for name in self.names}
+        return apply_order1(z, constants) if self.order == 1 else apply_order2(z, constants)
+
+    def extra_repr(self) -> str:
+        return f"channels={2 * getattr(self, self.names[0]).numel()}, order={self.order}"

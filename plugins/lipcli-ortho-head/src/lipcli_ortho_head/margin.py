@@ -88,12 +88,12 @@ def margin_radius(
     """
     logits = logits.to(torch.float64)
     pred = logits.argmax(dim=1)
-    rows = torch.arange(logits.shape[0], device=logits.device)
+    own = pred.unsqueeze(1)
     if candidates is None:
         candidates, _ = competing_classes(logits, pred, None)
     gamma = (dim + 4) * _U64 / (1 - (dim + 4) * _U64)
     err = gamma * (2.0 * lipschitz * feature_norms.to(logits).unsqueeze(1) + logits.abs())
-    margin = logits[rows, pred].unsqueeze(1) - logits - err[rows, pred].unsqueeze(1) - err
+    margin = logits.gather(1, own) - logits - err.gather(1, own) - err
     margin = margin.masked_fill(~candidates, float("inf"))
     denominator = math.nextafter(SQRT2_UP * lipschitz, math.inf)
     radius = margin.min(dim=1).values / denominator * (1 - 4 * _U64)
@@ -160,3 +160,41 @@ class MarginCertifier:
             notes=notes,
             stats={"inputs": int(y.shape[0]), "head_lipschitz_bound_total": lipschitz},
         )
+
+    def export_certificate(self, head: nn.Module):
+        """``lip export --certify`` (:mod:`lipcli.export.lowering`): :class:`MarginRadius`,
+        the same float64 arithmetic over all classes with ``L`` computed now (never read from
+        the model file) and the head lowered in float64 through the export protocol."""
+        from lipcli.export.lowering import ExportedCertificate, lower_module
+
+        lipschitz, source = head_lipschitz_bound(head)
+        with torch.no_grad():
+            head64 = lower_module(self._float64_head(head), "the head (float64 copy)")
+        module = MarginRadius(head64, lipschitz)
+        return ExportedCertificate(
+            module=module,
+            reference=lambda features: self.certify(head, features).radius,
+            kind=self.name,
+            description="margin / (sqrt(2) L_head) over all classes, float64 with rounding "
+            f"allowances subtracted; L_head = {lipschitz!r} from the head's {source} at export",
+            record={"head_lipschitz_bound": lipschitz, "head_lipschitz_source": source},
+        )
+
+
+class MarginRadius(nn.Module):
+    """Features ``(N, D)`` -> ``(predictions, radius float64)``: :func:`margin_radius` over
+    all classes in plain torch operations (what ``lip export --certify`` writes), on the
+    float64 stand-in ``head64`` of the head with the fixed bound ``lipschitz``."""
+
+    def __init__(self, head64: nn.Module, lipschitz: float) -> None:
+        super().__init__()
+        self.head = head64
+        self.lipschitz = float(lipschitz)
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = features.to(torch.float64)
+        logits = self.head(y).to(torch.float64)
+        pred = logits.argmax(dim=1)
+        classes = torch.arange(logits.shape[1], device=logits.device)
+        candidates = classes.unsqueeze(0) != pred.unsqueeze(1)
+        return margin_radius(logits, self.lipschitz, y.norm(dim=1), y.shape[1], candidates)

@@ -82,3 +82,22 @@ class OrthoHead(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, num_classes={self.num_classes}"
+
+    def export_module(self) -> nn.Module:
+        """``lip export`` (:mod:`lipcli.export.lowering`): a plain linear map with the
+        orthonormalised float32 ``W`` computed once (the matrix the forward pass applies, in
+        the module's dtype) and the bias."""
+        with torch.no_grad():
+            return ExportedOrtho(self.normalized_weight().to(self.bias.dtype), self.bias)
+
+
+class ExportedOrtho(nn.Module):
+    """``y Wᵀ + b`` with ``W`` and ``b`` stored as buffers (what ``lip export`` writes)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight.detach().clone().contiguous())
+        self.register_buffer("bias", bias.detach().clone().contiguous())
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return F.linear(y, self.weight, self.bias)

@@ -189,7 +189,20 @@ def star_polygon_signed_distance(
     dtype = x.dtype
     radii, angles, center = radii.to(dtype), angles.to(dtype), center.to(dtype)
     vx, vy = star_polygon_vertices(radii, angles, center)
+    return polygon_signed_distance(x, y, vx, vy, angles, center)
 
+
+def polygon_signed_distance(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    vx: torch.Tensor,
+    vy: torch.Tensor,
+    angles: torch.Tensor,
+    center: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`star_polygon_signed_distance` from the vertex coordinates ``vx, vy``
+    ``(K, n)`` (:func:`star_polygon_vertices`), all in ``x``'s dtype (shapes not checked)."""
+    n = vx.shape[1]
     with torch.no_grad():
         nearest, inside = _nearest_edge_and_inside(x, y, vx, vy, angles, center)
 
@@ -289,3 +302,31 @@ class PolygonPool(nn.Module):
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, vertices={self.vertices}, radius={self.radius}"
+
+    def export_module(self) -> nn.Module:
+        """``lip export`` (:mod:`lipcli.export.lowering`): the vertices computed once from
+        the current radii and centres, the distance by the same plain torch code as the
+        forward pass."""
+        with torch.no_grad():
+            angles = self.angles()
+            vx, vy = star_polygon_vertices(self.radii(), angles, self.center)
+        return ExportedPolygonPool(vx, vy, angles, self.center)
+
+
+class ExportedPolygonPool(nn.Module):
+    """:class:`PolygonPool` with its vertices stored as buffers (what ``lip export`` writes;
+    same values as the pool in its parameters' dtype)."""
+
+    def __init__(self, vx: torch.Tensor, vy: torch.Tensor, angles: torch.Tensor,
+                 center: torch.Tensor) -> None:
+        super().__init__()
+        for name, value in (("vx", vx), ("vy", vy), ("angles", angles), ("center", center)):
+            self.register_buffer(name, value.detach().clone().contiguous())
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        half = self.vx.shape[0]
+        return polygon_signed_distance(z[:, :half], z[:, half:], self.vx, self.vy, self.angles,
+                                       self.center)
+
+    def extra_repr(self) -> str:
+        return f"channels={2 * self.vx.shape[0]}, vertices={self.vx.shape[1]}"

@@ -1,0 +1,165 @@
+"""``lip export`` with the plugin zoo (plugins/lipcli-aol, -bcop, -cayley, -householder,
+-polygon-pool, -ortho-head): a tiny LipConvnet-5 per convolution is exported through the CLI,
+the written program is run in a subprocess where lipcli and every plugin are unimportable,
+and its logits (and, with ``--certify``, the ``margin`` certificate's radii) are compared with
+lipcli's own.  The plugins are registered in-process (their source trees are on the test
+path), as in test_conv_plugins.py."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from lipcli.cli import app
+from lipcli.host.lipschitz import guaranteed_upper_bound
+from lipcli.host.models import create_model, load_model, save_model
+from lipcli.host.plugins import get_registry, register_plugin, unregister_plugin
+
+#: plugin (entry point) name -> (component kind, plugin module)
+ZOO = {
+    "aol": ("conv", "lipcli_aol.plugin"),
+    "bcop": ("conv", "lipcli_bcop.plugin"),
+    "cayley": ("conv", "lipcli_cayley.plugin"),
+    "householder": ("activation", "lipcli_householder.plugin"),
+    "polygon": ("pool", "lipcli_polygon_pool.plugin"),
+    "ortho": ("head", "lipcli_ortho_head.plugin"),
+}
+HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
+needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="needs the lipcli[onnx] extra")
+runner = CliRunner()
+
+#: runs an exported file with lipcli and every plugin package made unimportable
+RUNNER_SCRIPT = r'''
+import json, sys
+for blocked in ("lipcli", "lipcli_aol", "lipcli_bcop", "lipcli_cayley", "lipcli_householder",
+                "lipcli_polygon_pool", "lipcli_ortho_head"):
+    sys.modules[blocked] = None          # any import of them now fails
+import numpy as np
+fmt, path, images, out = sys.argv[1:]
+x = np.load(images)
+if fmt == "onnx":
+    import onnxruntime as ort
+    result = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+else:
+    import torch
+    program = torch.export.load(path).module() if fmt == "pt2" else torch.jit.load(path)
+    with torch.no_grad():
+        result = program(torch.from_numpy(x))
+    result = [t.numpy() for t in (result if isinstance(result, (tuple, list)) else [result])]
+np.savez(out, *result)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("lipcli") and sys.modules[m] is not None)))
+'''
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    """Every zoo plugin registered with the process-wide host (unless installed)."""
+    added = []
+    for name, (kind, module) in ZOO.items():
+        if name in get_registry().names(kind):  # the distribution is installed
+            continue
+        register_plugin(importlib.import_module(module), f"test-export-{name}")
+        added.append(f"test-export-{name}")
+    yield
+    for name in added:
+        unregister_plugin(name)
+
+
+def make_model(path: Path, *, conv: str, activation: str = "maxmin", pool: str = "max",
+               head: str = "lln") -> Path:
+    """An untrained LipConvnet-5 of width 4 that has seen one batch (Cayley records its
+    image size), head scaled up so that radii are not all 0, saved with lipcli."""
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", conv=conv, activation=activation, pool=pool, head=head,
+                         width=4, num_classes=10)
+    with torch.no_grad():
+        for p in model.head.parameters():
+            p.mul_(4.0)
+        model.eval()(torch.rand(2, 3, 32, 32))
+    save_model(model, path, dataset=None)
+    return path
+
+
+def run_isolated(tmp_path: Path, fmt: str, exported: Path, images: np.ndarray) -> list[np.ndarray]:
+    script = tmp_path / "run_export.py"
+    script.write_text(RUNNER_SCRIPT)
+    np.save(tmp_path / "images.npy", images)
+    out = tmp_path / "outputs.npz"
+    proc = subprocess.run(
+        [sys.executable, "-I", str(script), fmt, str(exported), str(tmp_path / "images.npy"), str(out)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []  # nothing of lipcli loaded
+    data = np.load(out)
+    return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def export(model_path: Path, fmt: str, *extra: str) -> dict:
+    result = runner.invoke(app, ["export", str(model_path), "--format", fmt, "--check", "8",
+                                 "--json", "-q", *extra])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["check"]["max_rel_logit_diff"] <= 1e-5
+    assert report["check"]["prediction_mismatches"] == 0
+    return report
+
+
+@pytest.mark.parametrize("conv,fmt", [
+    pytest.param("aol", "pt2", id="aol-pt2"),
+    pytest.param("bcop", "torchscript", id="bcop-torchscript"),
+    pytest.param("cayley", "onnx", id="cayley-onnx", marks=needs_onnx),
+    pytest.param("cayley", "pt2", id="cayley-pt2", marks=pytest.mark.slow),
+    pytest.param("aol", "onnx", id="aol-onnx", marks=[pytest.mark.slow, needs_onnx]),
+    pytest.param("bcop", "onnx", id="bcop-onnx", marks=[pytest.mark.slow, needs_onnx]),
+])
+def test_conv_round_trip_without_lipcli(zoo, tmp_path, conv, fmt):
+    model_path = make_model(tmp_path / "m.safetensors", conv=conv)
+    report = export(model_path, fmt)
+    assert report["record"]["config"]["conv"]["name"] == conv
+    images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    (logits,) = run_isolated(tmp_path, fmt, Path(report["output"]), images.numpy())
+    model, _ = load_model(model_path)
+    with torch.no_grad():
+        ref = model(images).numpy()
+    assert np.abs(logits - ref).max() <= 1e-5 * np.abs(ref).max()
+    assert (logits.argmax(1) == ref.argmax(1)).all()
+
+
+@pytest.mark.parametrize("fmt", [
+    pytest.param("pt2", id="pt2"),
+    pytest.param("onnx", id="onnx", marks=[pytest.mark.slow, needs_onnx]),
+])
+def test_householder_polygon_ortho_margin_round_trip(zoo, tmp_path, fmt):
+    """Every other zoo component in one model, exported with the ``margin`` certificate:
+    exported radii equal lipcli's (same float64 arithmetic, same bounds)."""
+    model_path = make_model(tmp_path / "m.safetensors", conv="aol", activation="householder:order=2",
+                            pool="polygon", head="ortho")
+    report = export(model_path, fmt, "--certify")
+    assert report["certificate"] == "margin"
+    assert report["record"]["certificate"]["head_lipschitz_source"] == "lipschitz_upper_bound()"
+    assert report["check"]["max_rel_radius_diff"] <= 1e-5
+    images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    logits, radius = run_isolated(tmp_path, fmt, Path(report["output"]), images.numpy())
+
+    model, _ = load_model(model_path)
+    reg = get_registry()
+    certifier = reg.component("certificate", "margin").build()
+    with torch.no_grad():
+        y = model.features(images)
+        ref_logits = model.head(y).numpy()
+        certifier.prepare(model.head, None)
+        result = certifier.certify(model.head, y)
+    ref_radius = (result.radius / guaranteed_upper_bound(model)[0]).numpy()
+    assert np.abs(logits - ref_logits).max() <= 1e-5 * np.abs(ref_logits).max()
+    assert radius.dtype == np.float64 and (radius >= 0).all() and (ref_radius > 0).any()
+    np.testing.assert_allclose(radius, ref_radius, rtol=0, atol=1e-5 * ref_radius.max())
