@@ -1,0 +1,65 @@
+"""``lip export`` of the HouseHolder activations: the stand-in (:class:`ExportedHouseHolder`,
+per-pair sines, cosines and sector limits baked) equals the activation in float64 for both
+orders, 2-D and 4-D inputs and angles outside the clamp range, and survives
+``torch.export`` as aten operations only."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lipcli_householder import HouseHolder
+from lipcli_householder.householder import ExportedHouseHolder
+
+
+def random_activation(order: int, channels: int = 8, seed: int = 0) -> HouseHolder:
+    """Float64, angles uniform in [-π, 3π) (θ1, θ2 partly outside their clamp to [0, 2π])."""
+    act = HouseHolder(channels, order).double()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in act.parameters():
+            p.copy_(4 * math.pi * torch.rand(p.shape, generator=gen, dtype=torch.float64) - math.pi)
+    return act
+
+
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("shape", [(64, 8, 3, 3), (200, 8), (5, 8, 7)])
+def test_stand_in_equals_the_activation(order, shape):
+    act = random_activation(order, seed=order)
+    standin = act.export_module()
+    assert isinstance(standin, ExportedHouseHolder) and not list(standin.parameters())
+    z = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ref = act(z)
+        torch.testing.assert_close(standin(z), ref, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(ref, z)  # the test points reach the non-identity sectors
+
+
+def test_stand_in_follows_the_current_angles():
+    """Baked when exported: the stand-in of a changed activation differs (the test above
+    can fail)."""
+    act = random_activation(2)
+    before = act.export_module()
+    with torch.no_grad():
+        act.theta0.add_(1.0)
+    z = torch.randn(32, 8, dtype=torch.float64)
+    with torch.no_grad():
+        assert not torch.allclose(before(z), act(z))
+        torch.testing.assert_close(act.export_module()(z), act(z), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_stand_in_survives_torch_export(order):
+    act = random_activation(order, seed=order + 5)
+    standin = act.export_module()
+    example = torch.randn(2, 8, 4, 4, dtype=torch.float64)
+    with torch.no_grad():  # as lip export runs it
+        program = torch.export.export(standin, (example,), strict=False,
+                                      dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert targets and all(t.startswith("aten.") for t in targets), targets
+    z = torch.randn(7, 8, 4, 4, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(z), act(z), rtol=1e-12, atol=1e-12)

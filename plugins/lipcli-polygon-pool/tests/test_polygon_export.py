@@ -1,0 +1,59 @@
+"""``lip export`` of the polygon pool: the stand-in (:class:`ExportedPolygonPool`, vertices
+baked) equals the pool in float64 for several vertex counts and input shapes, and survives
+``torch.export`` as aten operations only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lipcli_polygon_pool import PolygonPool
+from lipcli_polygon_pool.polygon import ExportedPolygonPool
+
+
+def random_pool(vertices: int, channels: int = 8, seed: int = 0) -> PolygonPool:
+    """Float64, radii and centres perturbed (irregular polygons off the origin)."""
+    pool = PolygonPool(channels, vertices=vertices).double()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        pool.rho.add_(0.5 * torch.randn(pool.rho.shape, generator=gen, dtype=torch.float64))
+        pool.center.copy_(0.3 * torch.randn(pool.center.shape, generator=gen, dtype=torch.float64))
+    return pool
+
+
+@pytest.mark.parametrize("vertices", [3, 6, 16])
+@pytest.mark.parametrize("shape", [(16, 8, 3, 3), (100, 8), (5, 8, 7)])
+def test_stand_in_equals_the_pool(vertices, shape):
+    pool = random_pool(vertices, seed=vertices)
+    standin = pool.export_module()
+    assert isinstance(standin, ExportedPolygonPool) and not list(standin.parameters())
+    z = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ref = pool(z)
+        torch.testing.assert_close(standin(z), ref, rtol=1e-12, atol=1e-12)
+    assert (ref < 0).any() and (ref > 0).any()  # points inside and outside
+
+
+def test_stand_in_follows_the_current_polygons():
+    pool = random_pool(6)
+    before = pool.export_module()
+    with torch.no_grad():
+        pool.rho.add_(0.5)
+    z = torch.randn(32, 8, dtype=torch.float64)
+    with torch.no_grad():
+        assert not torch.allclose(before(z), pool(z))
+        torch.testing.assert_close(pool.export_module()(z), pool(z), rtol=1e-12, atol=1e-12)
+
+
+def test_stand_in_survives_torch_export():
+    pool = random_pool(6, seed=3)
+    standin = pool.export_module()
+    example = torch.randn(2, 8, 4, 4, dtype=torch.float64)
+    with torch.no_grad():  # as lip export runs it
+        program = torch.export.export(standin, (example,), strict=False,
+                                      dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert targets and all(t.startswith("aten.") for t in targets), targets
+    z = torch.randn(7, 8, 4, 4, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(z), pool(z), rtol=1e-12, atol=1e-12)
