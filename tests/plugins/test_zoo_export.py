@@ -121,6 +121,7 @@ def export(model_path: Path, fmt: str, *extra: str) -> dict:
     pytest.param("cayley", "pt2", id="cayley-pt2", marks=pytest.mark.slow),
     pytest.param("aol", "onnx", id="aol-onnx", marks=[pytest.mark.slow, needs_onnx]),
     pytest.param("bcop", "onnx", id="bcop-onnx", marks=[pytest.mark.slow, needs_onnx]),
+    pytest.param("cayley", "torchscript", id="cayley-torchscript", marks=pytest.mark.slow),
 ])
 def test_conv_round_trip_without_lipcli(zoo, tmp_path, conv, fmt):
     model_path = make_model(tmp_path / "m.safetensors", conv=conv)
@@ -135,15 +136,18 @@ def test_conv_round_trip_without_lipcli(zoo, tmp_path, conv, fmt):
     assert (logits.argmax(1) == ref.argmax(1)).all()
 
 
-@pytest.mark.parametrize("fmt", [
-    pytest.param("pt2", id="pt2"),
-    pytest.param("onnx", id="onnx", marks=[pytest.mark.slow, needs_onnx]),
+@pytest.mark.parametrize("pool,fmt", [
+    pytest.param("max", "pt2", id="max-pt2"),
+    pytest.param("polygon", "pt2", id="polygon-pt2", marks=pytest.mark.slow),
+    pytest.param("polygon", "onnx", id="polygon-onnx", marks=[pytest.mark.slow, needs_onnx]),
+    pytest.param("polygon", "torchscript", id="polygon-torchscript", marks=pytest.mark.slow),
 ])
-def test_householder_polygon_ortho_margin_round_trip(zoo, tmp_path, fmt):
-    """Every other zoo component in one model, exported with the ``margin`` certificate:
-    exported radii equal lipcli's (same float64 arithmetic, same bounds)."""
+def test_householder_polygon_ortho_margin_round_trip(zoo, tmp_path, pool, fmt):
+    """The other zoo components in one model, exported with the ``margin`` certificate:
+    exported radii equal lipcli's (same float64 arithmetic, same bounds).  The polygon pool
+    (about 130 graph nodes per pool, a slow ``torch.export``) only in the slow suite."""
     model_path = make_model(tmp_path / "m.safetensors", conv="aol", activation="householder:order=2",
-                            pool="polygon", head="ortho")
+                            pool=pool, head="ortho")
     report = export(model_path, fmt, "--certify")
     assert report["certificate"] == "margin"
     assert report["record"]["certificate"]["head_lipschitz_source"] == "lipschitz_upper_bound()"

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from lipcli_bcop.bcop import BCOPConv
 from lipcli_bcop.export import ExportedBCOP
+from plugin_export import aten_program, check_stand_in, randomise_, relative_error
 
 #: (in, out, kernel, stride, H, W): in = out, in < out, in > out, 5x5 filter on a 2x3 torus
 #: (wraps more than once), stride 2 to 1x1, 1x1, 1x1 filter
@@ -18,28 +19,12 @@ CASES = [(4, 4, 3, 1, 6, 6), (3, 8, 3, 2, 8, 6), (8, 4, 3, 1, 5, 7), (4, 6, 5, 1
          (4, 6, 3, 2, 2, 2), (4, 4, 3, 1, 1, 1), (4, 4, 1, 1, 3, 3)]
 
 
-def random_layer(cin: int, cout: int, k: int, stride: int, seed: int = 0) -> BCOPConv:
-    """A float64 eval-mode layer with random (non-orthogonal) parameters and bias."""
-    layer = BCOPConv(cin, cout, k, stride).double().eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
-    return layer
-
-
-def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((got - ref).abs().max() / ref.abs().max())
-
-
 @pytest.mark.parametrize("cin, cout, k, stride, h, w", CASES)
 def test_stand_in_equals_the_eval_layer(cin, cout, k, stride, h, w):
-    layer = random_layer(cin, cout, k, stride, seed=cin + 10 * cout + h)
-    standin = layer.export_module()
-    assert isinstance(standin, ExportedBCOP) and not list(standin.parameters())
+    """Random (non-orthogonal) parameters: the eval filter is Björck's converged one."""
+    layer = randomise_(BCOPConv(cin, cout, k, stride).double().eval(), cin + 10 * cout + h)
     x = torch.randn(3, cin, h, w, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        assert relative_error(standin(x), layer(x)) <= 1e-12
+    check_stand_in(layer, ExportedBCOP, x)
 
 
 def test_the_baked_filter_is_the_converged_one_with_circular_padding():
@@ -57,14 +42,8 @@ def test_the_baked_filter_is_the_converged_one_with_circular_padding():
 
 @pytest.mark.parametrize("stride, size", [(1, 6), (2, 2)])
 def test_stand_in_survives_torch_export(stride, size):
-    layer = random_layer(4, 8, 3, stride, seed=stride)
-    standin = layer.export_module()
-    example = torch.randn(2, 4, size, size, dtype=torch.float64)
-    with torch.no_grad():  # as lip export runs it
-        program = torch.export.export(standin, (example,), strict=False,
-                                      dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
-    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
-    assert targets and all(t.startswith("aten.") for t in targets), targets
+    layer = randomise_(BCOPConv(4, 8, 3, stride).double().eval(), stride)
+    program = aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
     x = torch.randn(5, 4, size, size, dtype=torch.float64)
     with torch.no_grad():
-        assert relative_error(program.module()(x), layer(x)) <= 1e-12
+        assert relative_error(program(x), layer(x)) <= 1e-12

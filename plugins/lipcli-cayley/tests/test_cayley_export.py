@@ -1,8 +1,8 @@
 """``lip export`` of the Cayley layer: the stand-in (:class:`ExportedCayley`, the layer's
 Fourier-domain map written as real matrix products) equals the eval-mode layer in float64
 for even and odd sizes, non-square images, stride 2 and ``1 × 1`` images; its transforms
-are the DFT; it survives ``torch.export`` as aten operations only (no FFT, no complex
-tensors, so ONNX can hold it too); a layer that has not seen an input says so."""
+are the DFT; it survives ``torch.export`` as aten operations only (no FFT: ONNX can hold it
+too); a layer that has not seen an input says so."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from lipcli.sdk.errors import LipError
 from lipcli_cayley import CayleyConv
 from lipcli_cayley.export import ExportedCayley, fourier_matrices
+from plugin_export import aten_program, check_stand_in, randomise_, relative_error
 
 #: (in, out, stride, H, W) before the rearrangement: even square, odd width (no Nyquist
 #: column), stride 2 with in < out, in > out, a 1-pixel-wide image, stride 2 to 1x1, 1x1
@@ -22,28 +23,18 @@ CASES = [(4, 4, 1, 6, 6), (4, 4, 1, 4, 5), (3, 8, 2, 8, 6), (8, 4, 1, 5, 7), (4,
 def random_layer(cin: int, cout: int, stride: int, size: tuple[int, int], seed: int = 0) -> CayleyConv:
     """A float64 eval-mode layer with random weights, scale and bias that has seen one input
     of ``size`` (it records its image size then)."""
-    layer = CayleyConv(cin, cout, 3, stride).double().eval()
-    gen = torch.Generator().manual_seed(seed)
+    layer = randomise_(CayleyConv(cin, cout, 3, stride).double().eval(), seed)
     with torch.no_grad():
-        for p in layer.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
         layer(torch.zeros(1, cin, *size, dtype=torch.float64))
     return layer
-
-
-def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((got - ref).abs().max() / ref.abs().max())
 
 
 @pytest.mark.parametrize("cin, cout, stride, h, w", CASES)
 def test_stand_in_equals_the_eval_layer(cin, cout, stride, h, w):
     layer = random_layer(cin, cout, stride, (h, w), seed=cin + 10 * cout + h + w)
-    standin = layer.export_module()
-    assert isinstance(standin, ExportedCayley) and not list(standin.parameters())
-    assert not any(b.is_complex() for b in standin.buffers())
     x = torch.randn(3, cin, h, w, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        assert relative_error(standin(x), layer(x)) <= 1e-12
+    standin = check_stand_in(layer, ExportedCayley, x)
+    assert not any(b.is_complex() for b in standin.buffers())
 
 
 @pytest.mark.parametrize("h, w", [(6, 6), (5, 7)])
@@ -72,13 +63,8 @@ def test_a_layer_that_has_not_seen_an_input_cannot_be_exported():
 @pytest.mark.parametrize("stride, size", [(1, 6), (2, 2)])
 def test_stand_in_survives_torch_export(stride, size):
     layer = random_layer(4, 8, stride, (size, size), seed=stride)
-    standin = layer.export_module()
-    example = torch.randn(2, 4, size, size, dtype=torch.float64)
-    with torch.no_grad():  # as lip export runs it
-        program = torch.export.export(standin, (example,), strict=False,
-                                      dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
-    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
-    assert targets and all(t.startswith("aten.") and "fft" not in t for t in targets), targets
+    program = aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
+    assert not [n for n in program.graph.nodes if "fft" in str(n.target)]
     x = torch.randn(5, 4, size, size, dtype=torch.float64)
     with torch.no_grad():
-        assert relative_error(program.module()(x), layer(x)) <= 1e-12
+        assert relative_error(program(x), layer(x)) <= 1e-12

@@ -14,6 +14,7 @@ from lipcli.sdk.errors import LipError
 from lipcli_ortho_head import MarginCertifier, OrthoHead
 from lipcli_ortho_head.margin import MarginRadius
 from lipcli_ortho_head.ortho import ExportedOrtho
+from plugin_export import aten_program
 
 
 def trained_looking(d: int, c: int, seed: int = 0) -> OrthoHead:
@@ -23,16 +24,6 @@ def trained_looking(d: int, c: int, seed: int = 0) -> OrthoHead:
         head.weight.copy_(torch.randn(head.weight.shape, generator=gen))
         head.bias.copy_(torch.randn(head.bias.shape, generator=gen))
     return head.eval()
-
-
-def aten_program(module: nn.Module, example: torch.Tensor):
-    with torch.no_grad():  # as lip export runs it
-        program = torch.export.export(module, (example,), strict=False,
-                                      dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
-    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
-    # aten operations, and Python's getitem on the (values, indices) pairs of min/max
-    assert targets and all(t.startswith("aten.") or "getitem" in t for t in targets), targets
-    return program.module()
 
 
 @pytest.mark.parametrize("d, c", [(16, 10), (4, 10)])  # orthonormal rows; columns (c > D)

@@ -9,6 +9,7 @@ import torch
 
 from lipcli_polygon_pool import PolygonPool
 from lipcli_polygon_pool.polygon import ExportedPolygonPool
+from plugin_export import aten_program, check_stand_in
 
 
 def random_pool(vertices: int, channels: int = 8, seed: int = 0) -> PolygonPool:
@@ -25,12 +26,10 @@ def random_pool(vertices: int, channels: int = 8, seed: int = 0) -> PolygonPool:
 @pytest.mark.parametrize("shape", [(16, 8, 3, 3), (100, 8), (5, 8, 7)])
 def test_stand_in_equals_the_pool(vertices, shape):
     pool = random_pool(vertices, seed=vertices)
-    standin = pool.export_module()
-    assert isinstance(standin, ExportedPolygonPool) and not list(standin.parameters())
     z = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    check_stand_in(pool, ExportedPolygonPool, z)
     with torch.no_grad():
         ref = pool(z)
-        torch.testing.assert_close(standin(z), ref, rtol=1e-12, atol=1e-12)
     assert (ref < 0).any() and (ref > 0).any()  # points inside and outside
 
 
@@ -47,13 +46,7 @@ def test_stand_in_follows_the_current_polygons():
 
 def test_stand_in_survives_torch_export():
     pool = random_pool(6, seed=3)
-    standin = pool.export_module()
-    example = torch.randn(2, 8, 4, 4, dtype=torch.float64)
-    with torch.no_grad():  # as lip export runs it
-        program = torch.export.export(standin, (example,), strict=False,
-                                      dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
-    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
-    assert targets and all(t.startswith("aten.") for t in targets), targets
+    program = aten_program(pool.export_module(), torch.randn(2, 8, 4, 4, dtype=torch.float64))
     z = torch.randn(7, 8, 4, 4, dtype=torch.float64)
     with torch.no_grad():
-        torch.testing.assert_close(program.module()(z), pool(z), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(program(z), pool(z), rtol=1e-12, atol=1e-12)
