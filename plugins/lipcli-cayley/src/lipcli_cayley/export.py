@@ -1,28 +1,35 @@
-"""The Cayley convolution as ``lip export`` writes it: its Fourier-domain map in real matrices.
+"""The Cayley convolution as ``lip export`` writes it: its Fourier-domain map, baked.
 
 In eval mode a Cayley layer is ``y = irfft2(Q · rfft2(x)) + bias`` (after ``pixel_unshuffle``
 for stride 2) with fixed unitary matrices ``Q(f)`` for the half-plane bins of the recorded
 image size ``H × W`` (:meth:`lipcli_cayley.cayley.CayleyConv.compute_operator`, the very
-tensor the layer caches and its bound is computed for).  ONNX has no general complex
-tensors and exporters differ in their FFT support, so :class:`ExportedCayley` writes the
-same linear map with real matrix products only (every runtime has them), with
-``F = W//2 + 1`` half-plane columns:
+tensor the layer caches and its bound is computed for).  :class:`ExportedCayley` stores
+``Q`` as the real block matrices ``[[Re Q, −Im Q], [Im Q, Re Q]]`` and has two ways to apply
+it, chosen when the program is written:
 
-1. the real DFT along ``W``: ``x @ [cos | −sin]`` (``W × 2F``) gives ``Re, Im`` of
-   ``rfft(x)``;
-2. the complex DFT along ``H`` as one real ``2H × 2H`` matrix ``[[C, S], [−S, C]]`` acting on
-   ``[Re; Im]`` (``C_{fh} = cos 2πfh/H``, ``S`` the sines);
-3. per frequency, ``Q(f)`` as the real ``2·out × 2·in`` block ``[[Re Q, −Im Q], [Im Q, Re Q]]``;
-4. the inverse complex DFT along ``H``, ``(1/H)[[Cᵀ, −Sᵀ], [Sᵀ, Cᵀ]]``;
-5. the complex-to-real inverse along ``W``: ``[Re | Im] @ [[w·cos/W], [−w·sin/W]]`` with the
-   Hermitian weights ``w = 1`` for the DC and Nyquist columns, ``2`` otherwise (the
-   imaginary parts of those columns drop out, as in ``irfft``).
+* **pt2 and TorchScript** (torch runs the program): exactly the layer's computation,
+  ``rfft2``, one batched complex matrix product per bin (``Q`` reassembled from its real
+  and imaginary parts), ``irfft2`` — the same cost as the layer;
+* **ONNX** (``torch.onnx.is_in_onnx_export()``): ONNX has no general complex tensors and
+  onnxruntime's ``DFT`` is slow, so the same linear map is written with real matrix
+  products only, with ``F = W//2 + 1`` half-plane columns:
 
-The matrices are computed in float64 from exact integer phases and stored in the layer's
-dtype; the cost is ``O(HW(H + W))`` per channel for the transforms and ``HW/2`` small matrix
-products for the mixing, comparable to a 3×3 convolution at LipConvnet's sizes.  On ``1 × 1``
-images only the real DC bin exists: ``y = Q x + bias``.  This module imports nothing but
-torch.
+  1. the real DFT along ``W``: ``x @ [cos | −sin]`` (``W × 2F``) gives ``Re, Im`` of
+     ``rfft(x)``;
+  2. the complex DFT along ``H`` as one real ``2H × 2H`` matrix ``[[C, S], [−S, C]]``
+     acting on ``[Re; Im]`` (``C_{fh} = cos 2πfh/H``, ``S`` the sines);
+  3. per frequency, the real ``2·out × 2·in`` block of ``Q(f)``;
+  4. the inverse complex DFT along ``H``, ``(1/H)[[Cᵀ, −Sᵀ], [Sᵀ, Cᵀ]]``;
+  5. the complex-to-real inverse along ``W``: ``[Re | Im] @ [[w·cos/W], [−w·sin/W]]`` with
+     the Hermitian weights ``w = 1`` for the DC and Nyquist columns, ``2`` otherwise (the
+     imaginary parts of those columns drop out, as in ``irfft``).
+
+  The matrices are computed in float64 from exact integer phases and stored in the layer's
+  dtype; the cost is ``O(HW(H + W))`` per channel for the transforms, about twice the
+  layer's at LipConvnet's first block (32 channels, 32×32, one thread).
+
+On ``1 × 1`` images only the real DC bin exists: ``y = Q x + bias`` in every format.  This
+module imports nothing but torch.
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ def fourier_matrices(height: int, width: int) -> dict[str, Tensor]:
 
 
 class ExportedCayley(nn.Module):
-    """``irfft2(Q · rfft2(x)) + bias`` in real matrix products (module docstring).
+    """``irfft2(Q · rfft2(x)) + bias`` with ``Q`` fixed (module docstring).
 
     ``op`` is the layer's eval operator: complex ``(H·(W//2+1), out, in)`` or, for a
     ``1 × 1`` image, real ``(1, out, in)``; ``size`` is ``(H, W)`` after the rearrangement.
@@ -90,15 +97,27 @@ class ExportedCayley(nn.Module):
         n = x.shape[0]
         if self.height == 1 and self.width == 1:
             return F.linear(x.reshape(n, -1), self.matrix, self.bias).reshape(n, -1, 1, 1)
-        h, f, cin, cout = self.height, self.bins, self.in_channels, self.out_channels
+        y = self.real_products(x) if torch.onnx.is_in_onnx_export() else self.fourier(x)
+        return y + self.bias.view(1, -1, 1, 1)
+
+    def fourier(self, x: Tensor) -> Tensor:
+        """The layer's own computation (FFTs and complex products), without the bias."""
+        n, cin, cout, h, w = x.shape[0], self.in_channels, self.out_channels, self.height, self.width
+        q = torch.complex(self.mixing[:, :cout, :cin], self.mixing[:, cout:, :cin])
+        spectrum = torch.fft.rfft2(x).permute(2, 3, 1, 0).reshape(-1, cin, n)
+        mixed = (q @ spectrum).reshape(h, self.bins, cout, n).permute(3, 2, 0, 1)
+        return torch.fft.irfft2(mixed, s=(h, w))
+
+    def real_products(self, x: Tensor) -> Tensor:
+        """The same map with real matrix products only (module docstring), without the bias."""
+        n, cin, cout, h, f = x.shape[0], self.in_channels, self.out_channels, self.height, self.bins
         a = x @ self.forward_w  # (N, in, H, 2F): Re | Im of the DFT along W
         spectrum = self.forward_h @ torch.cat([a[..., :f], a[..., f:]], dim=2)  # (N, in, 2H, F)
         spectrum = spectrum.reshape(n, cin, 2, h, f).permute(3, 4, 2, 1, 0).reshape(h * f, 2 * cin, n)
         mixed = self.mixing @ spectrum  # (H·F, 2·out, N)
         mixed = mixed.reshape(h, f, 2, cout, n).permute(4, 3, 2, 0, 1).reshape(n, cout, 2 * h, f)
         z = self.inverse_h @ mixed  # (N, out, 2H, F): Re; Im of the inverse DFT along H
-        y = torch.cat([z[:, :, :h], z[:, :, h:]], dim=-1) @ self.inverse_w  # (N, out, H, W)
-        return y + self.bias.view(1, -1, 1, 1)
+        return torch.cat([z[:, :, :h], z[:, :, h:]], dim=-1) @ self.inverse_w  # (N, out, H, W)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, size={self.height}x{self.width}, "
