@@ -12,13 +12,7 @@ import torch.nn.functional as F
 from lipcli_bcop.bcop import BCOPConv
 from lipcli_bcop.export import ExportedBCOP
 
-#: shared export checks from lipcli's tests/ folder (on the path when run from lipcli's root)
-checks = pytest.importorskip("plugin_export", reason="run from lipcli's root: the shared "
-                             "export checks (tests/plugin_export.py) are not on the path")
-aten_program = checks.aten_program
-check_stand_in = checks.check_stand_in
-randomise_ = checks.randomise_
-relative_error = checks.relative_error
+checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
 
 #: (in, out, kernel, stride, H, W): in = out, in < out, in > out, 5x5 filter on a 2x3 torus
 #: (wraps more than once), stride 2 to 1x1, 1x1, 1x1 filter
@@ -29,9 +23,9 @@ CASES = [(4, 4, 3, 1, 6, 6), (3, 8, 3, 2, 8, 6), (8, 4, 3, 1, 5, 7), (4, 6, 5, 1
 @pytest.mark.parametrize("cin, cout, k, stride, h, w", CASES)
 def test_stand_in_equals_the_eval_layer(cin, cout, k, stride, h, w):
     """Random (non-orthogonal) parameters: the eval filter is Björck's converged one."""
-    layer = randomise_(BCOPConv(cin, cout, k, stride).double().eval(), cin + 10 * cout + h)
+    layer = checks.randomise_(BCOPConv(cin, cout, k, stride).double().eval(), cin + 10 * cout + h)
     x = torch.randn(3, cin, h, w, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    check_stand_in(layer, ExportedBCOP, x)
+    checks.check_stand_in(layer, ExportedBCOP, x)
 
 
 def test_the_baked_filter_is_the_converged_one_with_circular_padding():
@@ -44,13 +38,13 @@ def test_the_baked_filter_is_the_converged_one_with_circular_padding():
     x = torch.randn(2, 4, 6, 6, dtype=torch.float64)
     with torch.no_grad():
         zero_padded = F.conv2d(x, standin.filter, standin.bias, padding=1)
-        assert relative_error(zero_padded, layer(x)) > 1e-2
+        assert checks.relative_error(zero_padded, layer(x)) > 1e-2
 
 
 @pytest.mark.parametrize("stride, size", [(1, 6), (2, 2)])
 def test_stand_in_survives_torch_export(stride, size):
-    layer = randomise_(BCOPConv(4, 8, 3, stride).double().eval(), stride)
-    program = aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
+    layer = checks.randomise_(BCOPConv(4, 8, 3, stride).double().eval(), stride)
+    program = checks.aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
     x = torch.randn(5, 4, size, size, dtype=torch.float64)
     with torch.no_grad():
-        assert relative_error(program(x), layer(x)) <= 1e-12
+        assert checks.relative_error(program(x), layer(x)) <= 1e-12
