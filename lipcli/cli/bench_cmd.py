@@ -10,6 +10,8 @@ import typer
 
 from lipcli.cli import bench_tables as tables
 from lipcli.cli.common import cli_errors, dumps_json, fail, print_json, stderr_console
+from lipcli.cli.options import DeviceOption, JsonOption, QuietOption
+from lipcli.host.devices import DEFAULT_DEVICE
 
 bench_app = typer.Typer(
     help=(
@@ -24,13 +26,11 @@ bench_app = typer.Typer(
 #: that `lip bench --help` does not import torch)
 _DEFAULT_ARCHS = "5,10,15,20,25,30,35,40"
 
-# options that two or three of the commands share (each defined once)
-Device = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N or auto.")]
+# options that two or three of the commands share (each defined once; --device, --json and
+# --quiet are every command's: lipcli.cli.options)
 Threads = Annotated[Optional[int], typer.Option("--threads", help="torch.set_num_threads.")]
-JsonOut = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 Output = Annotated[Optional[str], typer.Option(
     "--output", "-o", help="Also write the JSON report to this file.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
 _CUDNN = "--cudnn-benchmark/--no-cudnn-benchmark"
 #: --cudnn-benchmark of the training-step benchmarks
 StepCudnn = Annotated[bool, typer.Option(
@@ -150,7 +150,7 @@ def train(
     batch_size: StepBatch = 128,
     steps: Annotated[int, typer.Option("--steps", help="Timed steps per model.")] = 10,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed warm-up steps per model.")] = 2,
-    device: Device = "auto",
+    device: DeviceOption = DEFAULT_DEVICE,
     width: Annotated[int, typer.Option(
         "--width", help="LipConvnet width (channels after the stem).")] = 32,
     conv: Annotated[Optional[str], typer.Option(
@@ -180,7 +180,7 @@ def train(
         "--floor/--no-floor",
         help="CUDA: profile the convolution kernel time per step (the floor of a step).",
     )] = True,
-    json_out: JsonOut = False, output: Output = None, quiet: Quiet = False,
+    json_out: JsonOption = False, output: Output = None, quiet: QuietOption = False,
 ) -> None:
     """Time per training step and per CIFAR-10 epoch, fast (soc-fast) vs exact (soc)
     gradient, interleaved from identical weights (paper Table 1); on CUDA also the
@@ -260,13 +260,13 @@ def certify(
         "--lipschitz-iters", help="Power-method iterations.")] = 50,
     refresh_steps: Annotated[int, typer.Option(
         "--refresh-steps", help="Power-iteration steps refreshing σ before evaluation.")] = 50,
-    device: Device = "auto",
+    device: DeviceOption = DEFAULT_DEVICE,
     seed: Seed = 0,
     threads: Threads = None,
     cudnn_benchmark: Annotated[bool, typer.Option(
         _CUDNN, help="CUDA: let cuDNN autotune convolution algorithms (lip certify does not).",
     )] = False,
-    json_out: JsonOut = False, output: Output = None, quiet: Quiet = False,
+    json_out: JsonOption = False, output: Output = None, quiet: QuietOption = False,
 ) -> None:
     """Inputs/s of feature extraction and of the head's certificate(s), and the time of the
     guaranteed Lipschitz bound and of the power estimate."""
@@ -320,7 +320,7 @@ def profile(
     batch_size: StepBatch = 128,
     steps: Annotated[int, typer.Option("--steps", help="Profiled steps.")] = 3,
     warmup: Annotated[int, typer.Option("--warmup", help="Unprofiled warm-up steps.")] = 1,
-    device: Device = "auto",
+    device: DeviceOption = DEFAULT_DEVICE,
     width: Width = 32,
     head: Annotated[str, typer.Option("--head", help="Head component.")] = "lln",
     pool: Pool = "max",
@@ -330,7 +330,7 @@ def profile(
     seed: Seed = 0,
     threads: Threads = None,
     cudnn_benchmark: StepCudnn = False,
-    json_out: JsonOut = False, output: Output = None, quiet: Quiet = False,
+    json_out: JsonOption = False, output: Output = None, quiet: QuietOption = False,
 ) -> None:
     """Share of training-step time spent in convolutions versus everything else
     (torch.profiler)."""
