@@ -159,8 +159,7 @@ def train(
         "(any installed plugin's; inline parameters as name:key=value).",
     )] = None,
     activation: Annotated[Optional[str], typer.Option(
-        "--activation",
-        help="Compare these activations, e.g. maxmin,householder (default: maxmin).",
+        "--activation", help="Compare these activations, e.g. maxmin,householder (default: maxmin).",
     )] = None,
     head: Annotated[str, typer.Option(
         "--head", help="Head component(s) (Table 1: lln); several compare them.")] = "lln",
