@@ -90,7 +90,7 @@ def run_certification(
     options.check()
     device = resolve_device(options.device)
     if options.write:
-        check_model_writable(model_path)
+        check_model_writable(model_path, hint="certify without writing them to leave the file unchanged")
     reg = registry or get_registry()
     times: dict[str, float] = {}
     t_start = time.perf_counter()

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.sdk.errors import LipError, SettingError
 
 INSTALL_HINT = "pip install 'lipcli[plot]'"
 
@@ -23,7 +23,7 @@ def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise LipError(f"--plot needs matplotlib, which is not installed: {INSTALL_HINT}") from None
+        raise LipError(f"plotting needs matplotlib, which is not installed: {INSTALL_HINT}") from None
 
 
 def supported_formats() -> dict[str, str]:
@@ -35,16 +35,16 @@ def supported_formats() -> dict[str, str]:
 
 
 def plot_format(path: str | os.PathLike) -> str:
-    """The format ``--plot PATH`` is written in: its suffix (``.png``, ``.pdf``, ``.svg``,
-    ...), PNG when it has none.  An unsupported suffix is a usage error (exit 2), raised
-    before any work starts."""
+    """The format a plot at ``path`` is written in: its suffix (``.png``, ``.pdf``, ``.svg``,
+    ...), PNG when it has none.  An unsupported suffix is a usage error (:class:`SettingError`
+    ``plot``, exit 2), raised before any work starts."""
     suffix = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
     if not suffix:
         return "png"
     formats = supported_formats()
     if suffix not in formats:
-        raise LipUsageError(
-            f"--plot {os.fspath(path)}: format {suffix!r} is not supported; use one of "
+        raise SettingError(
+            "plot", f"plot {os.fspath(path)}: format {suffix!r} is not supported; use one of "
             + ", ".join(f".{f}" for f in sorted(formats))
         )
     return suffix

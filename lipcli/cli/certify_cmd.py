@@ -90,7 +90,7 @@ def certify(
         run_certification,
     )
     from lipcli.sdk.errors import LipError, LipUsageError
-    from lipcli.host.outputs import check_output_file
+    from lipcli.host.outputs import check_model_writable, check_output_file
 
     from lipcli.host.runs import resolve_model_argument
 
@@ -100,9 +100,8 @@ def certify(
         raise LipUsageError(f"model file not found: {model}")
     if model.is_dir():
         raise LipUsageError(f"{model} is a directory, not a model file")
-    # every output is checked before the work starts (nothing computed for nothing); the
-    # options themselves and the write-back into the model file are checked by
-    # run_certification, also before any work
+    # every output and option is checked before the work starts (nothing computed for
+    # nothing); run_certification checks them again, for library callers
     if plot is not None:
         from lipcli.certify.plot import plot_format, require_matplotlib
 
@@ -120,6 +119,9 @@ def certify(
         lipschitz_iters=lipschitz_iters, top_k=top_k, attack=attack, attack_steps=attack_steps,
         attack_restarts=attack_restarts, write=not no_write, ignore_class_names=ignore_class_names,
     )
+    options.check()
+    if options.write:  # before the work, with this command's hint (the driver checks it too)
+        check_model_writable(model, hint="pass --no-write to certify without modifying the model file")
     # a write that still fails at the end (disk full, ...) is reported AFTER the results are
     # printed, so that the work is not lost
     write_errors: list[str] = []

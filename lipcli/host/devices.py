@@ -7,10 +7,12 @@ this machine.  ``lip train`` then gives a bare ``cuda`` each torchrun process's 
 from __future__ import annotations
 
 import re
-
-import torch
+from typing import TYPE_CHECKING
 
 from lipcli.sdk.errors import SettingError
+
+if TYPE_CHECKING:
+    import torch
 
 #: the device used when none is named
 DEFAULT_DEVICE = "auto"
@@ -29,9 +31,12 @@ def check_device_name(name: str) -> str:
     raise SettingError("device", f"unknown device {name!r}; use cpu, cuda, cuda:N or auto")
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str) -> "torch.device":
     """A validated :class:`torch.device` for ``name`` (see :func:`check_device_name`); a CUDA
-    device must exist on this machine."""
+    device must exist on this machine.  (torch is imported here: the CLI reads
+    :data:`DEFAULT_DEVICE` without it.)"""
+    import torch
+
     key = check_device_name(name)
     if key == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -48,13 +48,10 @@ def check_output_file(path: str | os.PathLike, option: str) -> Path:
     return p
 
 
-def check_model_writable(
-    path: str | os.PathLike,
-    hint: str = "pass --no-write to certify without modifying the model file",
-) -> None:
-    """The default write-back of results into the model file needs a writable file in a
-    writable directory (atomic rewrite: temporary file + rename); fail before any work with a
-    hint to pass ``--no-write`` otherwise."""
+def check_model_writable(path: str | os.PathLike, hint: str | None = None) -> None:
+    """The write-back of results into the model file needs a writable file in a writable
+    directory (atomic rewrite: temporary file + rename); fail before any work otherwise, with
+    ``hint`` (what the caller can do instead) appended."""
     p = Path(path)
     if not p.is_file():
         return  # missing / not a file: reported by the loader
@@ -62,4 +59,4 @@ def check_model_writable(
     reason = "the file is not writable" if not os.access(p, os.W_OK) else cannot_create_in(parent)
     if not reason:
         return
-    raise LipUsageError(f"cannot store the results in {p}: {reason}; {hint}")
+    raise LipUsageError(f"cannot store the results in {p}: {reason}" + (f"; {hint}" if hint else ""))
