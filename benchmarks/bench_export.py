@@ -40,7 +40,7 @@ def timed(fn, repeats: int) -> float:
 
 def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workdir: Path) -> dict:
     from lipcli import create_model, save_model
-    from lipcli.builtins.crc.certificate import CRCCertifier
+    from lipcli.builtins.crc.certifier import CRCCertifier
     from lipcli.export import ExportOptions, export_model
     from lipcli.export.formats import FORMATS
     from lipcli.host.lipschitz import guaranteed_upper_bound

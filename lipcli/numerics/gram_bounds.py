@@ -1,11 +1,12 @@
 """Guaranteed operator-norm bounds from Gram matrices, for (almost) orthogonal layers.
 
-:mod:`lipcli.numerics.spectral` certifies the norm of *one* matrix (Lanczos, then a verified
-Cholesky factorisation); this module adds two cheaper verified bounds for the cases where a
-layer is orthogonal up to rounding, so that its Gram matrix is the identity up to a tiny
-defect.  They use the same rounding model and constants (``u = 2⁻⁵³``, Higham's ``γ_n``,
-:data:`lipcli.numerics.spectral.UNIT_ROUNDOFF`): the returned number is *provably* at least the
-quantity it bounds, for the exact real (or complex) operator whose entries are the given
+:mod:`lipcli.numerics.spectral` certifies the norm of *one* matrix (with the verified
+``λ_max`` engine :mod:`lipcli.numerics.eigen`: Lanczos, then a verified Cholesky
+factorisation); this module adds two cheaper verified bounds for the cases where a layer is
+orthogonal up to rounding, so that its Gram matrix is the identity up to a tiny defect.  They
+use the same rounding model and constants (``u = 2⁻⁵³``, Higham's ``γ_n``,
+:mod:`lipcli.numerics.rounding`): the returned number is *provably* at least the quantity it
+bounds, for the exact real (or complex) operator whose entries are the given
 floating-point numbers, including every rounding committed while computing the bound.
 
 :func:`conv_gram_norm_upper_bound` (convolutions, any padding)
@@ -56,11 +57,11 @@ import math
 import torch
 from torch import Tensor
 
-from lipcli.numerics.spectral import UNIT_ROUNDOFF, _gamma, _round_up
+from lipcli.numerics.rounding import UNIT_ROUNDOFF as _U
+from lipcli.numerics.rounding import gamma as _gamma
+from lipcli.numerics.rounding import round_up as _round_up
 
 __all__ = ["conv_gram_norm_upper_bound", "isometry_norm_upper_bound", "conv_gram_filter"]
-
-_U = UNIT_ROUNDOFF
 
 
 def _up_sum(value: float, terms: int) -> float:

@@ -1,24 +1,20 @@
-"""Guaranteed spectral-norm bounds (lipcli.numerics.spectral): never below the exact value (SVD /
-eigvalsh in float64), and within the promised tightness."""
+"""Guaranteed spectral-norm and weighted-Gram bounds (lipcli.numerics.spectral): never below
+the exact value (SVD / eigvalsh in float64, exact rational arithmetic for the Gram rounding),
+and within the promised tightness."""
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from lipcli.numerics import spectral
+from lipcli.numerics import eigen, spectral
 from lipcli.numerics.spectral import (
-    conv_reshape,
-    conv_reshape_matvec,
-    conv_reshape_rmatvec,
-    conv_reshape_shape,
-    conv_spectral_norm_upper_bound,
-    psd_lambda_max_upper_bound,
     spectral_norm_upper_bound,
-    symmetric_lambda_max_upper_bound,
+    weighted_gram,
+    weighted_gram_lambda_max_upper_bound,
 )
 
 RTOL = 1e-3
@@ -37,7 +33,7 @@ def exact_norm(M: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("shape", [(40, 70), (70, 40), (1, 9), (9, 1), (128, 128), (3, 3)])
-@pytest.mark.parametrize("scale", [1.0, 1e-150, 1e150])
+@pytest.mark.parametrize("scale", [1.0, 1e-150, 1e150, 2.0**-600, 2.0**-1000])
 def test_spectral_norm_bound_sound_and_tight(shape, scale):
     gen = torch.Generator().manual_seed(1)
     M = torch.randn(shape, generator=gen, dtype=torch.float64) * scale
@@ -72,20 +68,17 @@ def test_blocked_gram_path_large_matrix():
         true = exact_norm(M)
         bound = spectral_norm_upper_bound(M, rtol=RTOL)
         assert true <= bound <= true * (1 + 3 * RTOL)
-    G = spectral._gram_lower(M.T)
+    G = spectral.gram_lower(M.T)
     full = M.T @ M
     assert torch.allclose(torch.tril(G), torch.tril(full), rtol=1e-12, atol=1e-9)
 
 
 def test_zero_and_invalid_matrices():
     assert spectral_norm_upper_bound(torch.zeros(5, 7)) == 0.0
-    assert psd_lambda_max_upper_bound(torch.zeros(4, 4)) == 0.0
     with pytest.raises(ValueError):
         spectral_norm_upper_bound(torch.tensor([[1.0, float("nan")]]))
     with pytest.raises(ValueError):
         spectral_norm_upper_bound(torch.ones(2, 2, 2))
-    with pytest.raises(ValueError):
-        psd_lambda_max_upper_bound(torch.ones(2, 3))
 
 
 def test_bad_start_vector_still_sound():
@@ -98,76 +91,47 @@ def test_bad_start_vector_still_sound():
 
 
 def test_frobenius_fallback(monkeypatch):
-    monkeypatch.setattr(spectral, "_MAX_CERT_ATTEMPTS", 0)
+    monkeypatch.setattr(eigen, "MAX_CERT_ATTEMPTS", 0)
     M = torch.randn(20, 30, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     bound = spectral_norm_upper_bound(M)
     assert bound >= float(torch.linalg.matrix_norm(M, "fro"))
     assert bound <= float(torch.linalg.matrix_norm(M, "fro")) * (1 + 1e-9)
 
 
-def test_psd_lambda_max_bound():
-    gen = torch.Generator().manual_seed(4)
-    W = torch.randn(300, 80, generator=gen, dtype=torch.float64)
-    d = torch.rand(300, generator=gen, dtype=torch.float64)
-    B = W.T @ (d[:, None] * W)
-    true = float(torch.linalg.eigvalsh(B)[-1])
-    bound = psd_lambda_max_upper_bound(B)
-    assert true <= bound <= true * (1 + 2 * RTOL)
-    assert isinstance(bound, float)
+def test_weighted_gram_error_bound_covers_rounding():
+    """‖Ĝ − Rᵀdiag(w)R‖_F (exact rational reference) <= the returned bound, which is not
+    vacuous; rows of very different magnitudes so that the rounding is real."""
+    gen = torch.Generator().manual_seed(2)
+    rows = torch.randn(30, 5, generator=gen, dtype=torch.float64)
+    rows = rows * torch.logspace(-3, 3, 30, dtype=torch.float64).unsqueeze(1)
+    wts = (torch.rand(30, generator=gen, dtype=torch.float64) - 0.3).clamp_min(0)
+    gram, err = weighted_gram(rows, wts)
+    R = [[Fraction(float(x)) for x in r] for r in rows.tolist()]
+    W = [Fraction(float(x)) for x in wts.tolist()]
+    diff_sq = 0.0
+    for i in range(5):
+        for j in range(5):
+            exact = sum(W[k] * R[k][i] * R[k][j] for k in range(30))
+            diff_sq += float(Fraction(float(gram[i, j])) - exact) ** 2
+    assert diff_sq > 0.0  # rounding happened
+    exact_top = float(torch.linalg.eigvalsh((rows.T * wts) @ rows)[-1])
+    assert math.sqrt(diff_sq) <= err < 1e-10 * exact_top
 
 
-def test_symmetric_bound_indefinite_and_nonsymmetric():
+@pytest.mark.parametrize("k", [0, -1000, -1060, 800])
+def test_weighted_gram_bound_tiny_and_huge_rows(k):
+    """Rows scaled (exactly) by 2^(k/2): λ_max scales by 2ᵏ exactly.  At k = -1060 the
+    products are subnormal; the bound must still cover the rounded Gram (underflow term)."""
     gen = torch.Generator().manual_seed(5)
-    X = torch.randn(50, 50, generator=gen, dtype=torch.float64)
-    for B in (X + X.T, -(X @ X.T) - torch.eye(50, dtype=torch.float64), X):
-        sym = 0.5 * (B + B.T)
-        true = float(torch.linalg.eigvalsh(sym)[-1])
-        bound = symmetric_lambda_max_upper_bound(B)
-        assert bound >= true
-        assert bound <= true + 2 * RTOL * float(torch.linalg.matrix_norm(sym, 2))
+    rows = torch.randn(40, 6, generator=gen, dtype=torch.float64)
+    wts = torch.rand(40, generator=gen, dtype=torch.float64)
+    true = float(torch.linalg.eigvalsh((rows.T * wts) @ rows)[-1])
+    bound = weighted_gram_lambda_max_upper_bound(rows * 2.0 ** (k // 2), wts)
+    assert math.ldexp(bound, -k) >= true
+    if k >= -1000:  # normal range: tight
+        assert math.ldexp(bound, -k) <= true * (1 + 1e-5)
 
 
-def dense_conv_operator(kernel: torch.Tensor, H: int, W: int) -> torch.Tensor:
-    """Matrix of x ↦ conv2d(x, kernel, padding=k//2) on (in, H, W) inputs."""
-    o, i, kh, _ = kernel.shape
-    n = i * H * W
-    basis = torch.eye(n, dtype=kernel.dtype).view(n, i, H, W)
-    return F.conv2d(basis, kernel, padding=kh // 2).reshape(n, -1).T
-
-
-def test_conv_reshape_matvecs_match_materialised():
-    gen = torch.Generator().manual_seed(6)
-    K = torch.randn(5, 3, 3, 3, generator=gen, dtype=torch.float64)
-    for r in range(4):
-        M = conv_reshape(K, r)
-        assert tuple(M.shape) == conv_reshape_shape(K.shape, r)
-        v = torch.randn(M.shape[1], generator=gen, dtype=torch.float64)
-        u = torch.randn(M.shape[0], generator=gen, dtype=torch.float64)
-        torch.testing.assert_close(conv_reshape_matvec(K, r, v), M @ v)
-        torch.testing.assert_close(conv_reshape_rmatvec(K, r, u), M.T @ u)
-    # the four reshapes are the ones of SPEC §1.2
-    assert torch.equal(conv_reshape(K, 0)[1 * 3 + 2, 0 * 3 + 1], K[1, 0, 2, 1])  # (o,a)x(i,b)
-    assert torch.equal(conv_reshape(K, 1)[1 * 3 + 2, 0 * 3 + 1], K[1, 0, 1, 2])  # (o,b)x(i,a)
-    assert torch.equal(conv_reshape(K, 2)[1, 2 * 9 + 1 * 3 + 0], K[1, 2, 1, 0])  # o x (i,a,b)
-    assert torch.equal(conv_reshape(K, 3)[4 * 9 + 2 * 3 + 1, 2], K[4, 2, 2, 1])  # (o,a,b) x i
-
-
-@pytest.mark.parametrize("shape", [(6, 6, 3, 3), (4, 7, 3, 3), (8, 8, 1, 1), (3, 5, 5, 5)])
-def test_conv_bound_dominates_dense_operator_norm(shape):
-    gen = torch.Generator().manual_seed(7)
-    K = torch.randn(shape, generator=gen, dtype=torch.float64)
-    bound = conv_spectral_norm_upper_bound(K, rtol=RTOL)
-    dense = exact_norm(dense_conv_operator(K, 7, 7))
-    assert bound >= dense
-    kh, kw = shape[2:]
-    best_exact = math.sqrt(kh * kw) * min(exact_norm(conv_reshape(K, r)) for r in range(4))
-    assert best_exact <= bound <= best_exact * (1 + 3 * RTOL)
-
-
-def test_conv_bound_with_start_vectors_float32():
-    gen = torch.Generator().manual_seed(8)
-    K = torch.randn(16, 16, 3, 3, generator=gen)
-    starts = [torch.randn(conv_reshape_shape(K.shape, r)[1], generator=gen) for r in range(4)]
-    bound = conv_spectral_norm_upper_bound(K, start_vectors=starts)
-    best_exact = 3 * min(exact_norm(conv_reshape(K.double(), r)) for r in range(4))
-    assert best_exact <= bound <= best_exact * (1 + 3 * RTOL)
+def test_weighted_gram_bound_is_exact_zero_without_weights():
+    rows = torch.randn(5, 3, dtype=torch.float64)
+    assert weighted_gram_lambda_max_upper_bound(rows, torch.zeros(5, dtype=torch.float64)) == 0.0

@@ -1,14 +1,14 @@
 """The CRC-Lip certificate as ``lip export --certify`` writes it: the closed form.
 
 The exported program cannot run the dual (CRC) solve (an iterative, data-dependent search),
-so it computes the **closed-form** certificate of :mod:`lipcli.builtins.crc.certificate` (SPEC §4):
+so it computes the **closed-form** certificate of :mod:`lipcli.builtins.crc.closed_form` (SPEC §4):
 per competing class ``j`` of the float64 prediction ``l``,
 
     r_lj = 2 g_lo / (√(‖∇g‖_hi² + 2 m_lj g_lo) + ‖∇g‖_hi),     radius = min_j r_lj,
 
 with the same float64 rounding bounds (``g_lo`` a lower bound on the margin, ``‖∇g‖_hi`` an
 upper bound on its gradient norm) and the **guaranteed** curvature bounds ``m_lj``
-(:class:`~lipcli.builtins.crc.certificate.CurvatureBounds`) computed at export time and stored in
+(:class:`~lipcli.builtins.crc.bounds.CurvatureBounds`) computed at export time and stored in
 the program as a ``c × c`` table.  Since ``lip certify`` takes per pair the larger of this
 value and the dual one, the exported radius is a lower bound of ``lip certify``'s, and equal
 to what ``CRCCertifier(dual=False)`` gives with the same bounds.
@@ -29,13 +29,10 @@ import math
 import torch
 from torch import nn
 
-from lipcli.builtins.crc.certificate import (
-    CRCCertifier,
-    CurvatureBounds,
-    closed_form_radius,
-    mlp_weights,
-    pair_margins,
-)
+from lipcli.builtins.crc.bounds import CurvatureBounds
+from lipcli.builtins.crc.certifier import CRCCertifier
+from lipcli.builtins.crc.closed_form import closed_form_radius, pair_margins
+from lipcli.builtins.crc.weights import mlp_weights
 from lipcli.sdk.certificates import make_cache
 
 #: heads with at most this many classes get exact per-pair curvature bounds at export

@@ -1,7 +1,7 @@
 """The CRC-Lip head (SPEC §4): ``h(y) = W₂ softplus(W₁ y + b₁) + b₂``.
 
 One hidden layer of width ``hidden``, certified by CRC-Lip (paper §5, Appendix E; certificate
-``crc-lip``, ``lipcli.builtins.crc.certificate``) and trained with the CRC-Lip loss
+``crc-lip``, ``lipcli.builtins.crc.certifier``) and trained with the CRC-Lip loss
 (``lipcli.builtins.crc.loss``). Fed the MaxMin output of the last convolution
 (``features="activation"``, D = 2048 at width 32). No weight decay on any of its parameters
 (SPEC §6).

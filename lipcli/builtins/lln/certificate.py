@@ -30,7 +30,7 @@ from lipcli.sdk.certificates import (
     make_cache,
 )
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.numerics.spectral import UNIT_ROUNDOFF as _U64  # float64
+from lipcli.numerics.rounding import UNIT_ROUNDOFF as _U64  # float64
 from lipcli.sdk.specs import SOUND, CertificateSpec
 
 

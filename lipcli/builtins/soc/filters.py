@@ -132,7 +132,7 @@ def _skew_difference(weight: Tensor) -> Tensor:
 
 def _rank_one_factors(r: int, u: Tensor, v: Tensor, C: int, k: int) -> tuple[Tensor, Tensor]:
     """Broadcastable factors with ``eu·ev = ∂(uᵀ R_r(D) v)/∂D`` in the ``(o, i, a, b)``
-    layout of the filter (reshapes as in :func:`lipcli.numerics.spectral.conv_reshape`)."""
+    layout of the filter (reshapes as in :func:`lipcli.numerics.conv.conv_reshape`)."""
     if r == 0:
         return u.view(C, 1, k, 1), v.view(1, C, 1, k)
     if r == 1:

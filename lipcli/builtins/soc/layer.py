@@ -14,7 +14,7 @@ filter gradient, the truncation bound; SPEC §1.4–§1.6, §5),
   ``c_out`` channels; add the bias (SPEC §1.3).
 * On GPUs the reshape giving σ is selected on the device, so a training step never waits
   for the GPU.
-* Lipschitz constant (SPEC §5): with ``b ≥ ‖S‖₂`` (guaranteed, :mod:`lipcli.numerics.spectral`)
+* Lipschitz constant (SPEC §5): with ``b ≥ ‖S‖₂`` (guaranteed, :mod:`lipcli.numerics.conv`)
   and ``exp(S)`` orthogonal, ``‖P_T(S)‖ ≤ 1 + b^T/T! · 1/(1 − b/(T+1))`` (``b < T+1``) and
   always ``‖P_T(S)‖ ≤ Σ_{j<T} b^j/j!``.  Floating-point rounding inside the convolutions of a
   forward pass is not part of this bound (as everywhere in the literature).
@@ -41,7 +41,7 @@ from lipcli.builtins.soc.filters import (
     _skew_difference,
 )
 from lipcli.builtins.soc.series import _working_format, soc_series, soc_series_fast, truncated_exp_norm_bound
-from lipcli.numerics.spectral import CONV_RESHAPES, conv_reshape_shape, conv_spectral_norm_upper_bound
+from lipcli.numerics.conv import CONV_RESHAPES, conv_reshape_shape, conv_spectral_norm_upper_bound
 from lipcli.sdk.loading import tensors_will_be_loaded
 
 __all__ = ["SOC", "INIT_POWER_STEPS", "MAX_TERMS", "MAX_POWER_ITERS"]
@@ -350,7 +350,7 @@ class SOC(nn.Module):
     def spectral_bound(self, rtol: float = 5e-3, select_rtol: float | None = None) -> float:
         """Guaranteed upper bound ``b ≥ ‖S‖₂`` for the ``S`` actually used at evaluation:
         ``√(kh·kw)·min_r ‖R_r(S)‖₂`` (SPEC §5) with the reshape norms bounded from above in
-        float64 (the float32 ``S`` is cast exactly), see :mod:`lipcli.numerics.spectral`; ``b`` is
+        float64 (the float32 ``S`` is cast exactly), see :mod:`lipcli.numerics.conv`; ``b`` is
         within about ``rtol`` of that minimum.  ``S`` is exactly skew, so only two of the
         four reshapes need bounding.  ``select_rtol`` (default ``rtol``) lets the cheaper of
         the two be bounded when its estimated norm is within that tolerance of the smaller

@@ -18,7 +18,7 @@ from lipcli.builtins.soc.filters import transpose_filter
 from lipcli.builtins.soc.layer import SOC
 from lipcli.builtins.soc.plugin import lip_convolutions
 from lipcli.builtins.soc.series import soc_series, soc_series_fast, truncated_exp_norm_bound
-from lipcli.numerics.spectral import conv_reshape
+from lipcli.numerics.conv import conv_reshape
 from lipcli.sdk.specs import ConvSpec
 
 

@@ -42,7 +42,7 @@ def test_reference_form_is_the_layer_gradient(C, k):
     # and the gradient autograd gives through A = (W - T(W))/2, sigma = u'R(A)v, S = A/sigma
     W = twin.weight.detach().clone().requires_grad_(True)
     A = 0.5 * (W - filters.transpose_filter(W))
-    from lipcli.numerics.spectral import conv_reshape
+    from lipcli.numerics.conv import conv_reshape
 
     sigma = u @ conv_reshape(A, r) @ v
     ((A / sigma) * G).sum().backward()

@@ -45,7 +45,7 @@ from lipcli.sdk.certificates import (
     make_cache,
 )
 from lipcli.sdk.errors import LipError
-from lipcli.numerics.spectral import UNIT_ROUNDOFF as _U64
+from lipcli.numerics.rounding import UNIT_ROUNDOFF as _U64
 from lipcli.sdk.specs import ONE_LIPSCHITZ, SOUND
 
 NAME = "margin"

@@ -1,4 +1,5 @@
-"""The ``crc-lip`` certificate: soundness against attacks, tightness, curvature bounds."""
+"""The ``crc-lip`` certifier (lipcli.builtins.crc.certifier): soundness against attacks,
+tightness, closed form vs dual, caches, chunking."""
 
 from __future__ import annotations
 
@@ -12,42 +13,18 @@ import torch.nn.functional as F
 from scipy.optimize import minimize
 from torch import nn
 
-from lipcli.builtins.crc.certificate import (
-    CRCCertifier,
-    CurvatureBounds,
-    closed_form_radius,
-    lip_certificates,
-    mlp_weights,
-    verified_lambda_max,
-    weighted_gram,
-)
-from lipcli.sdk.certificates import Certifier, CertifyResult, head_fingerprint
+from crc_helpers import MLP
+from lipcli.builtins.crc.certifier import CRCCertifier
+from lipcli.sdk.certificates import CertifyResult, head_fingerprint
 
 
-class MLP(nn.Module):
-    """Same attribute names as the ``mlp`` head: ``fc1``, ``fc2``, softplus in between."""
-
-    def __init__(self, dim: int, hidden: int, classes: int, scale: float = 1.0, seed: int = 0) -> None:
-        super().__init__()
-        torch.manual_seed(seed)
-        self.fc1 = nn.Linear(dim, hidden)
-        self.fc2 = nn.Linear(hidden, classes)
-        with torch.no_grad():
-            self.fc1.weight.mul_(scale)
-            self.fc2.weight.mul_(scale)
-        self.double()
-
-    def forward(self, y: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.softplus(self.fc1(y)))
-
-
-def _numpy_head(head: MLP):
+def _numpy_head(head: nn.Module):
     w1, b1 = head.fc1.weight.detach().numpy(), head.fc1.bias.detach().numpy()
     w2, b2 = head.fc2.weight.detach().numpy(), head.fc2.bias.detach().numpy()
     return lambda y: w2 @ np.logaddexp(0.0, w1 @ y + b1) + b2
 
 
-def _attack_upper_bound(head: MLP, y: np.ndarray, label: int, starts: int, rng) -> float:
+def _attack_upper_bound(head: nn.Module, y: np.ndarray, label: int, starts: int, rng) -> float:
     """Smallest ‖x - y‖ over points x that provably leave class ``label`` (SLSQP + a ray push)."""
     h = _numpy_head(head)
     best = math.inf
@@ -80,73 +57,16 @@ def _random_inputs(n: int, dim: int, seed: int, scale: float = 1.5) -> torch.Ten
     return torch.randn(n, dim, generator=gen, dtype=torch.float64) * scale
 
 
-def test_hook_and_protocol():
-    (spec,) = lip_certificates()
-    assert spec.name == "crc-lip"
-    names = {p.name for p in spec.params}
-    assert {"curvature", "dual", "grad_tol", "solver_dtype"} <= names
-    cert = spec.factory(**spec.resolve_params({"curvature": "global", "dual": False}))
-    assert isinstance(cert, Certifier)
-    assert cert.curvature == "global" and not cert.dual
+def _certified(head: nn.Module, y: torch.Tensor, **params):
+    """``(certifier, its cache, its result on y)`` for a fresh certifier with ``params``."""
+    cert = CRCCertifier(**params)
+    cache = cert.prepare(head)
+    return cert, cache, cert.certify(head, y)
 
 
 # ------------------------------------------------------------------------------------------
 # curvature bounds
 # ------------------------------------------------------------------------------------------
-
-
-def test_verified_lambda_max_is_upper_bound_and_tight():
-    gen = torch.Generator().manual_seed(0)
-    for n in (1, 5, 40):
-        b = torch.randn(n + 3, n, generator=gen, dtype=torch.float64)
-        a = b.T @ b - 0.5 * torch.eye(n, dtype=torch.float64)  # indefinite shifts too
-        exact = float(np.linalg.eigvalsh(a.numpy()).max())
-        bound = verified_lambda_max(a, 0.0)
-        assert bound >= exact
-        assert bound <= exact + 1e-5 * max(abs(exact), 1.0)
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_pair_bounds_dominate_exact_eigenvalues(seed):
-    head = MLP(5, 12, 4, scale=3.0, seed=seed)
-    w = mlp_weights(head)
-    w1_sq = CurvatureBounds.compute_w1_sq_bound(w)
-    true_w1_sq = float(np.linalg.norm(w.w1.numpy(), 2) ** 2)
-    assert true_w1_sq <= w1_sq <= true_w1_sq * (1 + 1e-5)
-    bounds = CurvatureBounds(w, w1_sq)
-    bounds.compute_class_bounds()
-    w1, w2 = w.w1.numpy(), w.w2.numpy()
-    for a in range(4):
-        for b in range(4):
-            if a == b:
-                continue
-            d_plus = np.maximum(w2[a] - w2[b], 0.0)
-            exact = 0.25 * np.linalg.eigvalsh(w1.T @ np.diag(d_plus) @ w1).max()
-            glob = float(bounds.global_table[a, b])
-            split = bounds.class_pos[a] + bounds.class_neg[b]
-            before = float(bounds.table[a, b])
-            assert glob >= exact and split >= exact and before >= exact
-            assert before <= min(glob, split) * (1 + 1e-12)
-            tight = bounds.compute_exact(a, b)
-            assert exact <= tight <= exact * (1 + 1e-5) + 1e-12
-            assert float(bounds.table[a, b]) == min(tight, before)
-    # class bounds are exact eigenvalues of P_a and N_b too
-    for a in range(4):
-        p_a = 0.25 * np.linalg.eigvalsh(w1.T @ np.diag(np.maximum(w2[a], 0)) @ w1).max()
-        assert p_a <= bounds.class_pos[a] <= p_a * (1 + 1e-5) + 1e-12
-    # m_lj = Λ(j, l) is what certifying class l against j uses
-    m, exact_flags = bounds.lower_curvature(torch.tensor([2]))
-    assert float(m[0, 1]) == float(bounds.table[1, 2]) and bool(exact_flags[0, 1])
-
-
-def test_weighted_gram_error_bound_covers_rounding():
-    gen = torch.Generator().manual_seed(2)
-    w1 = torch.randn(50, 7, generator=gen, dtype=torch.float64)
-    wts = torch.rand(50, generator=gen, dtype=torch.float64) - 0.3
-    gram, err = weighted_gram(w1, wts.clamp_min(0))
-    exact = (w1.numpy().T * np.maximum(wts.numpy(), 0)) @ w1.numpy()
-    assert np.linalg.norm(gram.numpy() - exact, 2) <= err + 1e-300
-    assert err < 1e-10 * np.linalg.norm(exact, 2)
 
 
 # ------------------------------------------------------------------------------------------
@@ -160,12 +80,8 @@ def test_weighted_gram_error_bound_covers_rounding():
 def test_certificate_below_true_distance_large_curvature(dim, hidden, classes, scale, seed):
     head = MLP(dim, hidden, classes, scale=scale, seed=seed)
     y = _random_inputs(8, dim, seed)
-    cert = CRCCertifier()
-    cert.prepare(head)
-    res = cert.certify(head, y)
-    fast = CRCCertifier(dual=False, curvature="lazy")
-    fast.prepare(head)
-    res_fast = fast.certify(head, y)
+    res = CRCCertifier().certify(head, y)  # prepares itself
+    res_fast = CRCCertifier(dual=False, curvature="lazy").certify(head, y)
     rng = np.random.default_rng(seed)
     ratios = []
     for i in range(y.shape[0]):
@@ -190,21 +106,7 @@ def test_closed_form_never_beats_dual():
     assert bool((r_dual > r_fast * (1 + 1e-3)).any())  # the dual really helps somewhere
 
 
-def test_closed_form_formula():
-    g = torch.tensor([1.0, 1.0, 0.0, -1.0, 2.0], dtype=torch.float64)
-    gn = torch.tensor([2.0, 2.0, 1.0, 1.0, 0.0], dtype=torch.float64)
-    k = torch.tensor([0.0, 3.0, 1.0, 1.0, 0.0], dtype=torch.float64)
-    r = closed_form_radius(g, gn, k)
-    assert r[0].item() == pytest.approx(0.5)
-    assert r[1].item() == pytest.approx((math.sqrt(4 + 6) - 2) / 3)
-    assert r[2].item() == 0.0 and r[3].item() == 0.0
-    assert math.isinf(r[4].item())
-    # exactly the root of g - ‖∇g‖ρ - Kρ²/2 = 0
-    rho = r[1].item()
-    assert 1.0 - 2.0 * rho - 1.5 * rho**2 == pytest.approx(0.0, abs=1e-12)
-
-
-def _pgd_worst_margin(head: MLP, y: torch.Tensor, labels: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
+def _pgd_worst_margin(head: nn.Module, y: torch.Tensor, labels: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
     """Largest ``max_{j != l} h_j - h_l`` found in the balls by projected gradient ascent."""
     gen = torch.Generator().manual_seed(0)
     restarts = 32
@@ -232,9 +134,7 @@ def _pgd_worst_margin(head: MLP, y: torch.Tensor, labels: torch.Tensor, radius: 
 def test_no_certified_point_broken_by_pgd():
     head = MLP(4, 16, 4, scale=3.0, seed=4)
     y = _random_inputs(12, 4, 4)
-    cert = CRCCertifier()
-    cert.prepare(head)
-    res = cert.certify(head, y)
+    res = CRCCertifier().certify(head, y)
     keep = res.radius > 0
     assert int(keep.sum()) >= 10
     inside = _pgd_worst_margin(head, y[keep], res.predictions[keep], res.radius[keep] * (1 - 1e-6))
@@ -249,7 +149,7 @@ def test_no_certified_point_broken_by_pgd():
 # ------------------------------------------------------------------------------------------
 
 
-def _one_dim_head(threshold: float) -> MLP:
+def _one_dim_head(threshold: float) -> nn.Module:
     """g depends on y only through 2·y₀ + 0.3: the decision boundary is a hyperplane.
 
     Unit 0 carries the class difference (d₀ = 1.5); units 1, 2 have equal outgoing weights for
@@ -273,9 +173,7 @@ def test_exact_distance_one_dimensional_boundary():
     head = _one_dim_head(threshold)
     gen = torch.Generator().manual_seed(6)
     y = torch.randn(40, 4, generator=gen, dtype=torch.float64) * 0.3
-    cert = CRCCertifier()
-    cert.prepare(head)
-    res = cert.certify(head, y)
+    res = CRCCertifier().certify(head, y)
     z0 = 2 * y[:, 0] + 0.3
     truth = (z0 - threshold).abs() / 2
     assert torch.equal(res.predictions, (z0 <= threshold).long())
@@ -284,9 +182,7 @@ def test_exact_distance_one_dimensional_boundary():
     assert torch.allclose(res.radius[close], truth[close], rtol=1e-6, atol=1e-9)
     assert int(close.sum()) >= 25
     # the closed form is exact only on the convex side (class 0: m = 0, K = 0)
-    fast = CRCCertifier(dual=False)
-    fast.prepare(head)
-    r_fast = fast.certify(head, y).radius
+    r_fast = CRCCertifier(dual=False).certify(head, y).radius
     assert bool((r_fast <= truth * (1 + 1e-12)).all())
 
 
@@ -305,9 +201,7 @@ def test_nearly_linear_head_matches_linear_distance():
         )[0, 1]  # boundary through the origin
     gen = torch.Generator().manual_seed(7)
     y = torch.randn(20, 6, generator=gen, dtype=torch.float64) * 0.5
-    cert = CRCCertifier()
-    cert.prepare(head)
-    res = cert.certify(head, y)
+    res = CRCCertifier().certify(head, y)
     w1, w2 = head.fc1.weight.detach(), head.fc2.weight.detach()
     a = (w2[0] - w2[1]) @ w1
     logits = head(y).detach()
@@ -327,7 +221,6 @@ def test_top_k_is_marked_heuristic():
     head = MLP(4, 8, 6, scale=2.0, seed=8)
     y = _random_inputs(10, 4, 8)
     cert = CRCCertifier()
-    cert.prepare(head)
     full = cert.certify(head, y)
     part = cert.certify(head, y, top_k=2)
     assert full.exact_classes and not part.exact_classes
@@ -339,9 +232,7 @@ def test_top_k_is_marked_heuristic():
 def test_hundred_classes_small_head():
     head = MLP(8, 16, 100, scale=2.0, seed=9)
     y = _random_inputs(16, 8, 9)
-    cert = CRCCertifier()
-    cache = cert.prepare(head)
-    res = cert.certify(head, y)
+    _, cache, res = _certified(head, y)
     assert res.exact_classes and res.radius.shape == (16,)
     assert bool((res.radius > 0).all())
     assert res.stats["pairs"] == 16 * 99
@@ -351,9 +242,8 @@ def test_hundred_classes_small_head():
     assert len(cache["class_pos"]) + len(cache["class_neg"]) == res.stats["class_bounds_total"] > 0
     assert json.loads(json.dumps(cache)) == cache
     # never below the closed form with the global bounds (lazy bounds are tighter, dual >= it)
-    ref = CRCCertifier(curvature="global", dual=False)
-    ref.prepare(head)
-    assert bool((res.radius >= ref.certify(head, y).radius * (1 - 1e-9)).all())
+    ref = CRCCertifier(curvature="global", dual=False).certify(head, y).radius
+    assert bool((res.radius >= ref * (1 - 1e-9)).all())
     # and sound: a cheap SLSQP attack never goes below it
     rng = np.random.default_rng(0)
     for i in range(3):
@@ -364,9 +254,7 @@ def test_hundred_classes_small_head():
 def test_cache_reuse_and_mismatch():
     head = MLP(4, 8, 3, scale=3.0, seed=10)
     y = _random_inputs(10, 4, 10)
-    cert = CRCCertifier()
-    cache = cert.prepare(head)
-    first = cert.certify(head, y)
+    _, cache, first = _certified(head, y)
     assert cache["fingerprint"] == head_fingerprint(head)
     stored = json.loads(json.dumps(cache))
     again = CRCCertifier(trust_cache=True)
@@ -415,11 +303,7 @@ def test_forged_cache_cannot_enlarge_radii():
 def test_float32_head_and_solver_dtypes_agree():
     head = MLP(5, 12, 3, scale=2.0, seed=11).float()
     y = _random_inputs(10, 5, 11).float()
-    r32 = CRCCertifier(solver_dtype="float32")
-    r32.prepare(head)
-    r64 = CRCCertifier(solver_dtype="float64")
-    r64.prepare(head)
-    a, b = r32.certify(head, y).radius, r64.certify(head, y).radius
+    a, b = (CRCCertifier(solver_dtype=d).certify(head, y).radius for d in ("float32", "float64"))
     assert torch.allclose(a, b, rtol=1e-6)
 
 
