@@ -68,7 +68,7 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor
 
-from lipcli.numerics.rounding import ETA, UNIT_ROUNDOFF, gamma, pow2_scale, round_up
+from lipcli.numerics.rounding import ETA, UNIT_ROUNDOFF, gamma, round_up
 
 __all__ = [
     "ESTIMATORS",

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from scipy.optimize import minimize
 from torch import nn
 
