@@ -34,6 +34,39 @@ class ComponentCard:
 
 
 @dataclass
+class StoredLipschitz:
+    """The model file's ``lipschitz`` slot, as stored (with how each number was obtained)."""
+
+    upper_bound: Any
+    upper_bound_label: Any
+    estimate: Any
+    estimate_label: Any
+    estimate_iters: Any
+    includes_normalization: Any
+    weights_sha256: Any
+    empirical_lower: Any  # the stored lower bound's value
+    how: str = (
+        "upper bound: product of per-layer guaranteed bounds (SPEC §5); estimate: product "
+        "of per-layer power-method estimates (not guaranteed)"
+    )
+
+
+@dataclass
+class StoredCertification:
+    """What ``lip certify`` stored in the model file's ``results["certify"]`` (its headline)."""
+
+    dataset: Any
+    clean_accuracy: Any
+    total: Any
+    radii: list[dict[str, Any]]
+    radius_unit: Any
+    certificate: Any  # its name
+    lipschitz: Any  # the label of the Lipschitz constant used
+    sound: Any
+    attack: dict[str, Any] | None
+
+
+@dataclass
 class ModelCard:
     """Everything ``lip info`` shows (``to_json`` for ``--json``)."""
 
@@ -49,8 +82,8 @@ class ModelCard:
     parameters: dict[str, int]
     dataset: dict[str, Any] | None
     normalization: dict[str, Any] | None
-    lipschitz: dict[str, Any] | None
-    results: dict[str, Any] | None
+    lipschitz: StoredLipschitz | None
+    results: dict[str, Any] | None  # the stored results; "certify" as a StoredCertification
     training: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
 
@@ -112,39 +145,38 @@ def _components(config: dict[str, Any]) -> tuple[list[ComponentCard], list[str]]
     return cards, missing
 
 
-def _lipschitz(meta: dict[str, Any]) -> dict[str, Any] | None:
+def _lipschitz(meta: dict[str, Any]) -> StoredLipschitz | None:
     lip = meta.get("lipschitz")
     if not isinstance(lip, dict):
         return None
-    out = {k: lip.get(k) for k in ("upper_bound", "upper_bound_label", "estimate", "estimate_label",
-                                    "estimate_iters", "includes_normalization", "weights_sha256")}
     emp = lip.get("empirical_lower")
-    out["empirical_lower"] = emp.get("value") if isinstance(emp, dict) else emp
-    out["how"] = ("upper bound: product of per-layer guaranteed bounds (SPEC §5); estimate: product "
-                  "of per-layer power-method estimates (not guaranteed)")
-    return out
+    return StoredLipschitz(
+        **{k: lip.get(k) for k in ("upper_bound", "upper_bound_label", "estimate", "estimate_label",
+                                    "estimate_iters", "includes_normalization", "weights_sha256")},
+        empirical_lower=emp.get("value") if isinstance(emp, dict) else emp,
+    )
 
 
 def _results(meta: dict[str, Any]) -> dict[str, Any] | None:
     res = meta.get("results")
     if not isinstance(res, dict):
         return None
-    out = {k: v for k, v in res.items() if k != "certify"}
+    out: dict[str, Any] = {k: v for k, v in res.items() if k != "certify"}
     cert = res.get("certify")
     if isinstance(cert, dict):
-        out["certify"] = {
-            "dataset": cert.get("dataset"),
-            "clean_accuracy": cert.get("clean_accuracy"),
-            "total": cert.get("total"),
-            "radii": [{k: r.get(k) for k in ("radius_units", "radius", "certified_accuracy")}
-                      for r in cert.get("radii", []) if isinstance(r, dict)],
-            "radius_unit": cert.get("radius_unit"),
-            "certificate": (cert.get("certificate") or {}).get("name"),
-            "lipschitz": (cert.get("lipschitz") or {}).get("label"),
-            "sound": cert.get("sound"),
-            "attack": None if not isinstance(cert.get("attack"), dict) else {
+        out["certify"] = StoredCertification(
+            dataset=cert.get("dataset"),
+            clean_accuracy=cert.get("clean_accuracy"),
+            total=cert.get("total"),
+            radii=[{k: r.get(k) for k in ("radius_units", "radius", "certified_accuracy")}
+                   for r in cert.get("radii", []) if isinstance(r, dict)],
+            radius_unit=cert.get("radius_unit"),
+            certificate=(cert.get("certificate") or {}).get("name"),
+            lipschitz=(cert.get("lipschitz") or {}).get("label"),
+            sound=cert.get("sound"),
+            attack=None if not isinstance(cert.get("attack"), dict) else {
                 k: cert["attack"].get(k) for k in ("steps", "restarts", "violations")},
-        }
+        )
     return out
 
 

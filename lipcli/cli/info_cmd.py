@@ -61,9 +61,9 @@ def print_card(card: Any) -> None:
         f"normalisation mean {norm.get('mean')}, std {norm.get('std')}")
     lip = card.lipschitz
     if lip:
-        say(f"Lipschitz: {lip.get('upper_bound_label')} {_fmt(lip.get('upper_bound'), 8)}; "
-            f"estimate {_fmt(lip.get('estimate'), 8)} (not guaranteed); empirical lower bound "
-            f"{_fmt(lip.get('empirical_lower'), 8)}")
+        say(f"Lipschitz: {lip.upper_bound_label} {_fmt(lip.upper_bound, 8)}; "
+            f"estimate {_fmt(lip.estimate, 8)} (not guaranteed); empirical lower bound "
+            f"{_fmt(lip.empirical_lower, 8)}")
     else:
         say("Lipschitz: none stored (lip lipschitz MODEL --write)")
     res = card.results or {}
@@ -73,13 +73,13 @@ def print_card(card: Any) -> None:
     cert = res.get("certify")
     if cert:
         radii = ", ".join(f"{_fmt(r['radius_units'])}: {100 * r['certified_accuracy']:.2f}%"
-                          for r in cert["radii"])
-        ds_c = cert.get("dataset") or {}
-        attack = cert.get("attack")
-        say(f"lip certify ({cert['certificate']}, Lipschitz {cert['lipschitz']}, "
-            f"{'sound' if cert['sound'] else 'NOT sound'}) on {ds_c.get('name')} "
-            f"{ds_c.get('split')} ({cert['total']} points): clean {100 * cert['clean_accuracy']:.2f}%, "
-            f"certified at {radii} (radii x1/{_fmt(cert['radius_unit'])})"
+                          for r in cert.radii)
+        ds_c = cert.dataset or {}
+        attack = cert.attack
+        say(f"lip certify ({cert.certificate}, Lipschitz {cert.lipschitz}, "
+            f"{'sound' if cert.sound else 'NOT sound'}) on {ds_c.get('name')} "
+            f"{ds_c.get('split')} ({cert.total} points): clean {100 * cert.clean_accuracy:.2f}%, "
+            f"certified at {radii} (radii x1/{_fmt(cert.radius_unit)})"
             + ("" if not attack else f"; PGD check {attack['steps']} steps x {attack['restarts']}: "
                f"{attack['violations']} violations"))
     else:
