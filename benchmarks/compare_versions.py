@@ -89,11 +89,19 @@ def diff(a, b, where: str = "") -> list[str]:
         if len(a) != len(b):
             return [f"{where}: {len(a)} items != {len(b)} items"]
         return [line for i, (x, y) in enumerate(zip(a, b)) for line in diff(x, y, f"{where}[{i}]")]
-    return [] if a == b else [f"{where}: {str(a)[:80]} != {str(b)[:80]}"]
+    if a == b:
+        return []
+    if isinstance(a, float) and isinstance(b, float) and abs(a - b) <= RTOL * max(abs(a), abs(b)):
+        NEAR.append(abs(a - b) / max(abs(a), abs(b)))
+        return []
+    return [f"{where}: {str(a)[:80]} != {str(b)[:80]}"]
 
 
 #: keys only the new version reports (new features): listed, not counted as differences
 ADDED: list[str] = []
+#: numbers that differ by at most --rtol (relative): counted here, not as differences
+NEAR: list[float] = []
+RTOL = 0.0
 
 
 def checkout(commit: str, parent: Path) -> Path:
@@ -110,8 +118,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("old")
     ap.add_argument("new", nargs="?", default="HEAD")
+    ap.add_argument("--rtol", type=float, default=0.0,
+                    help="JSON numbers within this relative difference count as equal (reported)")
     ap.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args()
+    global RTOL
+    RTOL = args.rtol
     py = os.environ.get("PYTHON", str(ROOT / ".venv" / "bin" / "python"))
     base = args.out or Path(tempfile.mkdtemp(prefix="lipcli-compare-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -137,8 +149,10 @@ def main() -> int:
                 problems.append(key)
         else:
             ADDED.clear()
+            NEAR.clear()
             lines = diff(a, b)
             print(f"{key}: {'identical (timings, paths, versions, providers removed)' if not lines else 'DIFFERENT'}"
+                  + (f"; {len(NEAR)} numbers within rtol (max {max(NEAR):.1e})" if NEAR else "")
                   + (f"; new keys: {', '.join(ADDED)}" if ADDED else ""))
             for line in lines[:20]:
                 print("   ", line)
