@@ -7,6 +7,8 @@ inside its function so that ``lip --help`` is instant.
 from __future__ import annotations
 
 import importlib
+from typing import Annotated
+
 import typer
 
 from lipcli import __version__
@@ -31,10 +33,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
-    ),
-    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Show the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
 ) -> None:
     """lipcli: provably robust image classifiers (Singla & Feizi, NeurIPS 2022)."""
     state.debug = debug

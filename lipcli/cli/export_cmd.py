@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -14,27 +14,27 @@ from lipcli.cli.options import JsonOption, ModelArgument, QuietOption
 @cli_errors
 def export(
     model: ModelArgument = None,
-    format: Optional[str] = typer.Option(
-        None, "--format", "-f",
+    format: Annotated[Optional[str], typer.Option(
+        "--format", "-f",
         help="pt2 (torch.export, torch alone), torchscript (torch alone) or onnx (onnxruntime "
         "alone; needs pip install 'lipcli\\[onnx]'). Default: from --output's suffix "
         "(.pt2, .torchscript.pt, .onnx), else pt2.",
-    ),
-    output: Optional[Path] = typer.Option(
-        None, "--output", "-o",
+    )] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o",
         help="File to write (default: MODEL with the suffix .pt2, .torchscript.pt or .onnx).",
-    ),
-    certify: bool = typer.Option(
-        False, "--certify",
+    )] = None,
+    certify: Annotated[bool, typer.Option(
+        "--certify",
         help="The program also returns the certified input-space l2 radius of each prediction "
         "(LLN: exact; CRC-Lip: closed form with guaranteed curvature bounds).",
-    ),
-    check: int = typer.Option(
-        64, "--check",
+    )] = False,
+    check: Annotated[Optional[int], typer.Option(
+        "--check",
         help="Inputs on which the written program is compared with lipcli (test images of the "
-        "model's data set when available offline, else random images).",
-    ),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
+        "model's data set when available offline, else random images); default 64.",
+    )] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -52,7 +52,9 @@ def export(
 
     path = resolve_model_argument(model)
     options = ExportOptions(format=format, out=None if output is None else str(output),
-                            certify=certify, check_inputs=check, overwrite=overwrite)
+                            certify=certify, overwrite=overwrite)
+    if check is not None:  # else ExportOptions' default
+        options.check_inputs = check
     with ProgressBars(enabled=not quiet) as bars:
         report = export_model(path, options, progress=bars.update)
     if json_out:

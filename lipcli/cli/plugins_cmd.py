@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from lipcli.cli.common import cli_errors, fail, print_json, stdout_console
@@ -11,7 +13,7 @@ from lipcli.cli.options import JsonOption
 @cli_errors
 def plugins(
     json_out: JsonOption = False,
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show each component's parameters."),
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each component's parameters.")] = False,
 ) -> None:
     """List installed plugins (name, distribution, version) and the components they provide."""
     from lipcli.host.plugins import KIND_TITLES, get_host
