@@ -19,21 +19,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from lipcli import __version__
-from lipcli.sdk.errors import LipUsageError
+from lipcli.builtins.lipconvnet import DEPTHS
+from lipcli.host.constants import CIFAR_SHAPE, CIFAR_TRAIN_IMAGES
 from lipcli.host.plugins import natural_key
 from lipcli.numerics.precision import tf32_state
+from lipcli.sdk.errors import LipUsageError
+from lipcli.train.config import OPTIMIZER_LR, TrainConfig
 
-
-#: LipConvnet depths of paper Table 1 (SOC layers = depth + 1)
-DEFAULT_DEPTHS: tuple[int, ...] = (5, 10, 15, 20, 25, 30, 35, 40)
+#: LipConvnet depths of paper Table 1 (SOC layers = depth + 1): every registered depth
+DEFAULT_DEPTHS: tuple[int, ...] = DEPTHS
 #: images in one CIFAR-10 / CIFAR-100 training epoch
-EPOCH_IMAGES = 50_000
+EPOCH_IMAGES = CIFAR_TRAIN_IMAGES
 #: the two convolutions compared in Table 1
 FAST_CONV, EXACT_CONV = "soc-fast", "soc"
-#: input shape of the CIFAR data sets
-CIFAR_SHAPE: tuple[int, int, int] = (3, 32, 32)
-#: recipe optimiser (SPEC §6)
-RECIPE_LR, RECIPE_MOMENTUM, RECIPE_WEIGHT_DECAY = 0.1, 0.9, 5e-4
+#: recipe optimiser (SPEC §6): the defaults of :class:`lipcli.train.config.TrainConfig`
+_RECIPE = TrainConfig()
+RECIPE_LR = OPTIMIZER_LR[_RECIPE.optimizer]
+RECIPE_MOMENTUM, RECIPE_WEIGHT_DECAY = _RECIPE.momentum, _RECIPE.weight_decay
 
 Progress = Callable[[str], None]
 
@@ -342,7 +344,14 @@ def _null_label(_name: str) -> Iterator[None]:
 
 
 def _clip_for(head: str) -> float | None:
-    return 1.0 if head.split(":", 1)[0] == "mlp" else None
+    """The gradient-norm clipping that ``lip train`` uses with ``head`` by default: the
+    ``grad_clip`` of the head's default loss (``HeadSpec.loss``), ``None`` for none (0)."""
+    from lipcli.host.models import DEFAULTS
+    from lipcli.host.plugins import get_registry, parse_component_choice
+
+    reg = get_registry()
+    spec = reg.get("head", parse_component_choice(head or DEFAULTS["head"])[0])
+    return float(reg.get("loss", spec.loss).grad_clip) or None
 
 
 # ------------------------------------------------------------------------------------------

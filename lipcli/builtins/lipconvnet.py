@@ -43,7 +43,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from lipcli.builtins.datasets import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
+from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ONE_LIPSCHITZ, ArchSpec, Component, Param
 

@@ -46,6 +46,25 @@ def fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+def cli_message(exc: LipError, func: Callable[..., Any] | None = None) -> str:
+    """The message of ``exc`` for the command line.  An error whose message names settings as
+    fields (``render``, :mod:`lipcli.train.errors`) gets them spelled as ``lip`` options
+    (``batch_size`` → ``--batch-size``; the command that continues a run: ``lip train``, or
+    the torchrun line of a multi-process run); any other the option of its ``setting``
+    (:func:`with_option_hint`, for the command ``func``)."""
+    render = getattr(exc, "render", None)
+    if not callable(render):
+        return str(exc) if func is None else with_option_hint(exc, func)
+
+    def option(name: str) -> str:
+        if name == "command":
+            launch = getattr(exc, "launch", None)
+            return "lip train" if launch is None else f"torchrun --nproc-per-node {launch} -m lipcli train"
+        return "--" + name.replace("_", "-")
+
+    return render(option)
+
+
 def cli_errors(func: F) -> F:
     """Turn lipcli errors (and unexpected ones) into one stderr line and an exit code."""
 
@@ -62,7 +81,7 @@ def cli_errors(func: F) -> F:
             # on every rank, so it is printed once)
             if getattr(exc, "silent", False) or (isinstance(exc, LipUsageError) and other_rank()):
                 raise typer.Exit(exc.exit_code) from None
-            fail(with_option_hint(exc, func), exc.exit_code)
+            fail(cli_message(exc, func), exc.exit_code)
         except KeyboardInterrupt:
             if state.debug:
                 raise

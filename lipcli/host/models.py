@@ -26,7 +26,7 @@ from lipcli.host.modelfile import ModelFile, read_model_file, save_model_file
 from lipcli.host.plugins import Registry, get_registry
 from lipcli.sdk.specs import Component
 
-from lipcli.builtins.datasets import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
+from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
 COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
 DEFAULTS = {"conv": "soc-fast", "activation": "maxmin", "pool": "max", "head": "lln"}
 

@@ -9,17 +9,16 @@ Recipe (SPEC §6, reference defaults; every value is a :class:`TrainConfig` fiel
 * ``MultiStepLR`` x0.1 at 50 % and 75 % of all iterations, stepped once per iteration.
 * 200 epochs, batch 128 (the global batch: with N processes each takes 128/N), seed 0,
   random crop + flip (see :mod:`lipcli.builtins.datasets`), gradient-norm clipping as the
-  loss's spec says (1.0 for ``crc-lip``, none otherwise).
+  loss's spec says (``LossSpec.grad_clip``).
 * Power iteration of SOC layers: ``model.refresh_power_iteration(50)`` at the middle and at
   the end of every epoch (i.e. twice per epoch, and before every evaluation).
 
-Losses (``lip_losses`` plugins, protocol in :mod:`lipcli.sdk.losses`): ``--loss NAME:key=value``,
-by default the head's own (``HeadSpec.loss``): ``ce`` for LLN, ``crc-lip`` (paper eq. 5, its
-feature attack and curvature regulariser, :mod:`lipcli.builtins.crc.loss`) for the MLP head;
-``cr`` and ``margin-offset`` are built in too (:mod:`lipcli.builtins.losses`).  A loss's
-``recipe`` gives data-set dependent defaults (CRC-Lip: CIFAR-10 ``ρ = 36/255, γ = 0.5``,
-CIFAR-100 ``ρ = 0.2, γ = 0.75``) and its spec the default gradient clipping (CRC-Lip: 1.0).
-The trainer only calls the protocol (:mod:`~lipcli.train.objective`).
+Losses (``lip_losses`` plugins, protocol in :mod:`lipcli.sdk.losses`): the ``loss`` setting
+(``NAME:key=value``), by default the head's own (``HeadSpec.loss``).  A loss's ``recipe``
+gives data-set dependent parameter defaults and its spec the default gradient clipping; the
+built-in losses and their recipes are documented with their plugins (docs/plugins.md).
+The trainer names no loss or head: it only calls the protocol
+(:mod:`~lipcli.train.objective`).
 
 Optimisers and schedules (:mod:`~lipcli.train.optim`): ``--optimizer sgd`` (the recipe's,
 default) ``| adamw | nadam``, ``--lookahead K`` (Lookahead every K steps), ``--schedule step``
@@ -45,8 +44,12 @@ Layout: :mod:`~lipcli.train.config` (:class:`TrainConfig`, settings files, file 
 :mod:`~lipcli.train.errors`, :mod:`~lipcli.train.distributed` (:class:`DistContext`),
 :mod:`~lipcli.train.optim` (optimisers, schedules), :mod:`~lipcli.train.objective` (the loss
 plumbing, :class:`TrainStep`), :mod:`~lipcli.train.checkpoint`,
-:mod:`~lipcli.train.paths`, :mod:`~lipcli.train.reporting`, :mod:`~lipcli.train.evaluation`
-and :mod:`~lipcli.train.loop` (:func:`train`).  Everything public is re-exported here.
+:mod:`~lipcli.train.paths`, :mod:`~lipcli.train.reporting`, :mod:`~lipcli.train.evaluation`,
+:mod:`~lipcli.train.loop` (:func:`train`: configuration and resume),
+:mod:`~lipcli.train.run` (:class:`~lipcli.train.run.TrainingRun`: epochs and steps) and
+:mod:`~lipcli.train.outputs` (its checkpoints and model file).  Everything public is
+re-exported here.  Errors name settings, never command-line options
+(:mod:`~lipcli.train.errors`).
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ _EXPORTS: dict[str, str] = {
     "TrainConfig": "config",
     "load_config_file": "config",
     "DistContext": "distributed",
+    "TrainError": "errors",
+    "TrainUsageError": "errors",
     "TrainingDiverged": "errors",
     "TrainingInterrupted": "errors",
     "evaluate": "evaluation",
@@ -116,7 +121,7 @@ __all__ = [
     "BEST_NAME", "MODEL_NAME", "CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "INTERRUPT_ENV",
     "TrainConfig", "load_config_file",
     # errors
-    "TrainingDiverged", "TrainingInterrupted",
+    "TrainError", "TrainUsageError", "TrainingDiverged", "TrainingInterrupted",
     # distributed
     "DistContext",
     # optim

@@ -83,7 +83,7 @@ class TrainConfig:
     seed: int = 0
     power_iter_steps: int = 50
     lipschitz_estimate: bool = True
-    # training loss (a ``loss`` component); None: the head's default (lln: ce, mlp: crc-lip)
+    # training loss (a ``loss`` component); None: the head's default (``HeadSpec.loss``)
     loss: str | None = None
     # shorthands for loss parameters (LOSS_SHORTHANDS); None: not given
     attack_radius: float | None = None
@@ -123,62 +123,70 @@ class TrainConfig:
 
     # -- checks --------------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise :class:`LipUsageError` (one line) for any out-of-range value."""
+        """Raise :class:`~lipcli.train.errors.TrainUsageError` (one line, naming the setting as
+        a field a front end spells its own way) for any out-of-range value."""
+        from lipcli.train.errors import TrainUsageError, literal
 
         def need(ok: bool, message: str) -> None:
             if not ok:
-                raise LipUsageError(message)
+                raise TrainUsageError(message)
 
-        need(self.epochs >= 1, f"--epochs must be at least 1, got {self.epochs}")
-        need(self.batch_size >= 1, f"--batch-size must be at least 1, got {self.batch_size}")
-        need(self.eval_batch_size >= 1, f"eval_batch_size must be at least 1, got {self.eval_batch_size}")
-        need(self.lr is None or (math.isfinite(self.lr) and self.lr > 0), f"--lr must be positive, got {self.lr}")
+        def got(name: str) -> str:  # ", got VALUE" (a value is text, never a field)
+            return f", got {literal(getattr(self, name))}"
+
+        def got_r(name: str) -> str:
+            return f", got {literal(repr(getattr(self, name)))}"
+
+        need(self.epochs >= 1, "{epochs} must be at least 1" + got("epochs"))
+        need(self.batch_size >= 1, "{batch_size} must be at least 1" + got("batch_size"))
+        need(self.eval_batch_size >= 1, "eval_batch_size must be at least 1" + got("eval_batch_size"))
+        need(self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "{lr} must be positive" + got("lr"))
         need(self.optimizer in OPTIMIZER_LR,
-             f"--optimizer must be one of {', '.join(OPTIMIZER_LR)}, got {self.optimizer!r}")
+             f"{{optimizer}} must be one of {', '.join(OPTIMIZER_LR)}" + got_r("optimizer"))
         need(self.schedule in SCHEDULES,
-             f"--schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+             f"{{schedule}} must be one of {', '.join(SCHEDULES)}" + got_r("schedule"))
         need(math.isfinite(self.warmup_epochs) and 0 <= self.warmup_epochs <= self.epochs,
-             f"--warmup-epochs must be in [0, --epochs], got {self.warmup_epochs}")
-        need(self.lookahead >= 0, f"--lookahead must be >= 0 (0 = off), got {self.lookahead}")
-        need(0 < self.lookahead_alpha <= 1, f"lookahead_alpha must be in (0, 1], got {self.lookahead_alpha}")
-        need(self.extra_ratio is None or self.extra_data is not None, "--extra-ratio needs --extra-data FILE")
+             "{warmup_epochs} must be in [0, {epochs}]" + got("warmup_epochs"))
+        need(self.lookahead >= 0, "{lookahead} must be >= 0 (0 = off)" + got("lookahead"))
+        need(0 < self.lookahead_alpha <= 1, "lookahead_alpha must be in (0, 1]" + got("lookahead_alpha"))
+        need(self.extra_ratio is None or self.extra_data is not None, "{extra_ratio} needs {extra_data} FILE")
         need(self.extra_ratio is None or (0 < self.extra_ratio < 1),
-             f"--extra-ratio must be in (0, 1), got {self.extra_ratio}")
-        need(0 <= self.momentum < 1, f"--momentum must be in [0, 1), got {self.momentum}")
-        need(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
-        need(self.lr_gamma > 0, f"lr_gamma must be positive, got {self.lr_gamma}")
+             "{extra_ratio} must be in (0, 1)" + got("extra_ratio"))
+        need(0 <= self.momentum < 1, "{momentum} must be in [0, 1)" + got("momentum"))
+        need(self.weight_decay >= 0, "{weight_decay} must be >= 0" + got("weight_decay"))
+        need(self.lr_gamma > 0, "lr_gamma must be positive" + got("lr_gamma"))
         need(
             all(0 < m <= 1 for m in self.lr_milestones)
             and list(self.lr_milestones) == sorted(self.lr_milestones),
-            f"lr_milestones must be increasing fractions in (0, 1], got {self.lr_milestones}",
+            "lr_milestones must be increasing fractions in (0, 1]" + got("lr_milestones"),
         )
-        need(self.grad_clip is None or self.grad_clip >= 0, f"--grad-clip must be >= 0, got {self.grad_clip}")
-        need(0 <= self.val_split < 1, f"--val-split must be in [0, 1), got {self.val_split}")
-        need(not self.keep_best or self.val_split > 0, "--keep-best needs --val-split FRACTION")
+        need(self.grad_clip is None or self.grad_clip >= 0, "{grad_clip} must be >= 0" + got("grad_clip"))
+        need(0 <= self.val_split < 1, "{val_split} must be in [0, 1)" + got("val_split"))
+        need(not self.keep_best or self.val_split > 0, "{keep_best} needs {val_split} FRACTION")
         for name in ("limit_train", "limit_test"):
             value = getattr(self, name)
-            need(value is None or value >= 1, f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        need(self.width is None or self.width >= 1, f"--width must be at least 1, got {self.width}")
-        need(self.power_iter_steps >= 1, f"power_iter_steps must be at least 1, got {self.power_iter_steps}")
+            need(value is None or value >= 1, f"{{{name}}} must be at least 1" + got(name))
+        need(self.width is None or self.width >= 1, "{width} must be at least 1" + got("width"))
+        need(self.power_iter_steps >= 1, "power_iter_steps must be at least 1" + got("power_iter_steps"))
         need(
             self.attack_radius is None or (math.isfinite(self.attack_radius) and self.attack_radius >= 0),
-            f"--attack-radius must be >= 0, got {self.attack_radius}",
+            "{attack_radius} must be >= 0" + got("attack_radius"),
         )
         need(
             self.curvature_weight is None or self.curvature_weight >= 0,
-            f"--curvature-weight must be >= 0, got {self.curvature_weight}",
+            "{curvature_weight} must be >= 0" + got("curvature_weight"),
         )
-        need(self.attack_steps is None or self.attack_steps >= 1, f"attack_steps must be at least 1, got {self.attack_steps}")
+        need(self.attack_steps is None or self.attack_steps >= 1, "attack_steps must be at least 1" + got("attack_steps"))
         need(self.curvature_power_steps is None or self.curvature_power_steps >= 0, "curvature_power_steps must be >= 0")
         need(self.curvature_classes is None or self.curvature_classes >= 0, "curvature_classes must be >= 0 (0 = all classes)")
-        need(self.workers is None or self.workers >= 0, f"--workers must be >= 0, got {self.workers}")
-        need(self.seed >= 0, f"--seed must be >= 0, got {self.seed}")
+        need(self.workers is None or self.workers >= 0, "{workers} must be >= 0" + got("workers"))
+        need(self.seed >= 0, "{seed} must be >= 0" + got("seed"))
         from lipcli.host.cuda_graphs import GRAPH_MODES  # (imports torch: not at module level)
         from lipcli.host.devices import check_device_name
 
         check_device_name(self.device)
         need(self.cuda_graphs in GRAPH_MODES,
-             f"--cuda-graphs must be one of {', '.join(GRAPH_MODES)}, got {self.cuda_graphs!r}")
+             f"{{cuda_graphs}} must be one of {', '.join(GRAPH_MODES)}" + got_r("cuda_graphs"))
 
     def resolved(self) -> "TrainConfig":
         """Fill the automatic values that need no plugin: the optimiser's learning rate, the

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from lipcli.host.devices import resolve_device
-from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.sdk.errors import LipError
+from lipcli.train.errors import TrainUsageError, literal
 
 
 @dataclass
@@ -52,15 +53,15 @@ class DistContext:
         )
 
     def resolve_device(self, name: str) -> torch.device:
-        """``--device`` as :func:`lipcli.host.devices.resolve_device`, except that a bare ``cuda``
+        """The ``device`` setting as :func:`lipcli.host.devices.resolve_device`, except that a bare ``cuda``
         (also ``auto`` on a GPU machine) is this process's GPU: its local rank under torchrun,
         else the current CUDA device."""
         dev = resolve_device(name)
         if dev.type == "cuda" and dev.index is None:
             index = self.local_rank if self.distributed else torch.cuda.current_device()
             if index >= torch.cuda.device_count():
-                raise LipUsageError(
-                    f"--device {name}: process {self.local_rank} of this machine has no GPU of its "
+                raise TrainUsageError(
+                    f"{{device}} {literal(name)}: process {self.local_rank} of this machine has no GPU of its "
                     f"own (only {torch.cuda.device_count()} CUDA device(s) visible)"
                 )
             dev = torch.device("cuda", index)

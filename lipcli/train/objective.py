@@ -1,9 +1,9 @@
-"""Loss plumbing for the trainer: resolve ``--loss``, build the loss, the DDP-wrapped step.
+"""Loss plumbing for the trainer: resolve the ``loss`` setting, build the loss, the DDP-wrapped step.
 
 The trainer knows no loss by name.  The loss is a ``loss`` component (``lip_losses`` hook,
-protocol in :mod:`lipcli.sdk.losses`): ``--loss NAME:key=value`` or, when not given, the head's
-``HeadSpec.loss`` (``ce`` for LLN, ``crc-lip`` for the MLP head).  Resolution order of each
-loss parameter: given inline in ``--loss`` > a shorthand option (``--attack-radius`` etc.,
+protocol in :mod:`lipcli.sdk.losses`): the ``loss`` setting ``NAME:key=value`` or, when not
+given, the head's ``HeadSpec.loss``.  Resolution order of each loss parameter: given inline in
+``loss`` > a shorthand setting (``attack_radius`` etc.,
 :data:`~lipcli.train.config.LOSS_SHORTHANDS`) > the spec's ``recipe(dataset)`` > the
 parameter's default.  ``grad_clip`` not given: the spec's ``grad_clip``.
 """
@@ -20,6 +20,7 @@ from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.losses import LossContext, LossOutput, has_trainable_parameters, resolved_loss_params
 from lipcli.sdk.specs import Component
 from lipcli.train.config import LOSS_SHORTHANDS, TrainConfig
+from lipcli.train.errors import TrainUsageError, literal
 
 
 def _choice_text(name: str, params: dict[str, Any]) -> str:
@@ -44,15 +45,16 @@ def resolve_loss(cfg: TrainConfig, head: Component, dataset_name: str, reg: Any)
         value = getattr(cfg, setting)
         if value is None:
             continue
-        option = "--" + setting.replace("_", "-")
         if param not in param_names:
             origin = f"loss {name!r}" + ("" if cfg.loss else f" (head {head.name!r}'s default loss)")
-            raise LipUsageError(
-                f"{option} sets the loss parameter {param!r}, which {origin} does not have; "
-                f"choose a loss with it (e.g. --loss crc-lip)"
+            having = [n for n in reg.names("loss") if param in {p.name for p in reg.get("loss", n).params}]
+            raise TrainUsageError(
+                f"{{{setting}}} sets the loss parameter {literal(repr(param))}, which {literal(origin)} "
+                f"does not have; choose a loss with it ({{loss}} {literal(' | '.join(having) or 'none installed')})"
             )
         if param in inline:
-            raise LipUsageError(f"{option} and --loss {choice} both set {param!r}; give it once")
+            raise TrainUsageError(
+                f"{{{setting}}} and {{loss}} {literal(choice)} both set {literal(repr(param))}; give it once")
         given[param] = value
     recipe = spec.recipe(dataset_name) if spec.recipe is not None else {}
     for key, value in recipe.items():

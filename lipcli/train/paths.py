@@ -13,6 +13,7 @@ from lipcli.host.outputs import cannot_create_in
 from lipcli.host.runs import runs_root
 from lipcli.train.checkpoint import read_checkpoint
 from lipcli.train.config import BEST_NAME, CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, MODEL_NAME, TrainConfig
+from lipcli.train.errors import TrainUsageError, literal
 
 
 @dataclass
@@ -60,22 +61,23 @@ def _check_writable_dir(path: Path, what: str) -> None:
         raise LipUsageError(f"cannot create {what} {path}: {anchor} is not writable")
 
 
-def check_replaceable(out: Path, overwrite: bool, hint: str = "or choose another --out") -> None:
+def check_replaceable(out: Path, overwrite: bool, hint: str = "or choose another {out}") -> None:
     """An existing ``out`` may be replaced only with ``overwrite``, and only when it is a
-    lipcli model file: lip train never replaces anything else, whatever the flags or a
-    checkpoint say (:class:`LipUsageError` otherwise)."""
+    lipcli model file: training never replaces anything else, whatever the arguments or a
+    checkpoint say (:class:`~lipcli.train.errors.TrainUsageError` otherwise; ``hint`` is a
+    template, :mod:`lipcli.train.errors`)."""
     if not out.exists():
         return
     if not overwrite:
-        raise LipUsageError(f"model file {out} already exists; pass --overwrite to replace it {hint}")
+        raise TrainUsageError(f"model file {literal(out)} already exists; pass {{overwrite}} to replace it {hint}")
     from lipcli.host.modelfile import read_metadata
 
     try:
         read_metadata(out)
     except LipError:
-        raise LipUsageError(
-            f"{out} exists and is not a lipcli model file; lip train never replaces it, even "
-            "with --overwrite (choose another --out)"
+        raise TrainUsageError(
+            f"{literal(out)} exists and is not a lipcli model file; {{command}} never replaces it, "
+            "even with {overwrite} (choose another {out})"
         ) from None
 
 
@@ -89,14 +91,15 @@ def plan_paths(
     * ``out`` defaults to ``<run dir>/model.safetensors``.
     * A run directory holding an unfinished run's checkpoint is refused (resume it instead).
     * An existing model file, or a run directory holding a finished run, is refused unless
-      ``overwrite`` (``lip train --overwrite``): its files would be replaced.  A file at
+      ``overwrite``: its files would be replaced.  A file at
       ``out`` that is not a lipcli model file is never replaced.
     * A run directory or model file held by a live run (:mod:`lipcli.host.locks`) is refused.
     """
     if out is not None:
         out_path = Path(out).expanduser()
         if out_path.exists() and out_path.is_dir():
-            raise LipUsageError(f"--out {out_path} is a directory; give a file name (e.g. model.safetensors)")
+            raise TrainUsageError(
+                f"{{out}} {literal(out_path)} is a directory; give a file name (e.g. model.safetensors)")
     else:
         out_path = None
     if run_dir is not None:
@@ -113,7 +116,7 @@ def plan_paths(
     _check_writable_dir(rd, "run directory")
     _check_writable_dir(out_path.parent, "output directory")
     if out_path.exists() and not os.access(out_path, os.W_OK):
-        raise LipUsageError(f"--out {out_path} is not writable")
+        raise TrainUsageError(f"{{out}} {literal(out_path)} is not writable")
     check_run_unlocked(rd, out_path)  # a live run holds them: say so (not "unfinished run")
     ckpt = rd / CHECKPOINT_NAME
     finished = False
@@ -124,15 +127,15 @@ def plan_paths(
         except LipError:
             finished = False
         if not finished:
-            raise LipUsageError(
-                f"{rd} holds an unfinished run; resume it with `lip train --resume {rd}` "
-                "or choose another --run-dir"
+            raise TrainUsageError(
+                f"{literal(rd)} holds an unfinished run; resume it with `{{command}} {{resume}} "
+                f"{literal(rd)}` or choose another {{run_dir}}"
             )
     check_replaceable(out_path, overwrite)
     if not overwrite:
         if finished:
-            raise LipUsageError(
-                f"run directory {rd} holds a finished run; pass --overwrite to replace it "
-                "or choose another --out/--run-dir"
+            raise TrainUsageError(
+                f"run directory {literal(rd)} holds a finished run; pass {{overwrite}} to replace "
+                "it or choose another {out}/{run_dir}"
             )
     return RunPaths(run_dir=rd, out=out_path)

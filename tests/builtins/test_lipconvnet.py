@@ -345,3 +345,14 @@ def test_fast_gradient_close_to_exact_in_lipconvnet5() -> None:
             # the fast path changes only the filter gradient
             assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6), name
     assert checked == 6
+
+
+def test_the_depth_list_is_written_once():
+    """``lip bench``'s default architectures are the registered depths (the CLI spells them
+    out only so that ``lip bench --help`` does not import torch)."""
+    from lipcli import bench
+    from lipcli.builtins.lipconvnet import DEPTHS
+    from lipcli.cli import bench_cmd
+
+    assert bench.DEFAULT_DEPTHS is DEPTHS
+    assert bench_cmd._DEFAULT_ARCHS == ",".join(str(d) for d in DEPTHS)

@@ -82,8 +82,12 @@ def test_recipe_defaults():
     short, _, params = loss_of(TrainConfig(attack_radius=0.1, curvature_weight=0.0), mlp, "cifar100")
     assert params["radius"] == 0.1 and params["gamma"] == 0.0 and short.curvature_weight is None
     assert loss_of(TrainConfig(loss="crc-lip:gamma=0.25"), lln_head, "cifar100")[2]["gamma"] == 0.25
-    with pytest.raises(LipUsageError, match="--attack-radius sets the loss parameter 'radius', which loss 'ce'"):
+    with pytest.raises(LipUsageError, match="attack_radius sets the loss parameter 'radius', which loss 'ce'") as err:
         resolve_loss(TrainConfig(attack_radius=0.1), lln_head, "cifar10", reg)
+    # the library names settings, never options; the losses that have the parameter come
+    # from the registry, and a front end spells the settings its own way
+    assert "--" not in str(err.value) and err.value.settings == ("attack_radius", "loss")
+    assert err.value.render(lambda n: f"<{n}>").endswith("choose a loss with it (<loss> crc-lip)")
     with pytest.raises(LipUsageError, match="give it once"):
         resolve_loss(TrainConfig(loss="crc-lip:radius=0.2", attack_radius=0.1), mlp, "cifar10", reg)
 

@@ -10,12 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD  # the paper's statistics (SPEC §2)
 from lipcli.sdk.errors import LipUsageError
-
-#: CIFAR-10 statistics used by the paper, also for CIFAR-100; the reference uses one std for
-#: every channel (SPEC §2).  The default input normalisation of every LipConvnet.
-CIFAR_MEAN: tuple[float, float, float] = (0.4914, 0.4822, 0.4465)
-CIFAR_STD: tuple[float, float, float] = (0.2507, 0.2507, 0.2507)
 
 IMAGE_SIZE = 32
 CROP_PADDING = 4

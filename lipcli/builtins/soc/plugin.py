@@ -29,19 +29,12 @@ _PARAMS = (
 def lip_convolutions() -> list[ConvSpec]:
     """``soc-fast`` (default: SOC with the paper's fast filter gradient) and ``soc``
     (exact-gradient baseline); same parameters, same forward."""
+    variants = (
+        ("soc-fast", True, "Skew orthogonal convolution with the fast one-conv filter gradient"),
+        ("soc", False, "Skew orthogonal convolution, exact autograd gradient (baseline)"),
+    )
     return [
-        ConvSpec(
-            name="soc-fast",
-            factory=functools.partial(SOC, fast_grad=True),
-            description="Skew orthogonal convolution with the fast one-conv filter gradient",
-            params=_PARAMS,
-            promises=(ORTHOGONAL,),
-        ),
-        ConvSpec(
-            name="soc",
-            factory=functools.partial(SOC, fast_grad=False),
-            description="Skew orthogonal convolution, exact autograd gradient (baseline)",
-            params=_PARAMS,
-            promises=(ORTHOGONAL,),
-        ),
+        ConvSpec(name=name, factory=functools.partial(SOC, fast_grad=fast), description=description,
+                 params=_PARAMS, promises=(ORTHOGONAL,))
+        for name, fast, description in variants
     ]
