@@ -17,16 +17,14 @@ tensors).  ``digits`` uses the crop only: a mirrored digit is a different symbol
 numbers come from torch's global generator (per worker process in a ``DataLoader``), so the
 training driver makes them reproducible by seeding per epoch.
 
-Modules: :mod:`.common` (the contract's pieces: splits, augmentation, the in-memory data set,
-the CIFAR normalisation every LipConvnet defaults to), :mod:`.cifar` (``cifar10``,
-``cifar100``), :mod:`.imagefolder`, :mod:`.digits`, :mod:`.plugin` (the ``lip_datasets``
-hook).  The names below are re-exported here.
+Modules: :mod:`.common` (the contract's pieces: splits, augmentation, the in-memory data set),
+:mod:`.cifar` (``cifar10``, ``cifar100``; the CIFAR normalisation every LipConvnet defaults to
+is in :mod:`lipcli.host.constants`), :mod:`.imagefolder`, :mod:`.digits`, :mod:`.plugin` (the
+``lip_datasets`` hook).  The names below are re-exported here.
 """
 
 from lipcli.builtins.datasets.cifar import load_cifar
 from lipcli.builtins.datasets.common import (
-    CIFAR_MEAN,
-    CIFAR_STD,
     CROP_PADDING,
     IMAGE_SIZE,
     SPLITS,
@@ -46,6 +44,7 @@ from lipcli.builtins.datasets.imagefolder import (
     load_imagefolder,
     pixel_statistics,
 )
+from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD
 
 __all__ = [
     "CIFAR_MEAN",

@@ -1,6 +1,6 @@
 """What the built-in data sets share: the splits, the image size and training augmentation
-(random crop + flip), the in-memory data set, and the CIFAR normalisation that is every
-LipConvnet's default."""
+(random crop + flip) and the in-memory data set.  (The CIFAR normalisation, every
+LipConvnet's default, is a neutral constant of the host: :mod:`lipcli.host.constants`.)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD  # the paper's statistics (SPEC §2)
 from lipcli.sdk.errors import LipUsageError
 
 IMAGE_SIZE = 32
