@@ -1,7 +1,8 @@
 """Helpers for the ``lip export`` tests of the plugin distributions under ``plugins/``
 (``plugins/*/tests/test_*_export.py``): random float64 parameters, the stand-in check
 (``export_module()`` returns a parameter-free module equal to the component) and a
-``torch.export`` of it that must contain aten operations only."""
+``torch.export`` of it that must contain aten operations only; and the isolated runner of an
+exported program shared with ``tests/export``."""
 
 from __future__ import annotations
 
@@ -47,3 +48,26 @@ def aten_program(module: nn.Module, example: torch.Tensor) -> Callable[[torch.Te
     targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
     assert targets and all(t.startswith("aten.") or "getitem" in t for t in targets), targets
     return program.module()
+
+
+def run_exported_program(tmp_path, runner_script: str, fmt: str, exported, images):
+    """Run an exported program in a fresh isolated interpreter (``python -I``: no lipcli, no
+    plugin on the path) with ``runner_script``, which gets ``fmt, exported, images.npy,
+    outputs.npz``, saves its outputs to the last and prints a JSON line last.  Returns that
+    JSON value and the loaded outputs."""
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    script = tmp_path / "run_export.py"
+    script.write_text(runner_script)
+    np.save(tmp_path / "images.npy", images)
+    out = tmp_path / "outputs.npz"
+    proc = subprocess.run(
+        [sys.executable, "-I", str(script), fmt, str(exported), str(tmp_path / "images.npy"), str(out)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), np.load(out)

@@ -25,6 +25,7 @@ from lipcli.export.formats import OnnxFormat
 from lipcli.host.modelfile import update_metadata
 from lipcli.host.models import load_model
 from lipcli.host.plugins import get_registry
+from plugin_export import run_exported_program  # tests/ helper shared with tests/plugins
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -72,17 +73,7 @@ def make_model(path: Path, head: str, depth: int = 5, classes: int = 10, seed: i
 
 
 def run_isolated(tmp_path: Path, fmt: str, exported: Path, images: np.ndarray) -> tuple[dict, dict]:
-    script = tmp_path / "run_export.py"
-    script.write_text(RUNNER_SCRIPT)
-    np.save(tmp_path / "images.npy", images)
-    out = tmp_path / "outputs.npz"
-    proc = subprocess.run(
-        [sys.executable, "-I", str(script), fmt, str(exported), str(tmp_path / "images.npy"), str(out)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    data = np.load(out)
+    info, data = run_exported_program(tmp_path, RUNNER_SCRIPT, fmt, exported, images)
     return info, {"logits": data["logits"], "radius": data["radius"]}
 
 

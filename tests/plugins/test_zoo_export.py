@@ -19,6 +19,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from plugin_export import run_exported_program  # tests/ helper shared with tests/export
 from lipcli.cli import app
 from lipcli.host.lipschitz import guaranteed_upper_bound
 from lipcli.host.models import create_model, load_model, save_model
@@ -90,17 +91,8 @@ def make_model(path: Path, *, conv: str, activation: str = "maxmin", pool: str =
 
 
 def run_isolated(tmp_path: Path, fmt: str, exported: Path, images: np.ndarray) -> list[np.ndarray]:
-    script = tmp_path / "run_export.py"
-    script.write_text(RUNNER_SCRIPT)
-    np.save(tmp_path / "images.npy", images)
-    out = tmp_path / "outputs.npz"
-    proc = subprocess.run(
-        [sys.executable, "-I", str(script), fmt, str(exported), str(tmp_path / "images.npy"), str(out)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []  # nothing of lipcli loaded
-    data = np.load(out)
+    loaded, data = run_exported_program(tmp_path, RUNNER_SCRIPT, fmt, exported, images)
+    assert loaded == []  # nothing of lipcli loaded
     return [data[f"arr_{i}"] for i in range(len(data.files))]
 
 
