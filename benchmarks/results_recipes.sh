@@ -3,7 +3,7 @@
 # budget (LipConvnet-5, width 8, 30 epochs) with (a) the default recipe, (b) digits upscaled
 # to 64x64 through imagefolder:size=64, (c) the margin-offset loss, (d) extra data at ratio
 # 0.5.  Every model is certified at 36/72/108 and checked with l2 PGD (50 steps; ATTACK_STEPS=N
-# for fewer).
+# for fewer); a finished step (its output file) is skipped.
 # Usage: bash benchmarks/results_recipes.sh [OUTDIR]   (default runs/recipes); ONLY=name for one.
 set -euo pipefail
 OUT=${1:-runs/recipes}
@@ -20,8 +20,8 @@ run() {  # name, then lip train options
     --out "$OUT/$name.safetensors" -q --json > "$OUT/$name.train.json"
   echo "$name: lip train took $(($(date +%s) - start)) s" | tee -a "$OUT/times.txt"
   start=$(date +%s)
-  "$LIP" certify "$OUT/$name.safetensors" --radii 36,72,108 --attack --attack-steps "${ATTACK_STEPS:-50}" \
-    --attack-restarts 1 --json -q > "$OUT/$name.certify.json"
+  [ -f "$OUT/$name.certify.json" ] || "$LIP" certify "$OUT/$name.safetensors" --radii 36,72,108 \
+    --attack --attack-steps "${ATTACK_STEPS:-50}" --attack-restarts 1 --json -q > "$OUT/$name.certify.json"
   echo "$name: lip certify --attack (${ATTACK_STEPS:-50} steps) took $(($(date +%s) - start)) s" | tee -a "$OUT/times.txt"
 }
 run default --dataset digits
