@@ -33,4 +33,4 @@ run pool-projection --width 8 --epochs 30 --pool projection
 # the in-tree build leaves an egg-info under src/, which would make the plugin discoverable
 # whenever src/ is on sys.path (as in the test suite): remove it
 rm -rf plugins/lipcli-polygon-pool/build plugins/lipcli-polygon-pool/src/*.egg-info
-PYTHONPATH="$OUT/polygon-site" run pool-polygon --width 8 --epochs 30 --pool polygon
+PYTHONPATH="$OUT/polygon-site${PYTHONPATH:+:$PYTHONPATH}" run pool-polygon --width 8 --epochs 30 --pool polygon
