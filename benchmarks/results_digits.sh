@@ -37,3 +37,4 @@ run pool-projection --width 8 --epochs 30 --pool projection
 # whenever src/ is on sys.path (as in the test suite): remove it
 rm -rf plugins/lipcli-polygon-pool/build plugins/lipcli-polygon-pool/src/*.egg-info
 PYTHONPATH="$OUT/polygon-site${PYTHONPATH:+:$PYTHONPATH}" run pool-polygon --width 8 --epochs 30 --pool polygon
+"$PY" benchmarks/results_table.py "$OUT"

@@ -28,14 +28,4 @@ run default --dataset digits
 run digits64 --dataset imagefolder:size=64,stats=data --data-dir "$OUT/digits64"
 run margin-offset --dataset digits --loss margin-offset
 run extra-0.5 --dataset digits --extra-data "$OUT/digits-extra.npz" --extra-ratio 0.5
-"$PY" - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-for name in ("default", "digits64", "margin-offset", "extra-0.5"):
-    f = out / f"{name}.certify.json"
-    if not f.exists():
-        continue
-    c = json.loads(f.read_text())
-    print(name, json.dumps({k: c[k] for k in c if k in ("clean_accuracy", "certified", "lipschitz", "attack")})[:600])
-PY
+"$PY" benchmarks/results_table.py "$OUT"

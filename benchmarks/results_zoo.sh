@@ -9,7 +9,7 @@
 # (same command: soc-fast and maxmin are the defaults). The plugin distributions under
 # plugins/ are pip-installed into OUT/site
 # (beside, not into, the environment) and put on PYTHONPATH; a convolution whose plugin is
-# not in plugins/ is skipped and reported. The table: python benchmarks/results_zoo_table.py OUT
+# not in plugins/ is skipped and reported. The table: python benchmarks/results_table.py OUT
 # Usage: bash benchmarks/results_zoo.sh [OUTDIR]   (default runs/zoo); ONLY=name runs one row;
 # the plugins are installed once per OUTDIR (REINSTALL=1 installs them again).
 set -euo pipefail
