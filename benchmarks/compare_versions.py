@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,32 +77,35 @@ def scenarios(py: str, src: Path, work: Path) -> dict[str, object]:
     return out
 
 
-def diff(a, b, where: str = "") -> list[str]:
-    if type(a) is not type(b):
-        return [f"{where}: {a!r} != {b!r}"]
-    if isinstance(a, dict):
-        lines = [f"{where}/{k}: only in old" for k in sorted(set(a) - set(b))]
-        ADDED.extend(f"{where}/{k}" for k in sorted(set(b) - set(a)))
-        for k in sorted(set(a) & set(b)):
-            lines += diff(a[k], b[k], f"{where}/{k}")
-        return lines
-    if isinstance(a, list):
-        if len(a) != len(b):
-            return [f"{where}: {len(a)} items != {len(b)} items"]
-        return [line for i, (x, y) in enumerate(zip(a, b)) for line in diff(x, y, f"{where}[{i}]")]
-    if a == b:
-        return []
-    if isinstance(a, float) and isinstance(b, float) and abs(a - b) <= RTOL * max(abs(a), abs(b)):
-        NEAR.append(abs(a - b) / max(abs(a), abs(b)))
-        return []
-    return [f"{where}: {str(a)[:80]} != {str(b)[:80]}"]
+@dataclass
+class JsonDiff:
+    """Differences between two scrubbed JSON values.  ``added``: keys only the new version
+    reports (new features: listed, not differences); ``near``: relative differences of
+    numbers within ``rtol`` (counted as equal)."""
 
+    rtol: float = 0.0
+    added: list[str] = field(default_factory=list)
+    near: list[float] = field(default_factory=list)
 
-#: keys only the new version reports (new features): listed, not counted as differences
-ADDED: list[str] = []
-#: numbers that differ by at most --rtol (relative): counted here, not as differences
-NEAR: list[float] = []
-RTOL = 0.0
+    def __call__(self, a, b, where: str = "") -> list[str]:
+        if type(a) is not type(b):
+            return [f"{where}: {a!r} != {b!r}"]
+        if isinstance(a, dict):
+            lines = [f"{where}/{k}: only in old" for k in sorted(set(a) - set(b))]
+            self.added += [f"{where}/{k}" for k in sorted(set(b) - set(a))]
+            for k in sorted(set(a) & set(b)):
+                lines += self(a[k], b[k], f"{where}/{k}")
+            return lines
+        if isinstance(a, list):
+            if len(a) != len(b):
+                return [f"{where}: {len(a)} items != {len(b)} items"]
+            return [line for i, (x, y) in enumerate(zip(a, b)) for line in self(x, y, f"{where}[{i}]")]
+        if a == b:
+            return []
+        if isinstance(a, float) and abs(a - b) <= self.rtol * max(abs(a), abs(b)):
+            self.near.append(abs(a - b) / max(abs(a), abs(b)))
+            return []
+        return [f"{where}: {str(a)[:80]} != {str(b)[:80]}"]
 
 
 def checkout(commit: str, parent: Path) -> Path:
@@ -122,8 +126,6 @@ def main() -> int:
                     help="JSON numbers within this relative difference count as equal (reported)")
     ap.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args()
-    global RTOL
-    RTOL = args.rtol
     py = os.environ.get("PYTHON", str(ROOT / ".venv" / "bin" / "python"))
     base = args.out or Path(tempfile.mkdtemp(prefix="lipcli-compare-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -148,12 +150,11 @@ def main() -> int:
             if not same:
                 problems.append(key)
         else:
-            ADDED.clear()
-            NEAR.clear()
-            lines = diff(a, b)
+            d = JsonDiff(rtol=args.rtol)
+            lines = d(a, b)
             print(f"{key}: {'identical (timings, paths, versions, providers removed)' if not lines else 'DIFFERENT'}"
-                  + (f"; {len(NEAR)} numbers within rtol (max {max(NEAR):.1e})" if NEAR else "")
-                  + (f"; new keys: {', '.join(ADDED)}" if ADDED else ""))
+                  + (f"; {len(d.near)} numbers within rtol (max {max(d.near):.1e})" if d.near else "")
+                  + (f"; new keys: {', '.join(d.added)}" if d.added else ""))
             for line in lines[:20]:
                 print("   ", line)
             if lines:
