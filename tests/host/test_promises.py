@@ -19,7 +19,9 @@ import lipcli
 from lipcli.host import plugins
 from lipcli.cli import app
 from lipcli.host.models import create_model, save_model
-from lipcli.host.promises import BrokenPromiseError, layer_ratio, perturbed_copies, verify_promises
+from lipcli.host.promises import (
+    PROMISE_TOL, BrokenPromiseError, capture_inputs, layer_ratio, perturbed_copies, verify_promises,
+)
 from lipcli.sdk.specs import ONE_LIPSCHITZ, PoolSpec
 from lipcli.testing import check_pool_spec
 
@@ -142,6 +144,46 @@ def test_builtin_promises_measure_one_and_a_violation_is_found_at_data_points():
         twice[1].weight.copy_(torch.eye(32))
         twice[1].weight[3, 3] = 2.0
     assert layer_ratio(twice, x) == pytest.approx(2.0, rel=1e-6)  # found by the power iteration
+
+
+class StretchOne(nn.Module):
+    """The identity except that one coordinate is multiplied by ``factor``: Lipschitz
+    constant ``factor``, reached in that one direction only."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.flatten(1).clone()
+        y[:, 3] = y[:, 3] * self.factor
+        return y.view_as(x)
+
+
+@pytest.mark.parametrize("shape", [(32,), (8, 16, 16)])  # 32 and 2048 coordinates
+def test_a_one_percent_stretch_in_one_direction_is_caught(shape):
+    """The default settings (8 points, 8 power steps) find a constant of 1.01 that only one
+    direction of the input space shows; an exact isometry of the same shape measures 1."""
+    x = torch.randn((8, *shape), generator=torch.Generator().manual_seed(1))
+    assert 1 + PROMISE_TOL < layer_ratio(StretchOne(1.01), x) <= 1.01 + 1e-12
+    assert layer_ratio(StretchOne(1.0), x) == pytest.approx(1.0, abs=1e-12)
+    assert layer_ratio(StretchOne(0.5), x) <= 1 + 1e-12  # a contraction is not flagged
+
+
+def test_a_scale_of_1_01_breaks_the_promise_in_a_model(scaled_plugin):
+    """A learnable scale only 1 % above 1 is caught in the network, at the inputs each
+    layer receives (recorded during a forward pass, as lip certify does)."""
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", width=4, pool="scaled").eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, ScaledMaxPool):
+                module.scale.fill_(1.01)
+    x = torch.rand(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with capture_inputs(model) as inputs, torch.no_grad():
+        model(x)
+    with pytest.raises(BrokenPromiseError, match=r"measured 1\.01\b.*'block1_pool'"):
+        verify_promises(model, inputs=inputs)
 
 
 def test_broken_promise_error_is_a_runtime_error():
