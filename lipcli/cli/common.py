@@ -50,7 +50,8 @@ def cli_message(exc: LipError, func: Callable[..., Any] | None = None) -> str:
     """The message of ``exc`` for the command line.  An error whose message names settings as
     fields (``render``, :mod:`lipcli.train.errors`) gets them spelled as ``lip`` options
     (``batch_size`` → ``--batch-size``; the command that continues a run: ``lip train``, or
-    the torchrun line of a multi-process run); any other the option of its ``setting``
+    for a multi-process run ``lip train --nproc-per-node N`` or the torchrun line, after what
+    started it); any other the option of its ``setting``
     (:func:`with_option_hint`, for the command ``func``)."""
     render = getattr(exc, "render", None)
     if not callable(render):
@@ -59,7 +60,11 @@ def cli_message(exc: LipError, func: Callable[..., Any] | None = None) -> str:
     def option(name: str) -> str:
         if name == "command":
             launch = getattr(exc, "launch", None)
-            return "lip train" if launch is None else f"torchrun --nproc-per-node {launch} -m lipcli train"
+            if launch is None:
+                return "lip train"
+            if getattr(exc, "launcher", None) == "lipcli":  # started by lip train --nproc-per-node
+                return f"lip train --nproc-per-node {launch}"
+            return f"torchrun --nproc-per-node {launch} -m lipcli train"
         return "--" + name.replace("_", "-")
 
     return render(option)
@@ -77,21 +82,42 @@ def cli_errors(func: F) -> F:
         except LipError as exc:
             if state.debug:
                 raise
+            message = cli_message(exc, func)
+            to_launcher(message, exc.exit_code)
             # the other ranks of a torchrun job: rank 0 says it (a usage error is the same
             # on every rank, so it is printed once)
             if getattr(exc, "silent", False) or (isinstance(exc, LipUsageError) and other_rank()):
                 raise typer.Exit(exc.exit_code) from None
-            fail(cli_message(exc, func), exc.exit_code)
+            fail(message, exc.exit_code)
         except KeyboardInterrupt:
             if state.debug:
                 raise
+            to_launcher("interrupted", 130)
+            if other_rank():  # every rank of a job sees Ctrl-C: rank 0 says it
+                raise typer.Exit(130) from None
             fail("interrupted", 130)
         except Exception as exc:  # noqa: BLE001 - never show a traceback by default
             if state.debug:
                 raise
-            fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)", 1)
+            message = f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)"
+            to_launcher(message, 1)
+            fail(message, 1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def to_launcher(message: str, code: int) -> None:
+    """In a worker of ``lip train --nproc-per-node``: hand the error line to the launching
+    process, which prints it once, and end this process
+    (:func:`lipcli.train.launch.report_to_launcher`); elsewhere nothing."""
+    import os
+
+    from lipcli.train.config import LAUNCH_ERRORS_ENV
+
+    if os.environ.get(LAUNCH_ERRORS_ENV):
+        from lipcli.train.launch import report_to_launcher
+
+        report_to_launcher(message, code)
 
 
 def option_flag(func: Callable[..., Any], name: str) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -9,7 +10,7 @@ import typer
 
 from lipcli.cli.common import cli_errors, print_json
 from lipcli.cli.options import DeviceOption, JsonOption, QuietOption
-from lipcli.train.config import DEFAULT_EXTRA_RATIO, OPTIMIZER_LR, SCHEDULES, TrainConfig
+from lipcli.train.config import DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, OPTIMIZER_LR, SCHEDULES, TrainConfig
 
 _COMPONENT = "NAME or NAME:key=value,..."
 #: the defaults the options have and show (written once, in TrainConfig); an option counts as
@@ -103,43 +104,114 @@ def train(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing model file (--out) and "
         "a finished run in the run directory (its log and checkpoint); without it lip train "
         "refuses to replace them.")] = False,
+    nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", min=1, help="Processes on this "
+        "machine. 1: train in this process; N > 1: validate the run here, then start N worker "
+        "processes (DDP; gloo on CPU, one GPU each with CUDA) and wait for them, as `torchrun "
+        "--nproc-per-node N -m lipcli train ...` does.")] = DEFAULT_NPROC_PER_NODE,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Train a provably 1-Lipschitz network with the paper's recipe (resumable; torchrun for DDP).
+    """Train a provably 1-Lipschitz network with the paper's recipe (resumable; DDP).
 
     Writes a run directory (config.json, train_log.jsonl, checkpoint.safetensors) and the
     model file, whose metadata holds the config, data set, guaranteed Lipschitz bound,
     test accuracy and the training record.  Ctrl-C keeps the last epoch's checkpoint:
-    continue with `lip train --resume RUN_DIR`.  Several processes:
-    `torchrun --nproc-per-node N -m lipcli train ...`.
+    continue with `lip train --resume RUN_DIR`.  Several processes: `lip train
+    --nproc-per-node N ...` (or `torchrun --nproc-per-node N -m lipcli train ...`).
     """
     from lipcli.sdk.errors import LipUsageError
     from lipcli.train import TrainConfig, load_config_file
     from lipcli.train import train as run_training
 
     given = _given_settings(ctx)
-    out_s = None if out is None else str(out)
+    plan: dict[str, Any]
+    positional: list[Any] = []  # the config of a new run
     if resume is not None:
         if config is not None:
             raise LipUsageError("--resume uses the run's stored settings; drop --config")
         if run_dir is not None:
             raise LipUsageError("--resume RUN_DIR already names the run directory; drop --run-dir")
-        summary = run_training(resume=str(resume), resume_overrides=given, out=out_s, quiet=quiet,
-                               overwrite=overwrite)
+        plan = {"resume": str(resume), "resume_overrides": given}
     else:
         cfg = TrainConfig()
         if config is not None:
             cfg = _without_file_width(
                 cfg.updated(load_config_file(config), source=str(config)), given
             )
-        cfg = cfg.updated(given, source="command line")
-        summary = run_training(
-            cfg, run_dir=None if run_dir is None else str(run_dir), out=out_s, quiet=quiet,
-            overwrite=overwrite,
-        )
+        positional = [cfg.updated(given, source="command line")]
+        plan = {"run_dir": None if run_dir is None else str(run_dir)}
+    plan.update(out=None if out is None else str(out), overwrite=overwrite)
+    if nproc_per_node > 1:
+        _launch(ctx, nproc_per_node, positional, plan)
+        return
+    summary = run_training(*positional, **plan, quiet=quiet)
     if json_out and summary:
         print_json(summary)
+
+
+def _launch(ctx: typer.Context, processes: int, positional: list[Any], plan: dict[str, Any]) -> None:
+    """``--nproc-per-node N``: validate the whole run here (one line and exit 2/1 on bad input,
+    before any worker starts), then run this command line without the option as N workers
+    (:mod:`lipcli.train.launch`).  Rank 0 prints the progress and the summary; a failed run
+    prints the workers' error line here, once, and exits with its code (2 for a usage error,
+    130 after Ctrl-C, else 1)."""
+    import os
+    import signal
+
+    from lipcli.cli.common import fail, other_rank, state
+    from lipcli.sdk.errors import LipError, LipUsageError
+    from lipcli.train import check_train
+    from lipcli.train.errors import NamedSettings
+    from lipcli.train.launch import launch_workers
+
+    if other_rank() or "TORCHELASTIC_RUN_ID" in os.environ:
+        raise LipUsageError("--nproc-per-node starts worker processes itself; under torchrun leave it out")
+    try:
+        paths = check_train(*positional, **plan, processes=processes)
+    except LipError as exc:
+        if isinstance(exc, NamedSettings):  # continuing the run is this command line
+            exc.launch, exc.launcher = processes, "lipcli"
+        raise
+    args = ["--debug"] * state.debug + ["train", *command_line_args(ctx, exclude={"nproc_per_node"})]
+    if plan.get("resume") is None and plan.get("run_dir") is None and plan.get("out") is None:
+        args.append(f"--run-dir={paths.run_dir}")  # the timestamped directory validated here
+    result = launch_workers(processes, args)
+    if result.ok:
+        return
+    error = result.message
+    if error is not None:  # the workers' own line, printed once
+        fail(error.message if error.rank == 0 else f"process {error.rank}: {error.message}", result.exit_code)
+    if result.signal is not None:
+        fail(f"stopped by {signal.Signals(result.signal).name}; the run directory is {paths.run_dir}",
+             result.exit_code)
+    ended = ", ".join(f"{rank} by {name}" for rank, name in result.killed.items()) or ", ".join(
+        f"{rank} with exit code {code}" for rank, code in sorted(result.exit_codes.items()))
+    fail(f"worker processes ended without a message ({ended}); the run directory is {paths.run_dir}",
+         result.exit_code)
+
+
+def command_line_args(ctx: typer.Context, exclude: Collection[str] = ()) -> list[str]:
+    """The options of ``ctx``'s command given on the command line (those left at their
+    default omitted), as ``--name=value`` / ``--flag`` / ``--no-flag`` arguments that parse
+    back to the same values; ``exclude``: parameter names to leave out."""
+    args = []
+    for param in ctx.command.params:
+        name = param.name
+        if name in exclude or name not in ctx.params:
+            continue
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE":
+            continue
+        value = ctx.params[name]
+        flag = max((o for o in param.opts if o.startswith("--")), key=len, default=param.opts[0])
+        if getattr(param, "is_flag", False):
+            if param.secondary_opts:  # --augment/--no-augment
+                args.append(flag if value else param.secondary_opts[0])
+            elif value:
+                args.append(flag)
+            continue
+        args.append(f"{flag}={value}")
+    return args
 
 
 def _given_settings(ctx: typer.Context) -> dict[str, Any]:

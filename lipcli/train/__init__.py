@@ -36,9 +36,11 @@ An existing model file or a finished run's directory is replaced only with ``ove
 process it ends bit-identical to an uninterrupted run, because every epoch re-derives its
 random state from ``(seed, epoch, rank)`` (:func:`lipcli.host.data.epoch_seed`).
 
-Several processes (``torchrun --nproc-per-node N -m lipcli train ...``): DDP with NCCL on
-CUDA and gloo on CPU, a DistributedSampler, SOC buffers broadcast from rank 0 after every
-refresh (and by DDP at every forward); only rank 0 writes files and shows progress.
+Several processes (``lip train --nproc-per-node N``, or ``torchrun --nproc-per-node N -m lipcli
+train ...``): DDP with NCCL on CUDA and gloo on CPU, a DistributedSampler, SOC buffers
+broadcast from rank 0 after every refresh (and by DDP at every forward); only rank 0 writes
+files and shows progress.  :func:`check_train` validates a run of N processes without
+starting any, and :mod:`~lipcli.train.launch` starts the workers (:func:`launch_workers`).
 
 Layout: :mod:`~lipcli.train.config` (:class:`TrainConfig`, settings files, file names),
 :mod:`~lipcli.train.errors`, :mod:`~lipcli.train.distributed` (:class:`DistContext`),
@@ -47,7 +49,8 @@ plumbing, :class:`TrainStep`), :mod:`~lipcli.train.checkpoint`,
 :mod:`~lipcli.train.paths`, :mod:`~lipcli.train.reporting`, :mod:`~lipcli.train.evaluation`,
 :mod:`~lipcli.train.loop` (:func:`train`: configuration and resume),
 :mod:`~lipcli.train.run` (:class:`~lipcli.train.run.TrainingRun`: epochs and steps) and
-:mod:`~lipcli.train.outputs` (its checkpoints and model file).  Everything public is
+:mod:`~lipcli.train.outputs` (its checkpoints and model file), :mod:`~lipcli.train.launch`
+(worker processes started by lipcli).  Everything public is
 re-exported here.  Errors name settings, never command-line options
 (:mod:`~lipcli.train.errors`).
 """
@@ -73,6 +76,8 @@ _EXPORTS: dict[str, str] = {
     "CONFIG_NAME": "config",
     "DEFAULT_EXTRA_RATIO": "config",
     "INTERRUPT_ENV": "config",
+    "DEFAULT_NPROC_PER_NODE": "config",
+    "LAUNCHER_ENV": "config",
     "LOG_NAME": "config",
     "LOSS_SHORTHANDS": "config",
     "MODEL_NAME": "config",
@@ -88,7 +93,10 @@ _EXPORTS: dict[str, str] = {
     "evaluate": "evaluation",
     "lipschitz_record": "evaluation",
     "RESUME_CHANGEABLE": "loop",
+    "check_train": "loop",
     "train": "loop",
+    "LaunchResult": "launch",
+    "launch_workers": "launch",
     "TrainStep": "objective",
     "resolve_loss": "objective",
     "Lookahead": "optim",
@@ -119,6 +127,7 @@ __all__ = [
     # config
     "LOSS_SHORTHANDS", "OPTIMIZER_LR", "SCHEDULES", "DEFAULT_EXTRA_RATIO", "CHECKPOINT_NAME", "LOG_NAME", "CONFIG_NAME",
     "BEST_NAME", "MODEL_NAME", "CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "INTERRUPT_ENV",
+    "DEFAULT_NPROC_PER_NODE", "LAUNCHER_ENV",
     "TrainConfig", "load_config_file",
     # errors
     "TrainError", "TrainUsageError", "TrainingDiverged", "TrainingInterrupted",
@@ -138,5 +147,7 @@ __all__ = [
     # evaluation
     "evaluate", "lipschitz_record",
     # loop
-    "RESUME_CHANGEABLE", "train",
+    "RESUME_CHANGEABLE", "check_train", "train",
+    # launch
+    "LaunchResult", "launch_workers",
 ]

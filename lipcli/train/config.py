@@ -38,6 +38,16 @@ CHECKPOINT_VERSION = 1
 #: testing hook: "EPOCH:STEP" (0-based) raises KeyboardInterrupt before that training step;
 #: "end" sends the process a real SIGINT after the last epoch, before the model is written
 INTERRUPT_ENV = "LIPCLI_TRAIN_INTERRUPT_AT"
+#: processes per node of ``lip train`` (``--nproc-per-node``): 1 is one plain process; N > 1
+#: launches N worker processes (:mod:`lipcli.train.launch`)
+DEFAULT_NPROC_PER_NODE = 1
+#: set to ``"lipcli"`` in the environment of the workers that :mod:`lipcli.train.launch`
+#: starts (unset under ``torchrun``): the messages that tell how to continue a run name the
+#: launcher that started it
+LAUNCHER_ENV = "LIPCLI_LAUNCHER"
+#: set by :mod:`lipcli.train.launch` for its workers: the directory where a failing worker
+#: leaves its one-line error (the launcher prints it, once)
+LAUNCH_ERRORS_ENV = "LIPCLI_LAUNCH_ERRORS"
 
 
 @dataclass

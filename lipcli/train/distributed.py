@@ -12,6 +12,7 @@ from torch import nn
 
 from lipcli.host.devices import resolve_device
 from lipcli.sdk.errors import LipError
+from lipcli.train.config import LAUNCHER_ENV
 from lipcli.train.errors import TrainUsageError, literal
 
 
@@ -26,6 +27,9 @@ class DistContext:
     #: launched by torchrun (or with RANK/WORLD_SIZE > 1): use a process group and DDP
     distributed: bool = False
     backend: str | None = None
+    #: what started this process of a multi-process run: "lipcli" (lipcli.train.launch) or
+    #: None (torchrun, or one process)
+    launcher: str | None = None
     initialized: bool = False
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
@@ -50,6 +54,7 @@ class DistContext:
             local_rank=int(os.environ.get("LOCAL_RANK", "0")),
             local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", str(world))),
             distributed=True,
+            launcher="lipcli" if os.environ.get(LAUNCHER_ENV) == "lipcli" else None,
         )
 
     def resolve_device(self, name: str) -> torch.device:

@@ -8,7 +8,7 @@ front end renders the same message with its own spelling through
 :meth:`~NamedSettings.render` (``lip train``: ``--batch-size``).  The field ``{command}``
 stands for the command that continues a run (``lipcli.train.train`` here; the CLI spells
 out its own command line, using :attr:`~NamedSettings.launch`, the processes per node of a
-multi-process run).  Values put into a template go through :func:`literal`.
+multi-process run, and :attr:`~NamedSettings.launcher`, what started it).  Values put into a template go through :func:`literal`.
 """
 
 from __future__ import annotations
@@ -47,9 +47,12 @@ class NamedSettings:
     template: str = ""
     #: processes per node of a multi-process run (None: one process), for ``{command}``
     launch: int | None = None
+    #: what started the processes of a multi-process run: ``"lipcli"``
+    #: (:mod:`lipcli.train.launch`) or None (``torchrun``)
+    launcher: str | None = None
 
-    def _init_template(self, template: str, launch: int | None) -> str:
-        self.template, self.launch = template, launch
+    def _init_template(self, template: str, launch: int | None, launcher: str | None = None) -> str:
+        self.template, self.launch, self.launcher = template, launch, launcher
         return self.render(python_label)
 
     def render(self, label: Callable[[str], str]) -> str:
@@ -68,15 +71,15 @@ class NamedSettings:
 class TrainUsageError(NamedSettings, LipUsageError):
     """Bad input to the trainer (exit code 2); the message is a template (see the module)."""
 
-    def __init__(self, template: str, *, launch: int | None = None) -> None:
-        super().__init__(self._init_template(template, launch))
+    def __init__(self, template: str, *, launch: int | None = None, launcher: str | None = None) -> None:
+        super().__init__(self._init_template(template, launch, launcher))
 
 
 class TrainError(NamedSettings, LipError):
     """A runtime failure of the trainer (exit code 1); the message is a template."""
 
-    def __init__(self, template: str, *, launch: int | None = None) -> None:
-        super().__init__(self._init_template(template, launch))
+    def __init__(self, template: str, *, launch: int | None = None, launcher: str | None = None) -> None:
+        super().__init__(self._init_template(template, launch, launcher))
 
 
 class TrainingDiverged(TrainError):

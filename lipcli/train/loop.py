@@ -5,15 +5,17 @@ write the model file).  Every argument is validated before anything is written."
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from lipcli.host.locks import check_run_unlocked
 from lipcli.sdk.errors import LipError
 from lipcli.train.checkpoint import read_checkpoint
-from lipcli.train.config import CHECKPOINT_NAME, MODEL_NAME, TrainConfig
+from lipcli.train.config import CHECKPOINT_NAME, DEFAULT_NPROC_PER_NODE, MODEL_NAME, TrainConfig
 from lipcli.train.distributed import DistContext
 from lipcli.train.errors import TrainError, TrainUsageError, literal
 from lipcli.train.objective import resolve_loss
@@ -81,33 +83,29 @@ def _component_error(exc: Any, cfg: TrainConfig) -> TrainUsageError:
     return TrainUsageError(literal(exc))
 
 
-def train(
-    config: TrainConfig | None = None,
-    *,
-    run_dir: str | None = None,
-    out: str | None = None,
-    resume: str | None = None,
-    resume_overrides: dict[str, Any] | None = None,
-    quiet: bool = False,
-    registry: Any = None,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Train (or resume) a model; returns the JSON summary.  See the :mod:`lipcli.train` docstring.
+@dataclass
+class _Setup:
+    """A run as configured and validated (step 1 of :func:`train`); nothing written yet."""
 
-    For a new run pass ``config``; for ``resume`` (a run directory) the stored config is used
-    and only ``resume_overrides`` in :data:`RESUME_CHANGEABLE` (and ``out``) may change it
-    (an override equal to the stored value is accepted).  An existing model file or finished
-    run directory is replaced only with ``overwrite`` (see :func:`plan_paths`).
-    Every argument is validated before anything is written.
-    """
-    from lipcli.host.data import check_data_dir, load_data, resolve_dataset
-    from lipcli.host.models import ComponentParameterError, build_model, make_config
-    from lipcli.host.plugins import get_registry
+    cfg: TrainConfig
+    comps: dict[str, Any]
+    data_comp: Any
+    loss_comp: Any
+    root: str | None
+    device: torch.device
+    paths: RunPaths
+    workers: int
+    ckpt_tensors: dict[str, torch.Tensor] | None = None
+    ckpt_meta: dict[str, Any] | None = None
 
-    reg = registry or get_registry()
-    ctx = DistContext.from_env()
 
-    # ---- 1. configuration (no side effects) --------------------------------------------------
+def _configure(config: TrainConfig | None, ctx: DistContext, reg: Any, *, run_dir: str | None,
+               out: str | None, resume: str | None, resume_overrides: dict[str, Any] | None,
+               overwrite: bool) -> _Setup:
+    """Step 1 of :func:`train` for the process ``ctx``: the settings, components, data
+    directory, device, global batch, paths and locks, all validated; no side effects."""
+    from lipcli.host.data import check_data_dir, resolve_dataset
+
     ckpt_tensors: dict[str, torch.Tensor] | None = None
     ckpt_meta: dict[str, Any] | None = None
     paths: RunPaths | None = None  # for a new run: decided after validation, below
@@ -133,6 +131,99 @@ def train(
     workers = cfg.workers if cfg.workers is not None else (
         0 if device.type == "cpu" else min(4, max(1, (os.cpu_count() or 2) // ctx.local_world_size - 1))
     )
+    return _Setup(cfg=cfg, comps=comps, data_comp=data_comp, loss_comp=loss_comp, root=root,
+                  device=device, paths=paths, workers=workers, ckpt_tensors=ckpt_tensors,
+                  ckpt_meta=ckpt_meta)
+
+
+def _data_and_model(setup: _Setup, reg: Any, *, download: bool) -> tuple[Any, Any, dict[str, Any], nn.Module]:
+    """Step 2 of :func:`train`: the data (downloaded first when ``download``), the extra
+    data, the model configuration and the model (seeded, on the CPU)."""
+    from lipcli.host.data import load_data
+    from lipcli.host.models import ComponentParameterError, build_model, make_config
+
+    cfg, comps = setup.cfg, setup.comps
+    data = load_data(
+        setup.data_comp, setup.root, download=download, augment=cfg.augment,
+        val_split=cfg.val_split, limit_train=cfg.limit_train, limit_test=cfg.limit_test,
+        seed=cfg.seed,
+    )
+    extra = _open_extra_data(cfg, data)
+    model_config = make_config(
+        comps["arch"].to_config(), conv=comps["conv"].to_config(),
+        activation=comps["activation"].to_config(), pool=comps["pool"].to_config(),
+        head=comps["head"].to_config(), num_classes=data.num_classes,
+        in_channels=data.image_shape[0], image_size=data.image_shape[1:], mean=data.mean,
+        std=data.std, registry=reg,
+    )
+    torch.manual_seed(cfg.seed)
+    try:
+        model = build_model(model_config, reg)
+    except ComponentParameterError as exc:
+        raise _component_error(exc, cfg) from exc
+    return data, extra, model_config, model
+
+
+def check_train(
+    config: TrainConfig | None = None,
+    *,
+    processes: int = DEFAULT_NPROC_PER_NODE,
+    run_dir: str | None = None,
+    out: str | None = None,
+    resume: str | None = None,
+    resume_overrides: dict[str, Any] | None = None,
+    registry: Any = None,
+    overwrite: bool = False,
+) -> RunPaths:
+    """Everything :func:`train` validates before it trains, for a run of ``processes``
+    processes on this machine (ranks ``0 .. processes - 1``), done in this process: the
+    settings, components, data directory, device of every rank, global batch, paths, locks,
+    then the data (downloaded here when ``download`` asks for it) and the model, which are
+    dropped again.  Nothing is written except a requested download.  Returns the run
+    directory and model file that :func:`train` would use (a new timestamped run directory
+    is decided here; pass it on as ``run_dir``).  Raises what :func:`train` would raise."""
+    from lipcli.host.plugins import get_registry
+
+    if processes < 1:
+        raise TrainUsageError(f"processes must be at least 1 (got {processes})")
+    reg = registry or get_registry()
+    ctx = DistContext(rank=0, world_size=processes, local_rank=processes - 1,
+                      local_world_size=processes, distributed=processes > 1)
+    setup = _configure(config, ctx, reg, run_dir=run_dir, out=out, resume=resume,
+                       resume_overrides=resume_overrides, overwrite=overwrite)
+    _data_and_model(setup, reg, download=setup.cfg.download)
+    return setup.paths
+
+
+def train(
+    config: TrainConfig | None = None,
+    *,
+    run_dir: str | None = None,
+    out: str | None = None,
+    resume: str | None = None,
+    resume_overrides: dict[str, Any] | None = None,
+    quiet: bool = False,
+    registry: Any = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Train (or resume) a model; returns the JSON summary.  See the :mod:`lipcli.train` docstring.
+
+    For a new run pass ``config``; for ``resume`` (a run directory) the stored config is used
+    and only ``resume_overrides`` in :data:`RESUME_CHANGEABLE` (and ``out``) may change it
+    (an override equal to the stored value is accepted).  An existing model file or finished
+    run directory is replaced only with ``overwrite`` (see :func:`plan_paths`).
+    Every argument is validated before anything is written (:func:`check_train` does the same
+    validation alone, e.g. before worker processes are started).
+    """
+    from lipcli.host.plugins import get_registry
+
+    reg = registry or get_registry()
+    ctx = DistContext.from_env()
+
+    # ---- 1. configuration (no side effects) --------------------------------------------------
+    setup = _configure(config, ctx, reg, run_dir=run_dir, out=out, resume=resume,
+                       resume_overrides=resume_overrides, overwrite=overwrite)
+    cfg, device, paths = setup.cfg, setup.device, setup.paths
     reporter = Reporter(enabled=ctx.is_main and not quiet)
 
     # ---- 2. data and model (still nothing written, except a requested download) -------------
@@ -142,31 +233,14 @@ def train(
             paths = RunPaths(*(Path(p) for p in ctx.broadcast_json([str(paths.run_dir), str(paths.out)])))
         if cfg.download and not ctx.is_main:
             ctx.barrier()  # rank 0 downloads first
-        data = load_data(
-            data_comp, root, download=cfg.download and ctx.is_main, augment=cfg.augment,
-            val_split=cfg.val_split, limit_train=cfg.limit_train, limit_test=cfg.limit_test,
-            seed=cfg.seed,
-        )
+        data, extra, model_config, model = _data_and_model(setup, reg, download=cfg.download and ctx.is_main)
         if cfg.download and ctx.is_main:
             ctx.barrier()
-        extra = _open_extra_data(cfg, data)
-        model_config = make_config(
-            comps["arch"].to_config(), conv=comps["conv"].to_config(),
-            activation=comps["activation"].to_config(), pool=comps["pool"].to_config(),
-            head=comps["head"].to_config(), num_classes=data.num_classes,
-            in_channels=data.image_shape[0], image_size=data.image_shape[1:], mean=data.mean,
-            std=data.std, registry=reg,
-        )
-        torch.manual_seed(cfg.seed)
-        try:
-            model = build_model(model_config, reg)
-        except ComponentParameterError as exc:
-            raise _component_error(exc, cfg) from exc
         model = model.to(device)
         run = TrainingRun.build(cfg, ctx, device, paths, reporter, data, model, model_config,
-                                 loss=loss_comp, workers=workers, extra=extra)
+                                 loss=setup.loss_comp, workers=setup.workers, extra=extra)
         run.overwrite = overwrite
-        return run.execute(ckpt_tensors, ckpt_meta)
+        return run.execute(setup.ckpt_tensors, setup.ckpt_meta)
     finally:
         reporter.stop()
         ctx.destroy()

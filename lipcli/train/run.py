@@ -345,12 +345,14 @@ class TrainingRun(RunOutputs):
         checked.copy_(sums[:1])
         self.ctx.all_reduce_sum(checked)
         if not math.isfinite(float(checked)):
-            raise TrainingDiverged(
+            diverged = TrainingDiverged(
                 f"loss became NaN/inf at epoch {epoch + 1}, step {i + 1} (lr "
                 f"{self.scheduler.get_last_lr()[0]:.3g}); kept the last good checkpoint "
                 f"{literal(self.paths.checkpoint)} (epoch {self.state.epoch}); try a lower {{lr}} or "
                 "{grad_clip} 1"
             )
+            diverged.silent = not self.ctx.is_main  # every rank sees the same sum: rank 0 says it
+            raise diverged
 
     def _refresh_power_iteration(self) -> None:
         """Advance the model's power iterations (where it has them); copy rank 0's state to all."""
@@ -420,7 +422,7 @@ class TrainingRun(RunOutputs):
         interrupted = TrainingInterrupted(
             f"interrupted {when}; the checkpoint after epoch {done} is in {run_dir}; resume "
             f"with: {{command}} {{resume}} {run_dir}",
-            launch=None if ctx.world_size == 1 else ctx.local_world_size,
+            launch=None if ctx.world_size == 1 else ctx.local_world_size, launcher=ctx.launcher,
         )
         interrupted.silent = not ctx.is_main  # one message per run, from rank 0
         return interrupted
