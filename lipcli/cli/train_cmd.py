@@ -145,8 +145,8 @@ def train(
         _launch(ctx, nproc_per_node, positional, plan)
         return
     summary = run_training(*positional, **plan, quiet=quiet)
-    if json_out and summary:
-        print_json(summary)
+    if json_out and summary is not None:  # None: a torchrun process other than rank 0
+        print_json(summary.to_json())
 
 
 def _launch(ctx: typer.Context, processes: int, positional: list[Any], plan: dict[str, Any]) -> None:

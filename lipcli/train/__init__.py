@@ -48,8 +48,9 @@ Layout: :mod:`~lipcli.train.config` (:class:`TrainConfig`, settings files, file 
 plumbing, :class:`TrainStep`), :mod:`~lipcli.train.checkpoint`,
 :mod:`~lipcli.train.paths`, :mod:`~lipcli.train.reporting`, :mod:`~lipcli.train.evaluation`,
 :mod:`~lipcli.train.loop` (:func:`train`: configuration and resume),
-:mod:`~lipcli.train.run` (:class:`~lipcli.train.run.TrainingRun`: epochs and steps) and
-:mod:`~lipcli.train.outputs` (its checkpoints and model file), :mod:`~lipcli.train.launch`
+:mod:`~lipcli.train.run` (:class:`~lipcli.train.run.TrainingRun`: epochs and steps),
+:mod:`~lipcli.train.outputs` (its checkpoints and model file), :mod:`~lipcli.train.results`
+(:class:`TrainSummary`, what :func:`train` returns) and :mod:`~lipcli.train.launch`
 (worker processes started by lipcli).  Everything public is
 re-exported here.  Errors name settings, never command-line options
 (:mod:`~lipcli.train.errors`).
@@ -97,6 +98,8 @@ _EXPORTS: dict[str, str] = {
     "train": "loop",
     "LaunchResult": "launch",
     "launch_workers": "launch",
+    "Evaluation": "results",
+    "TrainSummary": "results",
     "TrainStep": "objective",
     "resolve_loss": "objective",
     "Lookahead": "optim",
@@ -150,4 +153,6 @@ __all__ = [
     "RESUME_CHANGEABLE", "check_train", "train",
     # launch
     "LaunchResult", "launch_workers",
+    # results
+    "TrainSummary", "Evaluation",
 ]

@@ -10,10 +10,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from lipcli.train.distributed import DistContext
+from lipcli.train.results import Evaluation
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: Iterable, ctx: DistContext) -> dict[str, float]:
+def evaluate(model: nn.Module, loader: Iterable, ctx: DistContext) -> Evaluation:
     """Clean loss and accuracy over every process's shard (summed across processes)."""
     was_training = model.training
     model.eval()
@@ -28,7 +29,7 @@ def evaluate(model: nn.Module, loader: Iterable, ctx: DistContext) -> dict[str, 
     ctx.all_reduce_sum(sums)
     model.train(was_training)
     n = max(float(sums[2]), 1.0)
-    return {"loss": float(sums[0]) / n, "accuracy": float(sums[1]) / n, "examples": int(sums[2])}
+    return Evaluation(loss=float(sums[0]) / n, accuracy=float(sums[1]) / n, examples=int(sums[2]))
 
 
 def lipschitz_record(model: nn.Module, *, estimate: bool = True) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from lipcli.train.errors import TrainError, TrainUsageError, literal
 from lipcli.train.objective import resolve_loss
 from lipcli.train.paths import RunPaths, _check_writable_dir, check_replaceable, plan_paths
 from lipcli.train.reporting import Reporter
+from lipcli.train.results import TrainSummary
 from lipcli.train.run import TrainingRun
 
 
@@ -205,8 +206,10 @@ def train(
     quiet: bool = False,
     registry: Any = None,
     overwrite: bool = False,
-) -> dict[str, Any]:
-    """Train (or resume) a model; returns the JSON summary.  See the :mod:`lipcli.train` docstring.
+) -> TrainSummary | None:
+    """Train (or resume) a model; returns its :class:`~lipcli.train.results.TrainSummary`
+    (``None`` on the processes other than rank 0 of a torchrun job; ``summary.to_json()`` is
+    what ``lip train --json`` prints).  See the :mod:`lipcli.train` docstring.
 
     For a new run pass ``config``; for ``resume`` (a run directory) the stored config is used
     and only ``resume_overrides`` in :data:`RESUME_CHANGEABLE` (and ``out``) may change it

@@ -20,6 +20,7 @@ from lipcli.train.evaluation import evaluate, lipschitz_record
 from lipcli.train.objective import loss_record
 from lipcli.train.optim import optimization_record
 from lipcli.train.paths import check_replaceable
+from lipcli.train.results import Evaluation, TrainSummary
 
 
 @dataclass
@@ -129,21 +130,21 @@ class RunOutputs:
 
 
     # ---- after training ---------------------------------------------------------------------
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> TrainSummary | None:
         """Test the selected weights; rank 0 writes the model file and the final checkpoint.
-        Returns the summary (empty on ranks other than 0)."""
+        Returns the summary (``None`` on ranks other than 0)."""
         if os.environ.get(INTERRUPT_ENV, "").strip() == "end":  # testing hook: a real Ctrl-C
             import signal
 
             os.kill(os.getpid(), signal.SIGINT)
         test, results = self._test_selected_model()
-        summary: dict[str, Any] = {}
+        summary = None
         if self.ctx.is_main:
             summary = self._write_model(test, results)
         self.ctx.barrier()
         return summary
 
-    def _test_selected_model(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _test_selected_model(self) -> tuple[Evaluation, dict[str, Any]]:
         """Load the selected weights and evaluate them on the test set; returns the evaluation
         and the model file's ``results``."""
         cfg, state = self.cfg, self.state
@@ -155,7 +156,7 @@ class RunOutputs:
         self.model.eval()
         test = evaluate(self.model, self.test_loader, self.ctx)
         results: dict[str, Any] = {
-            "test_accuracy": test["accuracy"], "test_loss": test["loss"], "test_examples": test["examples"],
+            "test_accuracy": test.accuracy, "test_loss": test.loss, "test_examples": test.examples,
             "selected_epoch": state.best["epoch"] if (cfg.keep_best and state.best) else state.epoch,
             "selection": "best validation accuracy" if (cfg.keep_best and state.best) else "last epoch",
         }
@@ -200,9 +201,9 @@ class RunOutputs:
     def _extra_record(self) -> dict[str, Any] | None:
         return None if self.extra is None else self.extra.record(self.cfg.extra_ratio)
 
-    def _write_model(self, test: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    def _write_model(self, test: Evaluation, results: dict[str, Any]) -> TrainSummary:
         """Rank 0: write the model file and the final checkpoint, print the result; returns the
-        JSON summary."""
+        summary."""
         from lipcli.host.models import save_model
 
         lipschitz = lipschitz_record(self.model, estimate=self.cfg.lipschitz_estimate)
@@ -220,22 +221,22 @@ class RunOutputs:
                 "{out} OTHER.safetensors`"
             ) from None
         self.save_checkpoint(status="complete")
-        summary = {
-            "model": str(self.paths.out),
-            "run_dir": str(self.paths.run_dir),
-            "dataset": self.data.component.name,
-            "epochs": self.state.epoch,
-            "test_accuracy": test["accuracy"],
-            "val_accuracy": self._last_record().get("val_accuracy"),
-            "lipschitz_upper_bound": lipschitz.get("upper_bound"),
-            "lipschitz_estimate": lipschitz.get("estimate"),
-            "time_s": training["time_s"],
-            "images_per_s": training["images_per_s"],
-            "device": str(self.device),
-            "world_size": self.ctx.world_size,
-        }
+        summary = TrainSummary(
+            model=str(self.paths.out),
+            run_dir=str(self.paths.run_dir),
+            dataset=self.data.component.name,
+            epochs=self.state.epoch,
+            test_accuracy=test.accuracy,
+            val_accuracy=self._last_record().get("val_accuracy"),
+            lipschitz_upper_bound=lipschitz.get("upper_bound"),
+            lipschitz_estimate=lipschitz.get("estimate"),
+            time_s=training["time_s"],
+            images_per_s=training["images_per_s"],
+            device=str(self.device),
+            world_size=self.ctx.world_size,
+        )
         self.reporter.print(
-            f"test accuracy {test['accuracy']:.4f} ({test['examples']} images); Lipschitz bound "
+            f"test accuracy {test.accuracy:.4f} ({test.examples} images); Lipschitz bound "
             f"{lipschitz.get('upper_bound')}; model written to {self.paths.out}"
         )
         return summary

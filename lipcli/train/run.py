@@ -26,6 +26,7 @@ from lipcli.train.optim import build_optimization
 from lipcli.train.outputs import RunOutputs, RunState
 from lipcli.train.paths import RunPaths
 from lipcli.train.reporting import Reporter
+from lipcli.train.results import TrainSummary
 
 
 def _interrupt_point() -> tuple[int, int] | None:
@@ -133,9 +134,9 @@ class TrainingRun(RunOutputs):
                    step_module=step_module, extra=extra)
 
     def execute(self, ckpt_tensors: dict[str, torch.Tensor] | None,
-                ckpt_meta: dict[str, Any] | None) -> dict[str, Any]:
+                ckpt_meta: dict[str, Any] | None) -> TrainSummary | None:
         """Resume from the checkpoint if given, train the remaining epochs, write the model
-        file; returns the summary (empty on ranks other than 0)."""
+        file; returns the summary (``None`` on ranks other than 0)."""
         if ckpt_tensors is not None:
             self.restore_checkpoint(ckpt_tensors, ckpt_meta)
         self.make_dirs()
@@ -387,13 +388,13 @@ class TrainingRun(RunOutputs):
         from lipcli.host.models import save_model
 
         val = evaluate(self.model, self.val_loader, self.ctx)
-        record["val_loss"], record["val_accuracy"] = val["loss"], val["accuracy"]
+        record["val_loss"], record["val_accuracy"] = val.loss, val.accuracy
         state = self.state
-        if self.cfg.keep_best and (state.best is None or val["accuracy"] > state.best["val_accuracy"]):
-            state.best = {"epoch": epoch + 1, "val_accuracy": val["accuracy"]}
+        if self.cfg.keep_best and (state.best is None or val.accuracy > state.best["val_accuracy"]):
+            state.best = {"epoch": epoch + 1, "val_accuracy": val.accuracy}
             if self.ctx.is_main:
                 save_model(self.model, self.paths.best, dataset=self.data.info(),
-                           training={"epoch": epoch + 1, "val_accuracy": val["accuracy"]})
+                           training={"epoch": epoch + 1, "val_accuracy": val.accuracy})
 
     def _finish_epoch(self, epoch: int, record: dict[str, Any], images: int, train_time: float) -> None:
         """Count the epoch as done: update the progress, append to the log, checkpoint, print."""

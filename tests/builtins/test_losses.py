@@ -216,14 +216,19 @@ class SmoothPlugin:
 
 def test_third_party_loss_trains_without_changes_to_lipcli(tmp_path):
     from lipcli.host.modelfile import read_metadata
-    from lipcli.train import TrainConfig, read_checkpoint, train
+    from lipcli.train import TrainConfig, TrainSummary, read_checkpoint, train
 
     reg = create_host(autoload=False, extra=[("smooth", SmoothPlugin())]).registry()
     cfg = TrainConfig(dataset="digits", width=4, epochs=2, batch_size=32, limit_train=64,
                       limit_test=16, power_iter_steps=2, lipschitz_estimate=False, device="cpu",
                       loss="smooth-ce:smoothing=0.2")
-    train(cfg, out=str(tmp_path / "m.safetensors"), quiet=True, registry=reg)
+    summary = train(cfg, out=str(tmp_path / "m.safetensors"), quiet=True, registry=reg)
+    assert isinstance(summary, TrainSummary)  # a typed result; its JSON is lip train --json
+    assert summary.epochs == 2 and summary.model == str(tmp_path / "m.safetensors")
+    assert summary.lipschitz_estimate is None and summary.lipschitz_upper_bound > 1
+    assert summary.to_json()["test_accuracy"] == summary.test_accuracy
     meta = read_metadata(tmp_path / "m.safetensors")["training"]
+    assert meta["epochs"] == 2 and summary.time_s == meta["time_s"]
     assert meta["loss"]["name"] == "smooth-ce" and meta["loss"]["params"] == {"smoothing": 0.2}
     assert meta["loss"]["provider"] == "smooth" and meta["config"]["loss"] == "smooth-ce:smoothing=0.2"
     assert meta["config"]["grad_clip"] == 0.0
