@@ -126,7 +126,18 @@ def _layer_kind(child: nn.Module) -> str:
     return "none"
 
 
-def guaranteed_upper_bound(model: nn.Module) -> tuple[float, list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class LayerBound:
+    """One body child's factor in the GUARANTEED bound: ``upper_bound`` from its
+    ``lipschitz_upper_bound()`` (``source`` ``"bound"``) or 1 by its promise (``"promise"``)."""
+
+    name: str
+    type: str
+    source: str
+    upper_bound: float
+
+
+def guaranteed_upper_bound(model: nn.Module) -> tuple[float, list[LayerBound]]:
     """``(prod_i U_i, per-layer rows)`` — the GUARANTEED bound of SPEC §5 (see module doc).
 
     Raises :class:`LipError` if a body child neither has ``lipschitz_upper_bound()`` nor
@@ -134,7 +145,7 @@ def guaranteed_upper_bound(model: nn.Module) -> tuple[float, list[dict[str, Any]
     """
     body = body_of(model)
     total = 1.0
-    rows: list[dict[str, Any]] = []
+    rows: list[LayerBound] = []
     for name, child in body.named_children():
         kind = _layer_kind(child)
         if kind == "none":
@@ -149,7 +160,7 @@ def guaranteed_upper_bound(model: nn.Module) -> tuple[float, list[dict[str, Any]
         else:
             value = 1.0
         total = _mul_up(total, value)
-        rows.append({"name": name, "type": type(child).__name__, "source": kind, "upper_bound": value})
+        rows.append(LayerBound(name=name, type=type(child).__name__, source=kind, upper_bound=value))
     return total, rows
 
 
@@ -288,11 +299,11 @@ def lipschitz_report(
 ) -> LipschitzReport:
     """Per-layer and whole-network Lipschitz numbers of ``g = model.body`` (SPEC §5).
 
-    Returns a :class:`LipschitzReport`: ``layers`` (name, type, input_shape, source
-    (``"bound"``/``"promise"``), upper_bound, estimate), ``upper_bound`` (guaranteed,
-    normalisation included), ``estimate`` (product of power-method estimates; ``None`` if
-    ``estimate=False``), ``empirical_lower`` (dict or ``None``), the labels of the three,
-    ``weights_sha256`` and timings in seconds. The model is evaluated in eval mode (its
+    Returns a :class:`LipschitzReport`: ``layers`` (:class:`LayerLipschitz`: name, type,
+    input_shape, source (``"bound"``/``"promise"``), upper_bound, estimate), ``upper_bound``
+    (guaranteed, normalisation included), ``estimate`` (product of power-method estimates;
+    ``None`` if ``estimate=False``), ``empirical_lower`` (an :class:`EmpiricalLower` or
+    ``None``), the labels of the three, ``weights_sha256`` and timings in seconds. The model is evaluated in eval mode (its
     train/eval state is restored afterwards). ``progress(stage, done, total)`` is called after
     each layer's power-method estimate (the slow part).
     """
@@ -306,21 +317,19 @@ def lipschitz_report(
         bound, rows = guaranteed_upper_bound(model)
         t_bound = time.perf_counter() - t0
         est_total: float | None = None
+        estimates: list[float | None] = [None] * len(rows)
         t_est = 0.0
         if estimate:
             t0 = time.perf_counter()
             est_total = 1.0
             children = dict(body_of(model).named_children())
             for done, row in enumerate(rows, 1):
-                e = _estimate_of(children[row["name"]], row["source"], shapes[row["name"]], iters)
-                row["estimate"] = e
+                e = _estimate_of(children[row.name], row.source, shapes[row.name], iters)
+                estimates[done - 1] = e
                 est_total *= e
                 if progress is not None:
                     progress("power-method estimate (layers)", done, len(rows))
             t_est = time.perf_counter() - t0
-        for row in rows:
-            row["input_shape"] = list(shapes.get(row["name"], ()))
-            row.setdefault("estimate", None)
         emp = None
         t_emp = 0.0
         if empirical:
@@ -343,8 +352,9 @@ def lipschitz_report(
         estimate_iters=iters if estimate else None,
         empirical_lower=emp,
         layers=[
-            LayerLipschitz(**{k: row[k] for k in ("name", "type", "input_shape", "source", "upper_bound", "estimate")})
-            for row in rows
+            LayerLipschitz(name=row.name, type=row.type, input_shape=list(shapes.get(row.name, ())),
+                           source=row.source, upper_bound=row.upper_bound, estimate=e)
+            for row, e in zip(rows, estimates)
         ],
         includes_normalization=True,
         weights_sha256=weights_fingerprint(model),

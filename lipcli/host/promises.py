@@ -38,6 +38,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
+from lipcli.host.records import JsonRecord
 from lipcli.sdk.errors import LipError
 
 #: a ratio above 1 + PROMISE_TOL breaks the promise (float64 evaluation of float32 parameters:
@@ -51,20 +52,33 @@ class BrokenPromiseError(LipError):
 
 
 @dataclass
+class PromiseLayer(JsonRecord):
+    """One promised layer as measured: the largest ratio found; the component and plugin
+    that made the promise (``None`` when the layer is not tagged)."""
+
+    layer: str
+    type: str
+    max_ratio: float
+    component: str | None
+    plugin: str | None
+
+
+@dataclass
 class PromiseCheck:
     """What :func:`verify_promises` measured: per layer the largest ratio found."""
 
-    layers: list[dict[str, Any]] = field(default_factory=list)
+    layers: list[PromiseLayer] = field(default_factory=list)
     points: int = 0
     time_s: float = 0.0
 
     @property
     def max_ratio(self) -> float:
-        return max((row["max_ratio"] for row in self.layers), default=0.0)
+        return max((row.max_ratio for row in self.layers), default=0.0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"layers": self.layers, "max_ratio": self.max_ratio, "points": self.points,
-                "tolerance": PROMISE_TOL, "time_s": self.time_s, "label": EVIDENCE_LABEL}
+        return {"layers": [row.to_json() for row in self.layers], "max_ratio": self.max_ratio,
+                "points": self.points, "tolerance": PROMISE_TOL, "time_s": self.time_s,
+                "label": EVIDENCE_LABEL}
 
 
 def _component_of(module: nn.Module) -> dict[str, Any]:
@@ -209,8 +223,8 @@ def verify_promises(
     for name, layer in layers:
         r = layer_ratio(layer, inputs[name], iters=iters, seed=seed)
         comp = _component_of(layer)
-        check.layers.append({"layer": name, "type": type(layer).__name__, "max_ratio": r,
-                             "component": comp.get("name"), "plugin": comp.get("provider")})
+        check.layers.append(PromiseLayer(layer=name, type=type(layer).__name__, max_ratio=r,
+                                         component=comp.get("name"), plugin=comp.get("provider")))
         if not r <= 1 + tol:
             what = f"{comp.get('kind', 'layer')} {comp['name']!r}" if comp.get("name") else type(layer).__name__
             plugin = comp.get("provider") or "(unknown plugin)"

@@ -67,8 +67,8 @@ def test_bound_is_tight_and_includes_normalisation_on_one_soc_layer(stride: int)
     model = model.double().eval()
     bound, rows = guaranteed_upper_bound(model)
     # normalisation factor 1/min std is part of the product
-    assert rows[0]["upper_bound"] == 1 / float(torch.tensor(STD, dtype=torch.float32))
-    assert bound >= rows[0]["upper_bound"] * rows[1]["upper_bound"]
+    assert rows[0].upper_bound == 1 / float(torch.tensor(STD, dtype=torch.float32))
+    assert bound >= rows[0].upper_bound * rows[1].upper_bound
     x = torch.rand(1, 3, 8, 8, dtype=torch.float64)
     jnorm = _jacobian_norm(model.features, x)
     # exp(S) is orthogonal: the Jacobian norm equals 1/min std up to the series truncation

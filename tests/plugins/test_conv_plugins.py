@@ -66,9 +66,9 @@ def test_every_depth_builds_runs_and_is_bounded(name, depth):
         logits = model(torch.rand(2, 3, 32, 32))
     assert logits.shape == (2, 10) and torch.isfinite(logits).all()
     bound, rows = guaranteed_upper_bound(model)
-    convs = [r for r in rows if "conv" in r["name"] or "down" in r["name"]]
-    assert len(convs) == depth + 1 and all(r["source"] == "bound" for r in convs)
-    assert all(r["upper_bound"] <= 1 + 1e-4 for r in convs)
+    convs = [r for r in rows if "conv" in r.name or "down" in r.name]
+    assert len(convs) == depth + 1 and all(r.source == "bound" for r in convs)
+    assert all(r.upper_bound <= 1 + 1e-4 for r in convs)
     assert bound < 5.0  # 1/min(std) of the digits normalisation times ~1 per layer
 
 
