@@ -39,7 +39,9 @@ Three measurements:
 Modules: :mod:`.common` (constants, architecture parsing, environment report, model twins,
 the recipe training step, synthetic batches), :mod:`.memory` (peak memory of a step),
 :mod:`.table1` (``lip bench train``), :mod:`.certify` (``lip bench certify``),
-:mod:`.profile` (``lip bench profile``).
+:mod:`.profile` (``lip bench profile``), :mod:`.results` (the reports they return:
+:class:`TrainBenchReport`, :class:`ComponentBenchReport`, :class:`CertifyBenchReport`,
+:class:`ProfileReport`; ``report.to_json()`` is what ``--json`` prints).
 """
 
 from lipcli.bench.certify import bench_certify, fit_head
@@ -67,11 +69,29 @@ from lipcli.bench.common import (
 )
 from lipcli.bench.memory import SavedTensorMeter, measure_step_memory
 from lipcli.bench.profile import CATEGORY_LABELS, attribute_kernels, bench_profile, classify_event
+from lipcli.bench.results import (
+    CertifyBenchReport,
+    ComponentBenchReport,
+    Environment,
+    HeadFit,
+    ProfileReport,
+    StepMemory,
+    Table1Row,
+    TrainBenchReport,
+)
 from lipcli.bench.table1 import bench_train, bench_train_arch
 
 __all__ = [
     "CATEGORY_LABELS",
     "CIFAR_SHAPE",
+    "CertifyBenchReport",
+    "ComponentBenchReport",
+    "Environment",
+    "HeadFit",
+    "ProfileReport",
+    "StepMemory",
+    "Table1Row",
+    "TrainBenchReport",
     "DEFAULT_DEPTHS",
     "EPOCH_IMAGES",
     "EXACT_CONV",

@@ -4,14 +4,22 @@ the time of the Lipschitz bound."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.errors import LipUsageError, SettingError
 from lipcli.numerics.precision import in_full_float32_precision
+from lipcli.bench.results import (
+    CertificateTiming,
+    CertifyBenchReport,
+    CertifyBenchSettings,
+    FeatureTiming,
+    HeadFit,
+    LipschitzTiming,
+    Quantiles,
+)
 from lipcli.bench.common import (
     Progress,
     _check_positive,
@@ -30,7 +38,7 @@ def fit_head(
     target_loss: float = 0.7,
     seed: int = 0,
     lr: float = 1e-5,
-) -> dict[str, Any]:
+) -> HeadFit:
     """Give a random head trained-like margins: full-batch Adam on cross-entropy with labels
     from a random linear teacher ``argmax(y Vᵀ)``, for at most ``steps`` steps, stopping as
     soon as the loss is ``<= target_loss`` (default 0.7, the order of a trained CIFAR-10
@@ -62,20 +70,16 @@ def fit_head(
     with torch.no_grad():
         final = F.cross_entropy(head(features), labels).item()
         acc = float((head(features).argmax(1) == labels).float().mean())
-    return {"max_steps": steps, "steps_taken": taken, "target_loss": target_loss,
-            "final_loss": final, "teacher_agreement": acc}
+    return HeadFit(max_steps=steps, steps_taken=taken, target_loss=target_loss, final_loss=final,
+                   teacher_agreement=acc)
 
 
-def _quantiles(values: torch.Tensor) -> dict[str, float]:
+def _quantiles(values: torch.Tensor) -> Quantiles:
     v = values.double().flatten().cpu()
     finite = v[torch.isfinite(v)]
     if finite.numel() == 0:
-        return {"min": float("nan"), "median": float("nan"), "max": float("nan")}
-    return {
-        "min": float(finite.min()),
-        "median": float(finite.median()),
-        "max": float(finite.max()),
-    }
+        return Quantiles(min=float("nan"), median=float("nan"), max=float("nan"))
+    return Quantiles(min=float(finite.min()), median=float(finite.median()), max=float(finite.max()))
 
 
 @in_full_float32_precision
@@ -93,7 +97,7 @@ def bench_certify(
     source: str = "random weights (untrained)",
     seed: int = 0,
     progress: Progress = _no_progress,
-) -> dict[str, Any]:
+) -> CertifyBenchReport:
     """Throughput of feature extraction, the head's certificate(s) and the Lipschitz numbers.
 
     ``model`` follows the lipcli module protocol (``features``, ``head``, ``lipcli_config``,
@@ -104,7 +108,7 @@ def bench_certify(
 
     _check_positive(batch_size=batch_size, n=n)
     if top_k is not None and top_k < 1:
-        raise LipUsageError(f"top-k must be at least 1, got {top_k}")
+        raise SettingError("top_k", f"top_k must be at least 1, got {top_k}")
     device = torch.device(device)
     registry = get_registry()
     config = getattr(model, "lipcli_config", None) or {}
@@ -121,7 +125,7 @@ def bench_certify(
 
     # power-iteration refresh: required before evaluating a freshly built model (SPEC §1.2)
     if refresh_steps < 0:
-        raise LipUsageError(f"refresh-steps must be >= 0, got {refresh_steps}")
+        raise SettingError("refresh_steps", f"refresh_steps must be >= 0, got {refresh_steps}")
     t_refresh, _ = _timed(lambda: model.refresh_power_iteration(refresh_steps), device)
     model.eval()
 
@@ -144,8 +148,8 @@ def bench_certify(
         progress(f"fitting the head (<= {fit_head_steps} steps, to loss {fit_loss})")
         fit = fit_head(head, features, num_classes, fit_head_steps, fit_loss, seed)
         notes.append(
-            f"head fitted {fit['steps_taken']} Adam steps (to cross-entropy "
-            f"{fit['final_loss']:.3f}) to a random linear teacher's labels on the synthetic "
+            f"head fitted {fit.steps_taken} Adam steps (to cross-entropy "
+            f"{fit.final_loss:.3f}) to a random linear teacher's labels on the synthetic "
             "features, to give it trained-like margins (benchmark only)"
         )
 
@@ -177,51 +181,50 @@ def bench_certify(
 
         res = CertifyResult.concatenate(parts)
         radius_input = res.radius / lip_bound
-        certs.append({
-            "method": cert_name,
-            "top_k": k,
-            "exact_classes": bool(res.exact_classes),
-            "prepare_s": t_prep,
-            "certify_s": t_cert,
-            "inputs_per_s": n / t_cert if t_cert > 0 else None,
-            "feature_radius": _quantiles(res.radius),
-            "input_radius": _quantiles(radius_input),
-            "nonzero_fraction": float((res.radius > 0).double().mean()),
-            "notes": list(res.notes),
-            "stats": res.stats,
-        })
-    return {
-        "benchmark": "certify",
-        "environment": env,
-        "settings": {
-            "arch": (config.get("arch") or {}).get("name"),
-            "conv": (config.get("conv") or {}).get("name"),
-            "pool": (config.get("pool") or {}).get("name"),
-            "head": head_name,
-            "num_classes": num_classes,
-            "input_shape": list(shape),
-            "n": n, "batch_size": batch_size, "top_k": top_k,
-            "weights": source,
-            "inputs": "synthetic: uniform [0,1] images",
-            "fit_head": fit,
-        },
-        "parameters": count_parameters(model),
-        "power_refresh_s": t_refresh,
-        "power_refresh_steps": refresh_steps,
-        "features": {
-            "seconds": t_feat,
-            "inputs_per_s": n / t_feat,
-            "feature_dim": int(features.shape[1]),
-            "mode": "eval (evaluation terms), no_grad",
-        },
-        "lipschitz": {
-            "upper_bound": lip_bound,
-            "upper_bound_s": lip.time_s["upper_bound"],
-            "estimate": lip.estimate,
-            "estimate_s": lip.time_s["estimate"],
-            "estimate_iters": lipschitz_iters,
-            "report_total_s": t_lip,
-        },
-        "certificates": certs,
-        "notes": notes,
-    }
+        certs.append(CertificateTiming(
+            method=cert_name,
+            top_k=k,
+            exact_classes=bool(res.exact_classes),
+            prepare_s=t_prep,
+            certify_s=t_cert,
+            inputs_per_s=n / t_cert if t_cert > 0 else None,
+            feature_radius=_quantiles(res.radius),
+            input_radius=_quantiles(radius_input),
+            nonzero_fraction=float((res.radius > 0).double().mean()),
+            notes=list(res.notes),
+            stats=res.stats,
+        ))
+    return CertifyBenchReport(
+        environment=env,
+        settings=CertifyBenchSettings(
+            arch=(config.get("arch") or {}).get("name"),
+            conv=(config.get("conv") or {}).get("name"),
+            pool=(config.get("pool") or {}).get("name"),
+            head=head_name,
+            num_classes=num_classes,
+            input_shape=list(shape),
+            n=n, batch_size=batch_size, top_k=top_k,
+            weights=source,
+            inputs="synthetic: uniform [0,1] images",
+            fit_head=fit,
+        ),
+        parameters=count_parameters(model),
+        power_refresh_s=t_refresh,
+        power_refresh_steps=refresh_steps,
+        features=FeatureTiming(
+            seconds=t_feat,
+            inputs_per_s=n / t_feat,
+            feature_dim=int(features.shape[1]),
+            mode="eval (evaluation terms), no_grad",
+        ),
+        lipschitz=LipschitzTiming(
+            upper_bound=lip_bound,
+            upper_bound_s=lip.time_s["upper_bound"],
+            estimate=lip.estimate,
+            estimate_s=lip.time_s["estimate"],
+            estimate_iters=lipschitz_iters,
+            report_total_s=t_lip,
+        ),
+        certificates=certs,
+        notes=notes,
+    )

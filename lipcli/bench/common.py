@@ -19,11 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from lipcli import __version__
+from lipcli.bench.results import Environment, GpuEnvironment, GraphUse, StepSettings
 from lipcli.builtins.lipconvnet import DEPTHS
 from lipcli.host.constants import CIFAR_SHAPE, CIFAR_TRAIN_IMAGES
 from lipcli.host.plugins import natural_key
 from lipcli.numerics.precision import tf32_state
-from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.errors import LipUsageError, SettingError
 from lipcli.train.config import OPTIMIZER_LR, TrainConfig
 
 #: LipConvnet depths of paper Table 1 (SOC layers = depth + 1): every registered depth
@@ -91,29 +92,19 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def environment(device: torch.device) -> dict[str, Any]:
-    """Where the numbers were measured: device, threads, versions, current load."""
-    env: dict[str, Any] = {
-        "device": str(device),
-        "device_name": (
-            torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
-        ),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "lipcli": __version__,
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+def _load_average() -> list[float] | None:
     try:
-        env["load_average_1m_5m_15m"] = [round(v, 2) for v in os.getloadavg()]
+        return [round(v, 2) for v in os.getloadavg()]
     except OSError:
-        env["load_average_1m_5m_15m"] = None
+        return None
+
+
+def environment(device: torch.device) -> Environment:
+    """Where the numbers were measured: device, threads, versions, current load."""
+    gpu = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        env.update(
+        gpu = GpuEnvironment(
             cuda=torch.version.cuda,
             cudnn=torch.backends.cudnn.version(),
             cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
@@ -122,31 +113,42 @@ def environment(device: torch.device) -> dict[str, Any]:
             fp32_precision=list(tf32_state()),
             gpu_memory_gib=round(props.total_memory / 2**30, 1),
         )
-    return env
+    return Environment(
+        device=str(device),
+        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model(),
+        torch=torch.__version__,
+        python=platform.python_version(),
+        lipcli=__version__,
+        platform=platform.platform(),
+        cpu_count=os.cpu_count(),
+        torch_threads=torch.get_num_threads(),
+        torch_interop_threads=torch.get_num_interop_threads(),
+        timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        load_average_1m_5m_15m=_load_average(),
+        gpu=gpu,
+    )
 
 
-def record_load_after(env: dict[str, Any]) -> None:
-    """Add the 1/5/15-minute load averages after a run to an :func:`environment` report."""
-    try:
-        env["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        pass
+def record_load_after(env: Environment) -> None:
+    """Add the 1/5/15-minute load averages after a run to an :func:`environment` report
+    (where the system gives them)."""
+    env.load_average_after = _load_average()
 
 
-def step_settings(batch_size: int) -> dict[str, Any]:
+def step_settings(batch_size: int) -> StepSettings:
     """Report fields shared by the training-step benchmarks: inputs, epoch size, recipe."""
-    return {
-        "input_shape": list(CIFAR_SHAPE),
-        "epoch_images": EPOCH_IMAGES,
-        "steps_per_epoch": math.ceil(EPOCH_IMAGES / batch_size),
-        "optimizer": (
+    return StepSettings(
+        input_shape=list(CIFAR_SHAPE),
+        epoch_images=EPOCH_IMAGES,
+        steps_per_epoch=math.ceil(EPOCH_IMAGES / batch_size),
+        optimizer=(
             f"SGD lr {RECIPE_LR}, momentum {RECIPE_MOMENTUM}, weight decay "
             f"{RECIPE_WEIGHT_DECAY} on >=2-D non-head-excluded parameters (the paper's recipe)"
         ),
-        "step": "zero_grad + forward + cross-entropy + backward + optimizer step",
-        "epoch_time": f"median step time x ceil({EPOCH_IMAGES} / batch); data loading excluded",
-        "inputs": "synthetic: uniform [0,1] images, uniform random labels; random init",
-    }
+        step="zero_grad + forward + cross-entropy + backward + optimizer step",
+        epoch_time=f"median step time x ceil({EPOCH_IMAGES} / batch); data loading excluded",
+        inputs="synthetic: uniform [0,1] images, uniform random labels; random init",
+    )
 
 
 def _sync(device: torch.device) -> None:
@@ -155,16 +157,17 @@ def _sync(device: torch.device) -> None:
 
 
 def _check_positive(**values: int) -> None:
+    """A :class:`SettingError` (naming the argument) for the first value below 1."""
     for key, value in values.items():
         if value < 1:
-            raise LipUsageError(f"{key.replace('_', '-')} must be at least 1, got {value}")
+            raise SettingError(key, f"{key} must be at least 1, got {value}")
 
 
 def _check_step_settings(*, batch_size: int, steps: int, warmup: int, width: int) -> None:
     """The usage checks shared by ``lip bench train`` and ``lip bench profile``."""
     _check_positive(batch_size=batch_size, steps=steps, width=width)
     if warmup < 0:
-        raise LipUsageError(f"warmup must be >= 0, got {warmup}")
+        raise SettingError("warmup", f"warmup must be >= 0, got {warmup}")
 
 
 def arch_settings(per_arch: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
@@ -331,11 +334,11 @@ class RecipeStep:
             self.optimizer.zero_grad(set_to_none=graphed is None or not graphed.captured)
         return self._body(x, y, rf)[0]
 
-    def graph_summary(self) -> dict[str, Any]:
+    def graph_summary(self) -> GraphUse:
         """Whether the step was replayed from a CUDA graph (and why not)."""
         if self.graphed is not None:
-            return self.graphed.summary()
-        return {"captured": False, "reason": self.graph_reason}
+            return GraphUse(**self.graphed.summary())
+        return GraphUse(captured=False, reason=self.graph_reason)
 
 
 @contextmanager

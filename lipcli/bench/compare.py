@@ -44,6 +44,7 @@ from lipcli.bench.common import (
     synthetic_batch,
 )
 from lipcli.bench.memory import measure_step_memory
+from lipcli.bench.results import ComponentBenchReport, ComponentBenchSettings, VariantRow, VariantsResult
 from lipcli.bench.table1 import _summary
 
 
@@ -87,7 +88,7 @@ def bench_components_arch(
     seed: int = 0,
     measure_memory: bool = True,
     progress: Progress = _no_progress,
-) -> dict[str, Any]:
+) -> VariantsResult:
     """All ``variants`` on one architecture, interleaved (module docstring)."""
     _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
     if not variants:
@@ -123,30 +124,26 @@ def bench_components_arch(
     for i, (label, variant) in enumerate(zip(labels, variants)):
         summary = _summary(times[i], batch_size)
         ratios = [t / t0 for t, t0 in zip(times[i], times[0])]
-        rows.append({
-            "label": label,
-            "components": dict(variant),
-            "parameters": count_parameters(runners[i].model),
-            **summary,
-            "relative_to_reference": summary["median_step_s"] / ref,
-            "relative_to_reference_paired": statistics.median(ratios),
-            "first_step_loss": losses[i][0],
-            "final_loss": losses[i][-1],
-        })
+        rows.append(VariantRow(
+            label=label,
+            components=dict(variant),
+            parameters=count_parameters(runners[i].model),
+            times=summary,
+            relative_to_reference=summary.median_step_s / ref,
+            relative_to_reference_paired=statistics.median(ratios),
+            first_step_loss=losses[i][0],
+            final_loss=losses[i][-1],
+        ))
     if measure_memory:
         progress(f"{arch}: measuring peak memory of one step per variant")
         x, y = synthetic_batch(batch_size, num_classes, gen, device)
         for row, runner in zip(rows, runners):
-            row["memory"] = measure_step_memory(runner, x, y, device)
+            row.memory = measure_step_memory(runner, x, y, device)
     del runners
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return {"arch": arch, "reference": labels[0], "varying": varying, "variants": rows}
-
-
-#: the settings of :func:`bench_components_arch` that the report repeats, in report order
-_REPORTED = ("batch_size", "steps", "warmup", "width", "num_classes", "seed")
+    return VariantsResult(arch=arch, reference=labels[0], varying=varying, variants=rows)
 
 
 def bench_components(
@@ -156,7 +153,7 @@ def bench_components(
     device: torch.device | str = "cpu",
     progress: Progress = _no_progress,
     **options: Any,
-) -> dict[str, Any]:
+) -> ComponentBenchReport:
     """:func:`bench_components_arch` for every architecture, with environment and settings.
 
     ``choices``: per component kind, the choices to combine (see the module docstring);
@@ -173,17 +170,14 @@ def bench_components(
         for arch in archs
     ]
     record_load_after(env)
-    return {
-        "benchmark": "train-components",
-        "environment": env,
-        "settings": {
-            **{key: s[key] for key in _REPORTED},
-            "choices": {kind: list(dict.fromkeys(c)) for kind, c in choices.items()},
-            "schedule": (
-                "interleaved: each round every variant takes one step on the same synthetic "
-                "batch, the starting variant rotating between rounds; warm-up rounds not timed"
-            ),
-            **step_settings(s["batch_size"]),
-        },
-        "results": results,
-    }
+    settings = ComponentBenchSettings(
+        batch_size=s["batch_size"], steps=s["steps"], warmup=s["warmup"], width=s["width"],
+        num_classes=s["num_classes"], seed=s["seed"],
+        choices={kind: list(dict.fromkeys(c)) for kind, c in choices.items()},
+        schedule=(
+            "interleaved: each round every variant takes one step on the same synthetic "
+            "batch, the starting variant rotating between rounds; warm-up rounds not timed"
+        ),
+        step=step_settings(s["batch_size"]),
+    )
+    return ComponentBenchReport(environment=env, settings=settings, results=results)

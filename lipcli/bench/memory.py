@@ -6,11 +6,10 @@ from __future__ import annotations
 import ctypes
 import gc
 from collections.abc import Sequence
-from typing import Any
-
 import torch
 
 from lipcli.bench.common import RecipeStep, _sync
+from lipcli.bench.results import StepMemory
 
 
 _PROC_STATUS = "/proc/self/status"
@@ -82,7 +81,7 @@ class SavedTensorMeter:
 
 def measure_step_memory(
     step: RecipeStep, x: torch.Tensor, y: torch.Tensor, device: torch.device
-) -> dict[str, Any]:
+) -> StepMemory:
     """Peak memory of ONE training step, measured in isolation (outside the timed rounds).
 
     * CUDA: ``torch.cuda.max_memory_allocated() - memory_allocated()`` before the step
@@ -99,7 +98,6 @@ def measure_step_memory(
     model = step.model
     exclude = [*model.parameters(), *model.buffers()]
     meter = SavedTensorMeter(exclude)
-    out: dict[str, Any] = {}
     gc.collect()
     _sync(device)
     if device.type == "cuda":
@@ -109,9 +107,8 @@ def measure_step_memory(
             step(x, y, eager=True)
         _sync(device)
         peak = torch.cuda.max_memory_allocated(device)
-        out["method"] = "torch.cuda.max_memory_allocated - memory_allocated before the step"
-        out["peak_step_mib"] = (peak - before) / 2**20
-        out["peak_total_mib"] = peak / 2**20
+        method = "torch.cuda.max_memory_allocated - memory_allocated before the step"
+        peak_step, peak_total = (peak - before) / 2**20, peak / 2**20
     else:
         _malloc_trim()
         rss0 = _proc_kib("VmRSS")
@@ -120,16 +117,13 @@ def measure_step_memory(
             step(x, y, eager=True)
         hwm = _proc_kib("VmHWM")
         if rss0 is not None and hwm is not None and reset:
-            out["method"] = (
+            method = (
                 "peak RSS delta: VmHWM - VmRSS before the step (/proc/self/status, "
                 "high-water mark reset via /proc/self/clear_refs, after malloc_trim)"
             )
-            out["peak_step_mib"] = max(0, hwm - rss0) / 1024
-            out["peak_total_mib"] = hwm / 1024
+            peak_step, peak_total = max(0, hwm - rss0) / 1024, hwm / 1024
         else:
-            out["method"] = "unavailable (needs Linux /proc/self/status and clear_refs)"
-            out["peak_step_mib"] = None
-            out["peak_total_mib"] = None
-    out["saved_activations_mib"] = meter.bytes / 2**20
-    out["saved_tensors"] = meter.count
-    return out
+            method = "unavailable (needs Linux /proc/self/status and clear_refs)"
+            peak_step = peak_total = None
+    return StepMemory(method=method, peak_step_mib=peak_step, peak_total_mib=peak_total,
+                      saved_activations_mib=meter.bytes / 2**20, saved_tensors=meter.count)

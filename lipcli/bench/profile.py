@@ -15,6 +15,16 @@ import torch
 from torch import nn
 
 from lipcli.sdk.specs import CONVOLUTION_PROFILE_LABEL
+from lipcli.bench.results import (
+    CategoryTime,
+    GpuProfile,
+    KernelFloor,
+    KernelTime,
+    NodeTime,
+    OperatorTime,
+    ProfileReport,
+    ProfileSettings,
+)
 from lipcli.bench.common import (
     CIFAR_SHAPE,
     FAST_CONV,
@@ -244,7 +254,7 @@ def _split_events(events: Sequence[Any]) -> tuple[list[Any], list[Any]]:
 
 
 def kernel_floor(model: nn.Module, step: RecipeStep, batches: Sequence[Any],
-                 device: torch.device) -> dict[str, float] | None:
+                 device: torch.device) -> KernelFloor | None:
     """GPU kernel time per training step and its convolution part (the floor of a step:
     its convolution kernels), from :mod:`torch.profiler` over eager steps on ``batches``
     (a CUDA graph replays the same kernels).  ``None`` on CPU."""
@@ -257,8 +267,8 @@ def kernel_floor(model: nn.Module, step: RecipeStep, batches: Sequence[Any],
         if cat == "convolution":
             conv += us
     n = max(1, len(batches))
-    return {"conv_kernel_ms_per_step": conv / 1e3 / n, "gpu_kernel_ms_per_step": total / 1e3 / n,
-            "profiled_step_ms": wall_us / 1e3 / n, "profiled_steps": len(batches)}
+    return KernelFloor(conv_kernel_ms_per_step=conv / 1e3 / n, gpu_kernel_ms_per_step=total / 1e3 / n,
+                       profiled_step_ms=wall_us / 1e3 / n, profiled_steps=len(batches))
 
 
 def bench_profile(
@@ -270,7 +280,7 @@ def bench_profile(
     # the measurement
     batch_size: int = 128, steps: int = 3, warmup: int = 1, top_ops: int = 15,
     device: torch.device | str = "cpu", progress: Progress = _no_progress,
-) -> dict[str, Any]:
+) -> ProfileReport:
     """Share of training-step time per category, convolution versus everything else.
 
     CPU: each operator's self CPU time, plus "untracked" = profiled wall time minus the sum
@@ -328,37 +338,47 @@ def bench_profile(
     if denom <= 0:
         raise RuntimeError("the profiler recorded no time")
     rows = [
-        {"category": k, "label": CATEGORY_LABELS[k], "ms_per_step": v / 1e3 / steps,
-         "share_pct": 100.0 * v / denom}
+        CategoryTime(category=k, label=CATEGORY_LABELS[k], ms_per_step=v / 1e3 / steps,
+                     share_pct=100.0 * v / denom)
         for k, v in times_us.items() if v > 0
     ]
-    rows.sort(key=lambda r: -r["ms_per_step"])
+    rows.sort(key=lambda r: -r.ms_per_step)
     conv_share = 100.0 * times_us["convolution"] / denom
     ops = sorted(per_op.items(), key=lambda kv: -(kv[1][1] if use_device else kv[1][0]))
     top = [
-        {"op": name, "category": cat,
-         "ms_per_step": (d if use_device else c) / 1e3 / steps,
-         "share_pct": 100.0 * (d if use_device else c) / denom}
+        OperatorTime(op=name, category=cat, ms_per_step=(d if use_device else c) / 1e3 / steps,
+                     share_pct=100.0 * (d if use_device else c) / denom)
         for (name, cat), (c, d) in ops[:top_ops]
     ]
     nodes = sorted(per_node.items(), key=lambda kv: -(kv[1][1] if use_device else kv[1][0]))
     backward_nodes = [
-        {"node": name, "ms_per_step": (d if use_device else c) / 1e3 / steps,
-         "share_pct": 100.0 * (d if use_device else c) / denom}
+        NodeTime(node=name, ms_per_step=(d if use_device else c) / 1e3 / steps,
+                 share_pct=100.0 * (d if use_device else c) / denom)
         for name, (c, d) in nodes[:top_ops]
     ]
-    result: dict[str, Any] = {
-        "benchmark": "profile",
-        "environment": env,
-        "settings": {
-            "arch": arch, "conv": conv, "head": head, "pool": pool, "width": width,
-            "batch_size": batch_size, "steps": steps, "warmup": warmup,
-            "num_classes": num_classes, "input_shape": list(CIFAR_SHAPE),
-            "time_basis": (
+    gpu = None
+    if use_device:
+        gpu = GpuProfile(
+            gpu_busy_ms_per_step=tracked / 1e3 / steps,
+            gpu_idle_ms_per_step=max(0.0, wall_us - tracked) / 1e3 / steps,
+            cpu_operator_ms_per_step=sum(cpu_us.values()) / 1e3 / steps,
+            device_events_ms_per_step=device_events_us / 1e3 / steps,
+            kernels_without_launch_record=[
+                KernelTime(kernel=name, ms_per_step=us / 1e3 / steps, category=cat)
+                for (name, cat), (us,) in sorted(unlinked.items(), key=lambda kv: -kv[1][0])[:top_ops]
+            ],
+        )
+    return ProfileReport(
+        environment=env,
+        settings=ProfileSettings(
+            arch=arch, conv=conv, head=head, pool=pool, width=width,
+            batch_size=batch_size, steps=steps, warmup=warmup,
+            num_classes=num_classes, input_shape=list(CIFAR_SHAPE),
+            time_basis=(
                 "CUDA kernel time, each kernel once via the operator that launched it" if use_device
                 else "operator self CPU time; shares are of profiled wall time"
             ),
-            "convolution_rule": (
+            convolution_rule=(
                 "an operator counts as convolution when it or an operator it was called "
                 "from is a convolution op (aten:: conv2d, convolution, "
                 "convolution_backward, mkldnn/cudnn/slow conv; mkldnn:: fused "
@@ -367,23 +387,14 @@ def bench_profile(
                 "add fused into them and 1x1 convolutions on 1x1 images computed as "
                 "matrix products)"
             ),
-        },
-        "step_ms_unprofiled_median": statistics.median(plain) * 1e3,
-        "step_ms_profiled": wall_us / 1e3 / steps,
-        "categories": rows,
-        "convolution_share_pct": conv_share,
-        "convolution_share_of_operators_pct": 100.0 * times_us["convolution"] / tracked
+        ),
+        step_ms_unprofiled_median=statistics.median(plain) * 1e3,
+        step_ms_profiled=wall_us / 1e3 / steps,
+        categories=rows,
+        convolution_share_pct=conv_share,
+        convolution_share_of_operators_pct=100.0 * times_us["convolution"] / tracked
         if tracked > 0 else None,
-        "top_operators": top,
-        "backward_non_convolution_by_node": backward_nodes,
-    }
-    if use_device:
-        result["gpu_busy_ms_per_step"] = tracked / 1e3 / steps
-        result["gpu_idle_ms_per_step"] = max(0.0, wall_us - tracked) / 1e3 / steps
-        result["cpu_operator_ms_per_step"] = sum(cpu_us.values()) / 1e3 / steps
-        result["device_events_ms_per_step"] = device_events_us / 1e3 / steps
-        result["kernels_without_launch_record"] = [
-            {"kernel": name, "ms_per_step": us / 1e3 / steps, "category": cat}
-            for (name, cat), (us,) in sorted(unlinked.items(), key=lambda kv: -kv[1][0])[:top_ops]
-        ]
-    return result
+        top_operators=top,
+        backward_non_convolution_by_node=backward_nodes,
+        gpu=gpu,
+    )

@@ -32,24 +32,19 @@ from lipcli.bench.common import (
 )
 from lipcli.bench.memory import measure_step_memory
 from lipcli.bench.profile import kernel_floor
+from lipcli.bench.results import FastExact, ModelTiming, StepTimes, Table1Row, TrainBenchReport, TrainBenchSettings
 
 #: eager steps profiled per model for the convolution-kernel floor (CUDA)
 FLOOR_STEPS = 3
 
 
-def _summary(times: Sequence[float], batch: int) -> dict[str, Any]:
+def _summary(times: Sequence[float], batch: int) -> StepTimes:
     med = statistics.median(times)
     steps_per_epoch = math.ceil(EPOCH_IMAGES / batch)
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
-    return {
-        "step_times_s": list(times),
-        "median_step_s": med,
-        "min_step_s": min(times),
-        "max_step_s": max(times),
-        "iqr_step_s": q[2] - q[0],
-        "images_per_s": batch / med,
-        "epoch_s": med * steps_per_epoch,
-    }
+    return StepTimes(step_times_s=list(times), median_step_s=med, min_step_s=min(times),
+                     max_step_s=max(times), iqr_step_s=q[2] - q[0], images_per_s=batch / med,
+                     epoch_s=med * steps_per_epoch)
 
 
 def bench_train_arch(
@@ -70,7 +65,7 @@ def bench_train_arch(
     cuda_graphs: bool = False,
     floor: bool = True,
     progress: Progress = _no_progress,
-) -> dict[str, Any]:
+) -> Table1Row:
     """Fast vs exact SOC training step on one architecture (see the module docstring).
 
     ``cuda_graphs``: both models' steps are replayed from CUDA graphs where possible.
@@ -104,47 +99,42 @@ def bench_train_arch(
         progress(
             f"{arch}: round {r + 1}/{rounds} ({phase}) fast {last['fast']}, exact {last['exact']}"
         )
-    result: dict[str, Any] = {
-        "arch": arch,
-        "soc_layers": soc_layers(arch),
-        "parameters": count_parameters(fast),
-        "initial_state_identical": identical,
-        "first_step_loss": {"fast": losses["fast"][0], "exact": losses["exact"][0]},
-        "first_step_loss_abs_diff": abs(losses["fast"][0] - losses["exact"][0]),
-        "final_loss": {"fast": losses["fast"][-1], "exact": losses["exact"][-1]},
-    }
-    for key, conv in (("fast", fast_conv), ("exact", exact_conv)):
-        result[key] = {"conv": conv, **_summary(times[key], batch_size),
-                       "cuda_graphs": runners[key].graph_summary()}
+    timing = {key: ModelTiming(conv=conv, times=_summary(times[key], batch_size),
+                               cuda_graphs=runners[key].graph_summary())
+              for key, conv in (("fast", fast_conv), ("exact", exact_conv))}
     if floor and device.type == "cuda":
         progress(f"{arch}: profiling {FLOOR_STEPS} eager steps per model for the convolution kernel time")
         batches = [synthetic_batch(batch_size, num_classes, gen, device) for _ in range(FLOOR_STEPS)]
         for key, model in (("fast", fast), ("exact", exact)):
             fl = kernel_floor(model, runners[key], batches, device)
-            if fl is not None and fl["conv_kernel_ms_per_step"] > 0:
-                fl["step_over_conv_kernel"] = (
-                    result[key]["median_step_s"] * 1e3 / fl["conv_kernel_ms_per_step"])
-            result[key]["kernel_floor"] = fl
+            if fl is not None and fl.conv_kernel_ms_per_step > 0:
+                fl.step_over_conv_kernel = timing[key].times.median_step_s * 1e3 / fl.conv_kernel_ms_per_step
+            timing[key].kernel_floor = fl
     ratios = [f / e for f, e in zip(times["fast"], times["exact"])]
-    result["reduction_pct"] = 100.0 * (
-        1.0 - result["fast"]["median_step_s"] / result["exact"]["median_step_s"]
+    result = Table1Row(
+        arch=arch,
+        soc_layers=soc_layers(arch),
+        parameters=count_parameters(fast),
+        initial_state_identical=identical,
+        first_step_loss=FastExact(fast=losses["fast"][0], exact=losses["exact"][0]),
+        first_step_loss_abs_diff=abs(losses["fast"][0] - losses["exact"][0]),
+        final_loss=FastExact(fast=losses["fast"][-1], exact=losses["exact"][-1]),
+        fast=timing["fast"],
+        exact=timing["exact"],
+        reduction_pct=100.0 * (
+            1.0 - timing["fast"].times.median_step_s / timing["exact"].times.median_step_s),
+        reduction_pct_paired=100.0 * (1.0 - statistics.median(ratios)),
     )
-    result["reduction_pct_paired"] = 100.0 * (1.0 - statistics.median(ratios))
     if measure_memory:
         progress(f"{arch}: measuring peak memory of one step per model")
         x, y = synthetic_batch(batch_size, num_classes, gen, device)
         for key in ("fast", "exact"):
-            result[key]["memory"] = measure_step_memory(runners[key], x, y, device)
+            timing[key].memory = measure_step_memory(runners[key], x, y, device)
     del runners, fast, exact
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
-
-
-#: the settings of :func:`bench_train_arch` that the report repeats, in report order
-_REPORTED = ("batch_size", "steps", "warmup", "width", "head", "pool", "num_classes", "seed",
-             "fast_conv", "exact_conv")
 
 
 def bench_train(
@@ -153,7 +143,7 @@ def bench_train(
     device: torch.device | str = "cpu",
     progress: Progress = _no_progress,
     **options: Any,
-) -> dict[str, Any]:
+) -> TrainBenchReport:
     """:func:`bench_train_arch` for every architecture, with environment and settings.
 
     ``options``: the other keyword arguments of :func:`bench_train_arch` (``batch_size``,
@@ -169,21 +159,19 @@ def bench_train(
         progress(f"{arch}: building fast ({s['fast_conv']}) and exact ({s['exact_conv']}) models")
         results.append(bench_train_arch(arch, device=device, progress=progress, **options))
     record_load_after(env)
-    return {
-        "benchmark": "train",
-        "environment": env,
-        "settings": {
-            **{key: s[key] for key in _REPORTED},
-            "schedule": (
-                "interleaved: each round both models take one step on the same synthetic "
-                "batch, order alternating between rounds; warm-up rounds not timed"
-            ),
-            "cuda_graphs": s["cuda_graphs"],
-            "kernel_floor": (
-                f"CUDA: GPU kernel time per step and its convolution kernels, profiled over "
-                f"{FLOOR_STEPS} eager steps after the timed ones"
-                if s["floor"] and device.type == "cuda" else None),
-            **step_settings(s["batch_size"]),
-        },
-        "results": results,
-    }
+    settings = TrainBenchSettings(
+        batch_size=s["batch_size"], steps=s["steps"], warmup=s["warmup"], width=s["width"],
+        head=s["head"], pool=s["pool"], num_classes=s["num_classes"], seed=s["seed"],
+        fast_conv=s["fast_conv"], exact_conv=s["exact_conv"],
+        schedule=(
+            "interleaved: each round both models take one step on the same synthetic "
+            "batch, order alternating between rounds; warm-up rounds not timed"
+        ),
+        cuda_graphs=s["cuda_graphs"],
+        kernel_floor=(
+            f"CUDA: GPU kernel time per step and its convolution kernels, profiled over "
+            f"{FLOOR_STEPS} eager steps after the timed ones"
+            if s["floor"] and device.type == "cuda" else None),
+        step=step_settings(s["batch_size"]),
+    )
+    return TrainBenchReport(environment=env, settings=settings, results=results)

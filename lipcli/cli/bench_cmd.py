@@ -98,11 +98,13 @@ def _save(report: dict[str, Any], path: Optional[str]) -> Optional[str]:
     return None
 
 
-def _finish(report: dict[str, Any], output: Optional[str], json_out: bool, printer) -> None:
-    """Save ``--output``, print the report (JSON or table), then report a failed save."""
-    error = _save(report, output)
+def _finish(report: Any, output: Optional[str], json_out: bool, printer) -> None:
+    """Save ``--output``, print the report (its JSON or ``printer``'s table), then report a
+    failed save; ``report`` is one of :mod:`lipcli.bench.results`' reports."""
+    data = report.to_json()
+    error = _save(data, output)
     if json_out:
-        print_json(report)
+        print_json(data)
     else:
         printer(report)
     if error:
@@ -346,8 +348,7 @@ def profile(
         width=width, head=head, pool=pool, num_classes=classes, seed=seed,
         progress=_progress(quiet),
     )
-    report["target_pct"] = target
-    report["target_met"] = report["convolution_share_pct"] >= target
+    report.check_target(target)
     _finish(report, output, json_out, tables.print_profile)
 
 

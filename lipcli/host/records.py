@@ -3,7 +3,10 @@
 
 Field order is the JSON key order.  A dataclass may name fields that are left out of the
 JSON while they are ``None`` (``JSON_OMIT_NONE``): keys that exist only in some runs (e.g.
-the PGD columns of a certified-accuracy row) stay absent instead of ``null``.
+the PGD columns of a certified-accuracy row) stay absent instead of ``null``.  A field
+declared with ``field(metadata=INLINE)`` holds a part whose keys stand in the parent's JSON
+at the field's place (nothing while it is ``None``): one part shared by several results
+(e.g. the step times of a benchmark row) without a nesting level the JSON never had.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
+#: ``dataclasses.field(metadata=INLINE)``: the field's own keys are written into the parent
+INLINE: dict[str, bool] = {"json_inline": True}
+
 
 def to_json(value: Any) -> Any:
     """``value`` with every dataclass turned into a dict (recursively; lists, tuples and dicts
-    walked), fields in declaration order, ``JSON_OMIT_NONE`` fields left out while ``None``;
-    an object with its own ``to_json()`` (not a :class:`JsonRecord`) is asked for it."""
+    walked), fields in declaration order, ``JSON_OMIT_NONE`` fields left out while ``None``,
+    :data:`INLINE` fields' keys spliced in at their place; an object with its own ``to_json()`` (not a :class:`JsonRecord`) is asked for it."""
     if not isinstance(value, (type, JsonRecord)) and callable(getattr(value, "to_json", None)):
         return to_json(value.to_json())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -23,9 +29,12 @@ def to_json(value: Any) -> Any:
         out = {}
         for f in dataclasses.fields(value):
             item = getattr(value, f.name)
-            if item is None and f.name in omit:
+            if item is None and (f.name in omit or f.metadata.get("json_inline")):
                 continue
-            out[f.name] = to_json(item)
+            if f.metadata.get("json_inline"):
+                out.update(to_json(item))
+            else:
+                out[f.name] = to_json(item)
         return out
     if isinstance(value, dict):
         return {k: to_json(v) for k, v in value.items()}

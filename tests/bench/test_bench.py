@@ -248,6 +248,30 @@ def test_bad_inputs_exit_2_with_one_line(args):
     assert result.stdout == ""
 
 
+def _tiny_model():
+    return bench.build_model("lipconvnet-5", conv="soc-fast", width=4)
+
+
+@pytest.mark.parametrize(("args", "setting", "message"), [
+    (["train", "--archs", "5", "--steps", "0"], "steps", "--steps must be at least 1, got 0"),
+    (["train", "--archs", "5", "--warmup", "-1"], "warmup", "--warmup must be >= 0, got -1"),
+    (["profile", "--arch", "5", "--batch-size", "0"], "batch_size", "--batch-size must be at least 1, got 0"),
+    (["certify", "--arch", "5", "--top-k", "0"], "top_k", "--top-k must be at least 1, got 0"),
+    (["certify", "--arch", "5", "--refresh-steps", "-1"], "refresh_steps", "--refresh-steps must be >= 0"),
+])
+def test_bad_settings_name_the_argument_in_the_library_and_the_option_in_lip(args, setting, message):
+    """The drivers raise SettingError naming their argument; lip bench names its option."""
+    from lipcli.sdk.errors import SettingError
+
+    result = CliRunner().invoke(app, ["bench", *args, "--width", "4", "--device", "cpu"])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {message}"), result.stderr
+    with pytest.raises(SettingError) as info:  # the library's own words
+        {"train": lambda: bench.bench_train(["lipconvnet-5"], **{setting: int(args[-1])}),
+         "profile": lambda: bench.bench_profile("lipconvnet-5", batch_size=0),
+         "certify": lambda: bench.bench_certify(_tiny_model(), **{setting: int(args[-1])})}[args[0]]()
+    assert info.value.setting == setting and "--" not in str(info.value)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present")
 def test_cuda_requested_without_cuda_exits_2():
     result = CliRunner().invoke(app, ["bench", "train", "--archs", "5", "--device", "cuda"])
@@ -262,8 +286,8 @@ def test_fit_head_stops_at_target_loss(one_thread):
     head = LLNHead(16, 3)
     feats = torch.randn(64, 16) * 3
     fit = bench.fit_head(head, feats, 3, steps=2000, target_loss=0.5, lr=1e-2)
-    assert 0 < fit["steps_taken"] < 2000 and fit["final_loss"] <= 0.5 + 1e-6
-    assert fit["teacher_agreement"] > 0.7
+    assert 0 < fit.steps_taken < 2000 and fit.final_loss <= 0.5 + 1e-6
+    assert fit.teacher_agreement > 0.7
     assert not head.training
     # zero steps leaves the head untouched
     before = {k: v.clone() for k, v in head.state_dict().items()}
