@@ -10,7 +10,8 @@ import typer
 
 from lipcli.certify.options import DEFAULT_RADII, CertifyOptions
 from lipcli.cli.common import ProgressBars, cli_errors, fail, print_json, stdout_console
-from lipcli.cli.options import DeviceOption, JsonOption, ModelArgument, QuietOption
+from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, ModelArgument,
+                                QuietOption)
 
 #: the defaults the options show (written once, in CertifyOptions)
 _C = CertifyOptions()
@@ -31,8 +32,8 @@ def certify(
     dataset: Annotated[Optional[str], typer.Option(
         "--dataset", help="Data set NAME[:key=value,...] (default: the one recorded in the model file).",
     )] = _C.dataset,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Data set root directory.")] = None,
-    download: Annotated[bool, typer.Option("--download", help="Download the data set if missing.")] = _C.download,
+    data_dir: DataDirOption = None,
+    download: DownloadOption = _C.download,
     split: Annotated[str, typer.Option("--split", help="Data set split to certify.")] = _C.split,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N points of the split.")] = _C.limit,
     batch_size: Annotated[int, typer.Option(

@@ -137,7 +137,10 @@ def option_flag(func: Callable[..., Any], name: str) -> str | None:
     for info in infos:
         if type(info).__name__ != "OptionInfo":
             continue
-        longs = [d for d in (getattr(info, "param_decls", None) or ()) if d.startswith("--")]
+        # in ``Annotated[..., typer.Option("--flag", ...)]`` the first declaration is the
+        # option's ``default`` (typer moves it to the declarations when it builds the command)
+        decls = [getattr(info, "default", None), *(getattr(info, "param_decls", None) or ())]
+        longs = [d for d in decls if isinstance(d, str) and d.startswith("--")]
         return longs[0].split("/")[0] if longs else "--" + name.replace("_", "-")
     return None
 

@@ -9,6 +9,7 @@ import typer
 
 from lipcli.cli.common import ProgressBars, cli_errors, print_json, stdout_console
 from lipcli.cli.options import JsonOption, ModelArgument, QuietOption
+from lipcli.export.options import ExportOptions
 
 
 @cli_errors
@@ -29,11 +30,11 @@ def export(
         help="The program also returns the certified input-space l2 radius of each prediction "
         "(LLN: exact; CRC-Lip: closed form with guaranteed curvature bounds).",
     )] = False,
-    check: Annotated[Optional[int], typer.Option(
+    check_inputs: Annotated[int, typer.Option(
         "--check",
         help="Inputs on which the written program is compared with lipcli (test images of the "
-        "model's data set when available offline, else random images); default 64.",
-    )] = None,
+        "model's data set when available offline, else random images).",
+    )] = ExportOptions.check_inputs,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
@@ -47,14 +48,12 @@ def export(
     runtime and compared with lipcli; a relative difference above 1e-5 is
     an error and nothing is written.
     """
-    from lipcli.export import ExportOptions, export_model
+    from lipcli.export import export_model
     from lipcli.host.runs import resolve_model_argument
 
     path = resolve_model_argument(model)
     options = ExportOptions(format=format, out=None if output is None else str(output),
-                            certify=certify, overwrite=overwrite)
-    if check is not None:  # else ExportOptions' default
-        options.check_inputs = check
+                            certify=certify, check_inputs=check_inputs, overwrite=overwrite)
     with ProgressBars(enabled=not quiet) as bars:
         report = export_model(path, options, progress=bars.update)
     if json_out:

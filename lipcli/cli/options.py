@@ -1,5 +1,6 @@
 """Command-line options shared by every ``lip`` command, each defined once (``Annotated``
-aliases): ``--device``, ``--json``, ``--quiet`` and the optional MODEL argument.
+aliases): ``--device``, ``--json``, ``--quiet`` and the optional MODEL argument; and the
+data-set options that ``lip train`` and ``lip certify`` share (``--data-dir``, ``--download``).
 
 Their defaults are the library's (:data:`lipcli.host.devices.DEFAULT_DEVICE`, a command's
 options dataclass), written where a command declares the parameter, e.g.
@@ -20,3 +21,7 @@ ModelArgument = Annotated[Optional[Path], typer.Argument(help=MODEL_HELP, show_d
 DeviceOption = Annotated[str, typer.Option("--device", help="Device: auto (CUDA if available), cpu, cuda or cuda:N.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout (strict JSON).")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output on stderr.")]
+DataDirOption = Annotated[Optional[Path], typer.Option("--data-dir", help="Data set root directory (cifar10: "
+                                                       "DIR/cifar-10-batches-py/...; imagefolder: DIR/train, DIR/test).")]
+DownloadOption = Annotated[bool, typer.Option("--download", help="Download the data set into --data-dir if "
+                                              "missing.")]

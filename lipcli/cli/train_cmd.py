@@ -9,8 +9,10 @@ from typing import Annotated, Any, Optional
 import typer
 
 from lipcli.cli.common import cli_errors, print_json
-from lipcli.cli.options import DeviceOption, JsonOption, QuietOption
-from lipcli.train.config import DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, OPTIMIZER_LR, SCHEDULES, TrainConfig
+from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, recipe_text
+from lipcli.cli.options import DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption
+from lipcli.train.config import (DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, OPTIMIZER_LR,
+                                 SCHEDULES, TrainConfig)
 
 _COMPONENT = "NAME or NAME:key=value,..."
 #: the defaults the options have and show (written once, in TrainConfig); an option counts as
@@ -37,10 +39,8 @@ def train(
         "stem; paper 32); default: the architecture's.")] = _D.width,
     dataset: Annotated[str, typer.Option("--dataset", help="Data set: cifar10, cifar100, imagefolder, "
         "digits, or a plugin's.")] = _D.dataset,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Data set root (cifar10: "
-        "DIR/cifar-10-batches-py/...; imagefolder: DIR/train, DIR/test).")] = None,
-    download: Annotated[bool, typer.Option("--download", help="Download the data set into --data-dir if "
-        "missing.")] = _D.download,
+    data_dir: DataDirOption = None,
+    download: DownloadOption = _D.download,
     extra_data: Annotated[Optional[Path], typer.Option("--extra-data", help="Extra training images: an "
         "uncompressed .npz (or a directory) with 'image' uint8 NxHxWxC and 'label'; "
         "memory-mapped, augmented like the data set.")] = None,
@@ -69,7 +69,7 @@ def train(
         "LLN weight.")] = _D.weight_decay,
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = _D.seed,
     workers: Annotated[Optional[int], typer.Option("--workers", help="Data loader worker processes "
-        "(default: 0 on CPU, up to 4 on CUDA).")] = _D.workers,
+        f"(default: 0 on CPU, up to {MAX_CUDA_WORKERS} on CUDA).")] = _D.workers,
     device: DeviceOption = _D.device,
     amp: Annotated[bool, typer.Option("--amp", help="Mixed precision for training steps (bf16; evaluation "
         "stays fp32).")] = _D.amp,
@@ -79,13 +79,12 @@ def train(
     augment: Annotated[bool, typer.Option("--augment/--no-augment", help="Random crop (+ flip) "
         "augmentation.")] = _D.augment,
     attack_radius: Annotated[Optional[float], typer.Option("--attack-radius", help="Sets the loss parameter "
-        "radius (crc-lip: input-space l2 radius rho of the feature attack; default cifar10 36/255, "
-        "cifar100 0.2, others 36/255).")] = _D.attack_radius,
+        "radius (crc-lip: input-space l2 radius rho of the feature attack; default "
+        f"{recipe_text(0)}).")] = _D.attack_radius,
     curvature_weight: Annotated[Optional[float], typer.Option("--curvature-weight", help="Sets the loss "
-        "parameter gamma (crc-lip: curvature weight; default cifar10 0.5, cifar100 0.75, others "
-        "0.5).")] = _D.curvature_weight,
+        f"parameter gamma (crc-lip: curvature weight; default {recipe_text(1)}).")] = _D.curvature_weight,
     grad_clip: Annotated[Optional[float], typer.Option("--grad-clip", help="Gradient-norm clipping "
-        "(default: the loss's, 1.0 for crc-lip, off otherwise; 0 = off).")] = _D.grad_clip,
+        f"(default: the loss's, {CRC_GRAD_CLIP} for crc-lip, off otherwise; 0 = off).")] = _D.grad_clip,
     val_split: Annotated[float, typer.Option("--val-split", help="Hold out this fraction of the training "
         "set for validation (never the test set).")] = _D.val_split,
     keep_best: Annotated[bool, typer.Option("--keep-best", help="Keep the weights of the best validation "

@@ -5,14 +5,26 @@
 * :mod:`lipcli.export.program`: the exported network (``x -> logits`` or
   ``x -> (logits, radius)``);
 * :mod:`lipcli.export.formats`: ``pt2`` (torch.export), ``torchscript``, ``onnx``;
-* :mod:`lipcli.export.driver`: :func:`export_model` (write, load back, compare).
+* :mod:`lipcli.export.driver`: :func:`export_model` (write, load back, compare);
+* :mod:`lipcli.export.options`: :class:`ExportOptions` (its defaults, without torch).
 """
 
 from __future__ import annotations
 
-from lipcli.export.driver import ExportCheck, ExportCheckError, ExportOptions, ExportReport, export_model
-from lipcli.export.formats import FORMATS, MissingRuntimeError
-from lipcli.export.lowering import ExportedCertificate, ExportError, lower_module
+from lipcli.host.lazy import lazy_exports
+
+#: public name -> submodule defining it (imported on first use: ``lip export --help`` reads
+#: :class:`ExportOptions` from :mod:`lipcli.export.options` without torch)
+_EXPORTS: dict[str, str] = {
+    "ExportCheck": "driver", "ExportCheckError": "driver", "ExportReport": "driver",
+    "export_model": "driver", "ExportOptions": "options", "FORMATS": "formats",
+    "MissingRuntimeError": "formats", "ExportedCertificate": "lowering", "ExportError": "lowering",
+    "lower_module": "lowering",
+}
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
 
 __all__ = [
     "ExportCheck", "ExportCheckError", "ExportError", "ExportOptions", "ExportReport",

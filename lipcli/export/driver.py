@@ -32,9 +32,10 @@ import numpy as np
 import torch
 
 from lipcli import __version__
-from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.sdk.errors import LipError, LipUsageError, SettingError
 from lipcli.export.formats import EXAMPLE_BATCH, format_for
 from lipcli.export.lowering import ExportError, lower_certificate
+from lipcli.export.options import ExportOptions
 from lipcli.export.program import build_program
 
 #: largest accepted difference between the exported program and lipcli, relative to the
@@ -48,18 +49,6 @@ Progress = Callable[[str, int, int], None]
 
 class ExportCheckError(ExportError):
     """The exported program does not reproduce lipcli's outputs (nothing was written)."""
-
-
-@dataclass
-class ExportOptions:
-    """What :func:`export_model` does (the CLI's options)."""
-
-    format: str | None = None  # None: from the output's suffix, else pt2
-    out: str | None = None
-    certify: bool = False
-    check_inputs: int = 64
-    overwrite: bool = False
-    seed: int = 0
 
 
 @dataclass
@@ -112,7 +101,7 @@ def _check_options(model_path: Path, options: ExportOptions) -> tuple[Any, Path]
 
     fmt = format_for(options.format, options.out)
     if options.check_inputs < 1:
-        raise LipUsageError(f"--check must be >= 1, got {options.check_inputs}")
+        raise SettingError("check_inputs", f"check_inputs must be >= 1, got {options.check_inputs}")
     if not model_path.exists():
         raise LipUsageError(f"model file not found: {model_path}")
     if model_path.is_dir():

@@ -58,8 +58,7 @@ re-exported here.  Errors name settings, never command-line options
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lipcli.host.lazy import lazy_exports
 
 #: public name -> submodule; imported on first use (PEP 562), so that ``lipcli.train.config``
 #: (the CLI's defaults) loads without torch
@@ -81,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "LAUNCHER_ENV": "config",
     "LOG_NAME": "config",
     "LOSS_SHORTHANDS": "config",
+    "MAX_CUDA_WORKERS": "config",
     "MODEL_NAME": "config",
     "OPTIMIZER_LR": "config",
     "SCHEDULES": "config",
@@ -113,22 +113,13 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [
     # config
-    "LOSS_SHORTHANDS", "OPTIMIZER_LR", "SCHEDULES", "DEFAULT_EXTRA_RATIO", "CHECKPOINT_NAME", "LOG_NAME", "CONFIG_NAME",
+    "LOSS_SHORTHANDS", "OPTIMIZER_LR", "SCHEDULES", "DEFAULT_EXTRA_RATIO", "MAX_CUDA_WORKERS",
+    "CHECKPOINT_NAME", "LOG_NAME", "CONFIG_NAME",
     "BEST_NAME", "MODEL_NAME", "CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "INTERRUPT_ENV",
     "DEFAULT_NPROC_PER_NODE", "LAUNCHER_ENV",
     "TrainConfig", "load_config_file",

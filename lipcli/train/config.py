@@ -28,6 +28,8 @@ OPTIMIZER_LR: dict[str, float] = {"sgd": 0.1, "adamw": 1e-3, "nadam": 1e-3}
 SCHEDULES: tuple[str, ...] = ("step", "cosine")
 #: the fraction of each batch drawn from ``--extra-data`` when ``--extra-ratio`` is not given
 DEFAULT_EXTRA_RATIO = 0.5
+#: data loader worker processes on CUDA when ``workers`` is not given (0 on CPU)
+MAX_CUDA_WORKERS = 4
 CHECKPOINT_NAME = "checkpoint.safetensors"
 LOG_NAME = "train_log.jsonl"
 CONFIG_NAME = "config.json"

@@ -15,7 +15,8 @@ from torch import nn
 from lipcli.host.locks import check_run_unlocked
 from lipcli.sdk.errors import LipError
 from lipcli.train.checkpoint import read_checkpoint
-from lipcli.train.config import CHECKPOINT_NAME, DEFAULT_NPROC_PER_NODE, MODEL_NAME, TrainConfig
+from lipcli.train.config import (CHECKPOINT_NAME, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, MODEL_NAME,
+                                 TrainConfig)
 from lipcli.train.distributed import DistContext
 from lipcli.train.errors import TrainError, TrainUsageError, literal
 from lipcli.train.objective import resolve_loss
@@ -130,7 +131,8 @@ def _configure(config: TrainConfig | None, ctx: DistContext, reg: Any, *, run_di
     if paths is None:
         paths = plan_paths(cfg, run_dir=run_dir, out=out, overwrite=overwrite)
     workers = cfg.workers if cfg.workers is not None else (
-        0 if device.type == "cpu" else min(4, max(1, (os.cpu_count() or 2) // ctx.local_world_size - 1))
+        0 if device.type == "cpu"
+        else min(MAX_CUDA_WORKERS, max(1, (os.cpu_count() or 2) // ctx.local_world_size - 1))
     )
     return _Setup(cfg=cfg, comps=comps, data_comp=data_comp, loss_comp=loss_comp, root=root,
                   device=device, paths=paths, workers=workers, ckpt_tensors=ckpt_tensors,

@@ -39,18 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, PAPER_CRC_SETTINGS, paper_recipe
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.losses import LossContext, LossOutput, at_least_float32, class_margins
 from lipcli.sdk.specs import LossSpec, Param
-
-#: paper settings (ρ in input space, γ) per data set name; other data sets use "cifar10"'s
-PAPER_CRC_SETTINGS: dict[str, tuple[float, float]] = {
-    "cifar10": (36.0 / 255.0, 0.5),
-    "cifar100": (0.2, 0.75),
-}
-#: the reference's gradient-norm clipping for CRC-Lip training
-CRC_GRAD_CLIP = 1.0
 
 _margins = class_margins
 
@@ -226,13 +219,11 @@ class CRCLipLoss(nn.Module):
             self.curvature.update_u(model.head, self.refresh_steps)
 
 
-def paper_recipe(dataset: str) -> dict[str, Any]:
-    """The paper's ``radius`` and ``gamma`` for ``dataset`` (CIFAR-10's for unknown ones)."""
-    rho, gamma = PAPER_CRC_SETTINGS.get(dataset, PAPER_CRC_SETTINGS["cifar10"])
-    return {"radius": rho, "gamma": gamma}
+#: the parameters' defaults: the paper's CIFAR-10 settings
+_RHO, _GAMMA = PAPER_CRC_SETTINGS["cifar10"]
 
 
-def _crc_factory(context: LossContext, *, radius: float = 36.0 / 255.0, gamma: float = 0.5,
+def _crc_factory(context: LossContext, *, radius: float = _RHO, gamma: float = _GAMMA,
                  attack_steps: int = 5, power_steps: int = 2, classes: int = 0) -> CRCLipLoss:
     if radius < 0 or gamma < 0:
         raise ValueError("radius and gamma must be >= 0")
@@ -248,9 +239,9 @@ def crc_loss_spec() -> LossSpec:
         factory=_crc_factory,
         description="CRC-Lip: CE under a feature-space l2 attack + curvature regulariser (eq. 5)",
         params=(
-            Param(name="radius", type=float, default=36.0 / 255.0,
+            Param(name="radius", type=float, default=_RHO,
                   help="input-space l2 radius rho of the feature attack (0 = no attack)"),
-            Param(name="gamma", type=float, default=0.5,
+            Param(name="gamma", type=float, default=_GAMMA,
                   help="curvature weight (0 = no curvature term)"),
             Param(name="attack_steps", type=int, default=5, help="feature attack steps"),
             Param(name="power_steps", type=int, default=2,
