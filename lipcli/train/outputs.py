@@ -1,6 +1,7 @@
 """What a training run writes: its checkpoints (save and restore), then the final model
-file, its ``training`` record and the run's summary (:class:`RunOutputs`, a part of
-:class:`lipcli.train.run.TrainingRun`), and the progress they record (:class:`RunState`)."""
+file, its ``training`` record and the run's summary (:class:`RunOutputs`, the base of
+:class:`lipcli.train.run.TrainingRun` that also declares the run's parts), and the progress
+they record (:class:`RunState`)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from lipcli import __version__
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.train.checkpoint import (_prefixed, flatten_state, rng_state, set_rng_state, unflatten_state,
                                      write_checkpoint)
-from lipcli.train.config import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, INTERRUPT_ENV
+from lipcli.train.config import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, INTERRUPT_ENV, TrainConfig
+from lipcli.train.distributed import DistContext
 from lipcli.train.errors import NamedSettings, TrainError, literal
 from lipcli.train.evaluation import evaluate, lipschitz_record
-from lipcli.train.objective import loss_record
+from lipcli.train.objective import TrainStep, loss_record
 from lipcli.train.optim import optimization_record
-from lipcli.train.paths import check_replaceable
+from lipcli.train.paths import RunPaths, check_replaceable
+from lipcli.train.reporting import Reporter
 from lipcli.train.results import Evaluation, TrainSummary
 
 
@@ -37,32 +41,37 @@ class RunState:
 
 
 
+@dataclass
 class RunOutputs:
-    """The checkpoint and model-file half of :class:`lipcli.train.run.TrainingRun` (whose
-    fields these methods use)."""
+    """A training run's parts (settings, data, model, training objects, progress) and the
+    checkpoint and model-file half of its methods; :class:`lipcli.train.run.TrainingRun`
+    adds the epochs and steps."""
 
-    # (the fields of TrainingRun these methods read, for type checkers)
-    cfg: Any
-    ctx: Any
+    cfg: TrainConfig
+    ctx: DistContext
     device: torch.device
-    paths: Any
-    reporter: Any
+    paths: RunPaths
+    reporter: Reporter
     data: Any
-    model: Any
+    model: nn.Module
     model_config: dict[str, Any]
     workers: int
+    loader: Any
+    sampler: Any
+    val_loader: Any
+    test_loader: Any
     steps_per_epoch: int
     groups: list[dict[str, Any]]
-    optimizer: Any
+    optimizer: torch.optim.Optimizer
     scheduler: Any
     amp_dtype: torch.dtype
-    scaler: Any
+    scaler: torch.amp.GradScaler
     loss_component: Any
-    step_module: Any
-    extra: Any
-    state: RunState
-    resumed: bool
-    overwrite: bool
+    step_module: TrainStep
+    extra: Any = None
+    state: RunState = field(default_factory=RunState)
+    resumed: bool = False
+    overwrite: bool = False  # the final write may replace an existing model file
 
     def graph_record(self) -> dict[str, Any]:  # pragma: no cover - TrainingRun's
         raise NotImplementedError

@@ -8,7 +8,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,7 +23,7 @@ from lipcli.train.errors import TrainingDiverged, TrainingInterrupted, literal
 from lipcli.train.evaluation import evaluate
 from lipcli.train.objective import TrainStep, build_loss
 from lipcli.train.optim import build_optimization
-from lipcli.train.outputs import RunOutputs, RunState
+from lipcli.train.outputs import RunOutputs
 from lipcli.train.paths import RunPaths
 from lipcli.train.reporting import Reporter
 from lipcli.train.results import TrainSummary
@@ -85,36 +85,12 @@ def _make_loss(cfg: TrainConfig, device: torch.device, data: Any, model: nn.Modu
 
 @dataclass
 class TrainingRun(RunOutputs):
-    """One training run: its settings, data, model, training objects and progress."""
+    """One training run: its parts (declared by :class:`RunOutputs`), its epochs and steps,
+    and whether they are replayed from a CUDA graph."""
 
-    cfg: TrainConfig
-    ctx: DistContext
-    device: torch.device
-    paths: RunPaths
-    reporter: Reporter
-    data: Any
-    model: nn.Module
-    model_config: dict[str, Any]
-    workers: int
-    loader: Any
-    sampler: Any
-    val_loader: Any
-    test_loader: Any
-    steps_per_epoch: int
-    groups: list[dict[str, Any]]
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    amp_dtype: torch.dtype
-    scaler: torch.amp.GradScaler
-    loss_component: Any
-    step_module: TrainStep
-    extra: Any = None
-    state: RunState = field(default_factory=RunState)
-    resumed: bool = False
     graphed: GraphedStep | None = None
     graph_reason: str | None = None
     graph_reported: bool = False
-    overwrite: bool = False  # the final write may replace an existing model file
 
     @classmethod
     def build(cls, cfg: TrainConfig, ctx: DistContext, device: torch.device, paths: RunPaths,
