@@ -337,7 +337,7 @@ class RecipeStep:
     def graph_summary(self) -> GraphUse:
         """Whether the step was replayed from a CUDA graph (and why not)."""
         if self.graphed is not None:
-            return GraphUse(**self.graphed.summary())
+            return GraphUse.of(self.graphed.summary())
         return GraphUse(captured=False, reason=self.graph_reason)
 
 

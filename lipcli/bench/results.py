@@ -100,16 +100,27 @@ class StepMemory(JsonRecord):
 
 
 @dataclass
-class GraphUse(JsonRecord):
-    """Whether training steps were replayed from a CUDA graph (replays and eager steps when
-    one was set up; the reason when not)."""
+class GraphSteps(JsonRecord):
+    """Steps replayed from a CUDA graph and steps run eagerly (where one was set up)."""
 
-    JSON_OMIT_NONE = ("replays", "eager_steps")
+    replays: int
+    eager_steps: int
+
+
+@dataclass
+class GraphUse(JsonRecord):
+    """Whether training steps were replayed from a CUDA graph (the steps when one was set
+    up; the reason when none is used)."""
 
     captured: bool
-    replays: int | None = None
-    eager_steps: int | None = None
+    steps: GraphSteps | None = field(default=None, metadata=INLINE)
     reason: str | None = None
+
+    @classmethod
+    def of(cls, summary: dict[str, Any]) -> GraphUse:
+        """From :meth:`lipcli.host.cuda_graphs.GraphedStep.summary`."""
+        return cls(captured=summary["captured"], reason=summary["reason"],
+                   steps=GraphSteps(replays=summary["replays"], eager_steps=summary["eager_steps"]))
 
 
 @dataclass

@@ -47,3 +47,11 @@ def test_bench_environment_puts_its_cuda_part_where_the_dict_had_it():
     assert env.to_json()["cudnn"] is None and env.to_json()["load_average_1m_5m_15m"] is None
     env.load_average_after = [0.5, 0.5, 0.5]
     assert list(env.to_json())[-1] == "load_average_after"
+
+
+def test_bench_graph_use_is_the_host_summary_or_the_reason():
+    from lipcli.bench.results import GraphUse
+
+    summary = {"captured": True, "replays": 5, "eager_steps": 3, "reason": None}
+    assert json.dumps(GraphUse.of(summary).to_json()) == json.dumps(summary)  # same keys, order
+    assert GraphUse(captured=False, reason="off").to_json() == {"captured": False, "reason": "off"}
