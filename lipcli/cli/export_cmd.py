@@ -59,21 +59,22 @@ def export(
     if json_out:
         print_json(report.to_json())
     else:
-        print_report(report.to_json())
+        print_report(report)
 
 
-def print_report(report: dict[str, Any]) -> None:
+def print_report(report: Any) -> None:
+    """An :class:`~lipcli.export.ExportReport` for people (stdout)."""
     console = stdout_console()
-    check = report["check"]
+    check = report.check
     say = lambda text: console.print(text, soft_wrap=True, highlight=False)  # noqa: E731
-    say(f"wrote {report['output']} ({report['format']}, {report['bytes']:,} bytes; runs with "
-        f"{report['runtime']})")
-    outputs = " and ".join(report["record"]["outputs"])
-    say(f"outputs: {outputs}" + (f"; certificate {report['certificate']}, guaranteed Lipschitz "
-                                 f"bound {report['lipschitz_upper_bound']:.8g}"
-                                 if report["certificate"] else ""))
-    radius = check["max_rel_radius_diff"]
-    say(f"check on {check['source']}: max relative logit difference "
-        f"{check['max_rel_logit_diff']:.3g}"
+    say(f"wrote {report.output} ({report.format}, {report.bytes:,} bytes; runs with "
+        f"{report.runtime})")
+    outputs = " and ".join(report.record["outputs"])  # the program's metadata record (JSON)
+    say(f"outputs: {outputs}" + (f"; certificate {report.certificate}, guaranteed Lipschitz "
+                                 f"bound {report.lipschitz_upper_bound:.8g}"
+                                 if report.certificate else ""))
+    radius = check.max_rel_radius_diff
+    say(f"check on {check.source}: max relative logit difference "
+        f"{check.max_rel_logit_diff:.3g}"
         + ("" if radius is None else f", radius difference {radius:.3g}")
-        + f", {check['prediction_mismatches']} different predictions")
+        + f", {check.prediction_mismatches} different predictions")

@@ -165,6 +165,12 @@ def test_export_without_certificate_and_default_output(tmp_path):
     assert program(torch.rand(3, 3, 32, 32)).shape == (3, 10)
     again = runner.invoke(app, ["export", str(model_path), "--format", "torchscript"])
     assert again.exit_code == 2 and "already exists; pass --overwrite" in again.output
+    table = runner.invoke(app, ["export", str(model_path), "--format", "torchscript", "--check", "4",
+                                "--overwrite"])  # the report for people, from the ExportReport
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith(f"wrote {data['output']} (torchscript, ") and lines[1] == "outputs: logits"
+    assert lines[2].startswith("check on ") and lines[2].endswith(", 0 different predictions")
 
 
 def _one_line(result) -> str:
