@@ -35,6 +35,13 @@ def export(
         help="Inputs on which the written program is compared with lipcli (test images of the "
         "model's data set when available offline, else random images).",
     )] = ExportOptions.check_inputs,
+    dense_max_mib: Annotated[float, typer.Option(
+        "--dense-max-mib",
+        help="Largest float32 matrix (MiB per layer) a SOC layer may become: on its fixed "
+        "input size the layer is one linear map, written as one matrix product (computed "
+        "exactly in float64) when that needs at most a quarter of the operations of its "
+        "series; 0: every layer as its series of convolutions.",
+    )] = ExportOptions.dense_max_mib,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
@@ -42,7 +49,8 @@ def export(
     """Export MODEL as a program that runs without lipcli.
 
     The eval-mode network (normalisation, every SOC layer as its fixed
-    series of plain convolutions, pooling, head) is written with a metadata
+    series of plain convolutions or, on small images, as the same linear
+    map in one dense matrix, pooling, head) is written with a metadata
     record: lipcli version, config, normalisation, Lipschitz bound,
     certificate, source model hash.  The file is then loaded in the target
     runtime and compared with lipcli; a relative difference above 1e-5 is
@@ -53,7 +61,8 @@ def export(
 
     path = resolve_model_argument(model)
     options = ExportOptions(format=format, out=None if output is None else str(output),
-                            certify=certify, check_inputs=check_inputs, overwrite=overwrite)
+                            certify=certify, check_inputs=check_inputs, overwrite=overwrite,
+                            dense_max_mib=dense_max_mib)
     with ProgressBars(enabled=not quiet) as bars:
         report = export_model(path, options, progress=bars.update)
     if json_out:
@@ -73,6 +82,13 @@ def print_report(report: Any) -> None:
     say(f"outputs: {outputs}" + (f"; certificate {report.certificate}, guaranteed Lipschitz "
                                  f"bound {report.lipschitz_upper_bound:.8g}"
                                  if report.certificate else ""))
+    lowering = report.record.get("lowering") or {}  # the metadata record (JSON)
+    layers = lowering.get("layers") or []
+    if layers:
+        dense = lowering.get("dense_layers") or []
+        say(f"lowering: {len(dense)} of {len(layers)} layers as one dense matrix"
+            + (f" ({', '.join(dense)}; {lowering.get('dense_mib', 0.0):.1f} MiB)" if dense else "")
+            + f", the others as their series (cap {lowering.get('dense_max_mib', 0):g} MiB per layer)")
     radius = check.max_rel_radius_diff
     say(f"check on {check.source}: max relative logit difference "
         f"{check.max_rel_logit_diff:.3g}"

@@ -1,7 +1,8 @@
 """``lip export``: deployable programs that keep their certificate.
 
-* :mod:`lipcli.export.lowering`: the protocol components implement (``export_module()``,
-  ``export_certificate()``) and :class:`ExportError`;
+* :mod:`lipcli.export.lowering`: the protocol components implement (``export_module()`` or
+  ``export_module(context)``, ``export_certificate()``), :class:`ExportContext` and
+  :class:`ExportError`;
 * :mod:`lipcli.export.program`: the exported network (``x -> logits`` or
   ``x -> (logits, radius)``);
 * :mod:`lipcli.export.formats`: ``pt2`` (torch.export), ``torchscript``, ``onnx``;
@@ -19,7 +20,7 @@ _EXPORTS: dict[str, str] = {
     "ExportCheck": "driver", "ExportCheckError": "driver", "ExportReport": "driver",
     "export_model": "driver", "ExportOptions": "options", "FORMATS": "formats",
     "MissingRuntimeError": "formats", "ExportedCertificate": "lowering", "ExportError": "lowering",
-    "lower_module": "lowering",
+    "lower_module": "lowering", "ExportContext": "lowering", "DENSE_MAX_MIB": "options",
 }
 
 
@@ -27,6 +28,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [
-    "ExportCheck", "ExportCheckError", "ExportError", "ExportOptions", "ExportReport",
+    "DENSE_MAX_MIB", "ExportCheck", "ExportCheckError", "ExportContext", "ExportError",
+    "ExportOptions", "ExportReport",
     "ExportedCertificate", "FORMATS", "MissingRuntimeError", "export_model", "lower_module",
 ]

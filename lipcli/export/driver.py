@@ -8,8 +8,10 @@ Steps of :func:`export_model` (nothing is written unless every step succeeds):
 3. with ``certify``: the guaranteed Lipschitz bound of the feature map (computed now,
    normalisation included) and the head's certificate lowered
    (:func:`~lipcli.export.lowering.lower_certificate`);
-4. the network lowered (:func:`~lipcli.export.program.build_program`) and serialised with the
-   metadata record (:func:`export_record`);
+4. the network lowered (:func:`~lipcli.export.program.build_program`; layers whose linear
+   map fits ``dense_max_mib`` may become one dense matrix, see
+   :class:`~lipcli.export.lowering.ExportContext`) and serialised with the metadata record
+   (:func:`export_record`, which lists each layer's lowering);
 5. written to a temporary file beside the output, **loaded back in the target runtime** and
    run on ``check_inputs`` inputs (the model's test images when its data set is available
    offline, else seeded uniform random images); compared with lipcli's own model (logits)
@@ -102,6 +104,9 @@ def _check_options(model_path: Path, options: ExportOptions) -> tuple[Any, Path]
     fmt = format_for(options.format, options.out)
     if options.check_inputs < 1:
         raise SettingError("check_inputs", f"check_inputs must be >= 1, got {options.check_inputs}")
+    if not (options.dense_max_mib >= 0 and math.isfinite(options.dense_max_mib)):
+        raise SettingError("dense_max_mib", "dense_max_mib must be a finite number of MiB >= 0, "
+                           f"got {options.dense_max_mib}")
     if not model_path.exists():
         raise LipUsageError(f"model file not found: {model_path}")
     if model_path.is_dir():
@@ -117,8 +122,10 @@ def _check_options(model_path: Path, options: ExportOptions) -> tuple[Any, Path]
 
 
 def export_record(model: torch.nn.Module, mf: Any, model_path: Path, fmt: Any, certificate: Any,
-                  lipschitz: float | None, input_shape: tuple[int, int, int]) -> dict[str, Any]:
-    """The metadata record stored inside the exported file."""
+                  lipschitz: float | None, input_shape: tuple[int, int, int],
+                  lowering: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The metadata record stored inside the exported file (``lowering``: the per-layer
+    lowering, see :func:`lowering_record`)."""
     config = model.lipcli_config
     return {
         "format": RECORD_FORMAT,
@@ -143,7 +150,18 @@ def export_record(model: torch.nn.Module, mf: Any, model_path: Path, fmt: Any, c
             "certificate predicts another class",
             **certificate.record,
         },
+        "lowering": lowering,
     }
+
+
+def lowering_record(program: Any, dense_max_mib: float) -> dict[str, Any]:
+    """How the layers were lowered: the cap, the layers that describe their lowering
+    (``[{"layer", "lowering": "dense" | "series", ...}]``), the dense ones and their MiB."""
+    layers = list(getattr(program, "lowering", []))
+    dense = [entry for entry in layers if entry.get("lowering") == "dense"]
+    return {"dense_max_mib": dense_max_mib, "layers": layers,
+            "dense_layers": [entry["layer"] for entry in dense],
+            "dense_mib": sum(float(entry.get("dense_mib", 0.0)) for entry in dense)}
 
 
 def check_inputs(mf: Any, n: int, shape: tuple[int, int, int], seed: int) -> tuple[torch.Tensor, str]:
@@ -238,8 +256,9 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
             times["certificate"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         report("export", 0, 1)
-        program = build_program(model, certificate, lipschitz)
-        record = export_record(model, mf, model_path, fmt, certificate, lipschitz, shape)
+        program = build_program(model, certificate, lipschitz, shape, options.dense_max_bytes)
+        record = export_record(model, mf, model_path, fmt, certificate, lipschitz, shape,
+                               lowering_record(program, options.dense_max_mib))
         example = torch.rand((EXAMPLE_BATCH, *shape), generator=torch.Generator().manual_seed(0))
         try:
             blob = fmt.serialise(program, example, record)

@@ -11,6 +11,12 @@ without the export driver knowing any component:
   eval mode, up to floating-point rounding; the driver checks the whole program against
   lipcli on real or random inputs after writing it (``--check``).  A module whose forward
   already is plain may return ``self``;
+* a component that can choose between lowerings may take one argument,
+  ``export_module(context)``: an :class:`ExportContext` with the shape of one input example
+  of the module (the program's input shape is fixed except the batch) and the limits the
+  user set (``lip export --dense-max-mib``); it may describe its choice on the returned
+  module as a JSON-serialisable dict ``export_lowering`` (recorded per layer in the
+  export's metadata and printed by ``lip export``);
 * modules of ``torch.nn`` itself (``nn.Flatten``, ``nn.Identity``, ...) without parameters
   are taken as they are;
 * the head's certificate (``HeadSpec.certificate``) takes part when its certifier has
@@ -23,18 +29,38 @@ it.  Plugin authors implement ``export_module()`` on their ``nn.Module`` (and
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from lipcli.export.options import DENSE_MAX_MIB
 from lipcli.sdk.errors import LipError
 
 #: name of the method a module implements to take part in export
 EXPORT_METHOD = "export_module"
 #: name of the method a certifier implements to take part in ``lip export --certify``
 CERTIFICATE_METHOD = "export_certificate"
+#: attribute of a lowered module describing its lowering (a JSON-serialisable dict)
+LOWERING_ATTRIBUTE = "export_lowering"
+
+
+@dataclass(frozen=True)
+class ExportContext:
+    """What ``export_module(context)`` is told about the layer it lowers.
+
+    Attributes:
+        input_shape: shape of one input example of the module, without the batch dimension
+            (fixed in the exported program).
+        dense_max_bytes: the largest float32 matrix (bytes) a linear layer may store as its
+            dense operator instead of its literal form (0: never); a layer goes dense only
+            when that also costs fewer floating-point operations.
+    """
+
+    input_shape: tuple[int, ...]
+    dense_max_bytes: int = int(DENSE_MAX_MIB * 2**20)
 
 
 class ExportError(LipError):
@@ -102,13 +128,29 @@ def _call_component(call: Callable[[], Any], who: str, method: str, expected: ty
     return result
 
 
-def lower_module(module: nn.Module, where: str) -> nn.Module:
+def _takes_context(method: Callable[..., Any]) -> bool:
+    """Whether ``export_module`` accepts the :class:`ExportContext` (one positional argument)."""
+    try:
+        params = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                  inspect.Parameter.VAR_POSITIONAL)
+    return any(p.kind in positional for p in params)
+
+
+def lower_module(module: nn.Module, where: str, context: ExportContext | None = None) -> nn.Module:
     """The plain-torch stand-in of ``module`` (see the module docstring); ``where`` names the
-    layer in errors (``"layer 'block1_pool'"``)."""
+    layer in errors (``"layer 'block1_pool'"``); ``context`` is passed to an
+    ``export_module(context)`` that takes it."""
     lower = getattr(module, EXPORT_METHOD, None)
     if callable(lower):
         who = f"{where} ({describe_origin(module)})"
-        return _call_component(lower, who, EXPORT_METHOD, nn.Module).eval()
+        if context is not None and _takes_context(lower):
+            call = lambda: lower(context)  # noqa: E731
+        else:
+            call = lower
+        return _call_component(call, who, EXPORT_METHOD, nn.Module).eval()
     if _plain_torch(module):
         return module
     raise ExportError(

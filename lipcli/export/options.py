@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: default largest matrix (MiB of float32) a linear layer may materialise as its exported
+#: operator (``lip export --dense-max-mib``, see :class:`lipcli.export.lowering.ExportContext`);
+#: 0 keeps every layer in its literal form
+DENSE_MAX_MIB = 32.0
+
 
 @dataclass
 class ExportOptions:
@@ -17,3 +22,9 @@ class ExportOptions:
     check_inputs: int = 64
     overwrite: bool = False
     seed: int = 0
+    #: largest dense operator matrix per layer, MiB of float32 (0: every layer literal)
+    dense_max_mib: float = DENSE_MAX_MIB
+
+    @property
+    def dense_max_bytes(self) -> int:
+        return int(self.dense_max_mib * 2**20)

@@ -272,3 +272,40 @@ def test_format_from_the_output_suffix():
     assert format_for(None, "model.ONNX").name == "onnx"
     assert format_for(None, "model.bin").name == "pt2" and format_for(None, None).name == "pt2"
     assert format_for("onnx", "model.bin").name == "onnx"
+
+
+def test_dense_lowering_recorded_and_cap_honoured(tmp_path):
+    """Default cap: the small-image SOC layers of a tiny LipConvnet-5 become dense matrices
+    (recorded in the metadata and printed); ``--dense-max-mib 0``: every layer is its series;
+    both programs equal lipcli (and each other) to float32 rounding."""
+    model_path = make_model(tmp_path / "m.safetensors", "lln")
+    outputs = {}
+    for cap in ("32", "0"):
+        out = tmp_path / f"m{cap}.torchscript.pt"
+        r = runner.invoke(app, ["export", str(model_path), "-o", str(out), "--check", "4",
+                                "--dense-max-mib", cap, "--json"])
+        assert r.exit_code == 0, r.output
+        lowering = json.loads(r.stdout)["record"]["lowering"]
+        assert lowering["dense_max_mib"] == float(cap)
+        socs = [e["layer"] for e in lowering["layers"]]
+        assert socs == ["stem_conv", "block1_down", "block2_down", "block3_down", "block4_down",
+                        "block5_down"]
+        dense = [e for e in lowering["layers"] if e["lowering"] == "dense"]
+        assert lowering["dense_layers"] == [e["layer"] for e in dense]
+        if cap == "0":
+            assert dense == []
+        else:  # 4x4 and smaller outputs: 8x to 32x fewer operations, matrices <= 1 MiB
+            assert [e["layer"] for e in dense] == ["block3_down", "block4_down", "block5_down"]
+            assert all(e["dense_mib"] <= 32 and 4 * e["dense_flops_per_image"]
+                       <= e["series_flops_per_image"] for e in dense)
+        outputs[cap] = torch.jit.load(str(out))(torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(2)))
+    model, _ = load_model(model_path)
+    with torch.no_grad():
+        want = model(torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(2)))
+    scale = want.abs().max()
+    for got in outputs.values():
+        assert (got - want).abs().max() <= 1e-5 * scale
+    text = runner.invoke(app, ["export", str(model_path), "-o", str(tmp_path / "t.pt2"), "--check", "2"])
+    assert text.exit_code == 0 and "lowering: 3 of 6 layers as one dense matrix (block3_down, " in text.stdout
+    bad = runner.invoke(app, ["export", str(model_path), "--dense-max-mib", "-1"])
+    assert bad.exit_code == 2 and "--dense-max-mib must be a finite number of MiB >= 0" in _one_line(bad)

@@ -1,4 +1,5 @@
-"""The SOC layer as ``lip export`` writes it: its fixed series of plain convolutions.
+"""The SOC layer as ``lip export`` writes it: its fixed series of plain convolutions, or
+the same linear map as one dense matrix.
 
 In eval mode a SOC layer is the linear map ``z = P_T(S) x + bias`` with the eval filter
 ``S = A/σ`` (σ from the stored power vectors) and ``T = eval_terms`` (SPEC §1.4), after
@@ -11,13 +12,38 @@ current ``S`` as a constant.  Each step is one convolution and one ``add`` with 
 (the last blocks of LipConvnet) the convolution is the filter's centre tap, a matrix, and the
 step one ``addmm`` as in the layer itself.  Same values as the layer up to float32 rounding
 (the layer may fuse the add into the convolution or scale the filter instead of the output).
+
+**Dense lowering** (:class:`DenseSOC`).  The exported program's input size is fixed, so the
+layer's linear part ``x ↦ trunc(P_T(S) pad(unshuffle(x)))`` is a fixed matrix ``M`` of size
+``(c_out·H'·W') × (c_in·H·W)``.  On the small images of the later LipConvnet blocks (many
+channels, few pixels) one matrix product with ``M`` costs far fewer operations than
+``T − 1`` convolutions (LipConvnet-5 at width 16: 8.4 against 264 MFLOP per image at 4×4
+inputs).  :func:`operator_matrix` computes ``M`` as the layer's eval series defines it, in
+float64 with the float32 eval filter cast exactly: the Horner recurrence
+``u ← x + S(u)/i`` (SPEC §1.4) on all basis images of the input at once, the convolution
+with ``S`` on ``H'×W'`` images written as its (exact) matrix; the result is rounded once to
+float32.  It is the same linear map
+``P_T(S)`` whose Lipschitz bound the model certifies (SPEC §5), up to float32 rounding, as
+the series lowering is.  :func:`lower_soc` takes the dense form when its matrix fits the
+export's cap (``lip export --dense-max-mib``) and costs at most a quarter of the series'
+operations (:data:`DENSE_MIN_GAIN`); otherwise the series.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+#: a layer is lowered densely only when one matrix product costs at most ``1/DENSE_MIN_GAIN``
+#: of the series' operations: the matrix is ``(H'·W')²/k²`` times the filter's size and its
+#: memory traffic is not counted (on LipConvnet the ratio is about ``H'·W'/126``: 8×8 images
+#: gain 2×, 4×4 8×, 2×2 32×, 1×1 14×; 8×8 layers stay series)
+DENSE_MIN_GAIN = 4
+
 
 
 class ExportedSOC(nn.Module):
@@ -68,3 +94,110 @@ class ExportedSOC(nn.Module):
     def extra_repr(self) -> str:
         return (f"channels={self.channels}, out_channels={self.out_channels}, stride={self.stride}, "
                 f"terms={self.terms}")
+
+
+class DenseSOC(nn.Module):
+    """The layer on inputs of one fixed shape as ``y = M·vec(x) + b``: one matrix product
+    (``F.linear``) between two reshapes; ``matrix`` from :func:`operator_matrix` rounded to
+    the layer's dtype (float32),
+    ``bias`` the layer's bias repeated over the output pixels."""
+
+    def __init__(self, matrix: Tensor, bias: Tensor, *, input_shape: tuple[int, ...],
+                 output_shape: tuple[int, ...]) -> None:
+        super().__init__()
+        if tuple(matrix.shape) != (math.prod(output_shape), math.prod(input_shape)):
+            raise ValueError(f"matrix {tuple(matrix.shape)} does not map {input_shape} to {output_shape}")
+        pixels = math.prod(output_shape[1:])
+        self.register_buffer("matrix", matrix.detach().contiguous())
+        self.register_buffer("bias", bias.detach().to(matrix.dtype).repeat_interleave(pixels).contiguous())
+        self.input_shape = tuple(int(d) for d in input_shape)
+        self.output_shape = tuple(int(d) for d in output_shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = F.linear(x.flatten(1), self.matrix, self.bias)
+        return y.unflatten(1, self.output_shape)
+
+    def extra_repr(self) -> str:
+        return f"input_shape={self.input_shape}, output_shape={self.output_shape}"
+
+
+def output_shape(layer: nn.Module, input_shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """``(c_out, H/s, W/s)`` of ``layer`` on one input of shape ``(c_in, H, W)``."""
+    _, h, w = input_shape
+    return (int(layer.out_channels), int(h) // layer.stride, int(w) // layer.stride)
+
+
+def series_flops(layer: nn.Module, input_shape: tuple[int, ...]) -> int:
+    """Multiply-adds ×2 of the series lowering per input example: ``T − 1`` convolutions
+    with the ``C×C×k×k`` filter on ``H'×W'`` images (the centre tap alone on ``1×1`` images)."""
+    _, h, w = output_shape(layer, input_shape)
+    C, k = int(layer.channels), int(layer.kernel_size)
+    taps = 1 if h == 1 and w == 1 else k * k
+    return 2 * (int(layer.eval_terms) - 1) * C * C * taps * h * w
+
+
+def conv_matrix(S: Tensor, h: int, w: int) -> Tensor:
+    """The matrix ``(C·h·w) × (C·h·w)`` of ``u ↦ conv2d(u, S, padding=k//2)`` on ``h×w``
+    images (zero padding, channel-major flattening): its entries are entries of ``S``
+    (copied, exact), ``A[(o,y,x),(i,y',x')] = S[o, i, y'−y+k//2, x'−x+k//2]`` where in range."""
+    C, k = int(S.shape[0]), int(S.shape[-1])
+    p = k // 2
+    A = S.new_zeros(C, h, w, C, h, w)
+    for a in range(k):
+        for y in range(max(0, p - a), min(h, h + p - a)):
+            for b in range(k):
+                for x in range(max(0, p - b), min(w, w + p - b)):
+                    A[:, y, x, :, y + a - p, x + b - p] = S[:, :, a, b]
+    return A.reshape(C * h * w, C * h * w)
+
+
+@torch.no_grad()
+def operator_matrix(layer: nn.Module, input_shape: tuple[int, ...]) -> Tensor:
+    """``M`` (float64, ``(c_out·H'·W') × (c_in·H·W)``) with ``layer(x) = M·vec(x) + bias``
+    in eval mode on inputs of shape ``input_shape = (c_in, H, W)``.
+
+    The layer's eval series in float64 (its eval filter ``S`` cast exactly), on the whole
+    identity basis at once: ``X`` = the unshuffled, channel-padded basis images as rows,
+    ``A`` = :func:`conv_matrix` of ``S``, then Horner ``U ← X + U·Aᵀ/i`` for
+    ``i = T−1 … 1`` (SPEC §1.4; ``T − 1`` matrix products, the rows of ``U`` are the
+    layer's outputs on the basis images), truncated to ``c_out`` channels."""
+    S = layer.skew_filter().to(torch.float64)
+    d_in = math.prod(input_shape)
+    basis = torch.eye(d_in, dtype=torch.float64).view(d_in, *input_shape)
+    X = layer._prepare_input(basis).contiguous()
+    _, C, h, w = X.shape
+    X = X.view(d_in, C * h * w)
+    A_t = conv_matrix(S, h, w).T
+    U = X
+    for i in range(int(layer.eval_terms) - 1, 0, -1):
+        U = torch.addmm(X, U, A_t, alpha=1.0 / i)
+    U = U.view(d_in, C, h, w)[:, : int(layer.out_channels)]
+    return U.reshape(d_in, -1).T.contiguous()
+
+
+def lower_soc(layer: nn.Module, context: Any = None) -> nn.Module:
+    """The export stand-in of a SOC layer: :class:`DenseSOC` when ``context`` (an
+    :class:`~lipcli.export.lowering.ExportContext`) gives the input shape, the float32
+    matrix fits ``context.dense_max_bytes`` and one matrix product costs at most
+    ``1/DENSE_MIN_GAIN`` of the series' operations; else :class:`ExportedSOC`.  The choice is described in the returned
+    module's ``export_lowering``."""
+    series = ExportedSOC.from_layer(layer)
+    if context is None:
+        series.export_lowering = {"lowering": "series", "convolutions": series.terms - 1}
+        return series
+    shape = tuple(int(d) for d in context.input_shape)
+    out = output_shape(layer, shape)
+    d_in, d_out = math.prod(shape), math.prod(out)
+    conv_flops, dense_flops = series_flops(layer, shape), 2 * d_in * d_out
+    nbytes = 4 * d_in * d_out
+    facts = {"input_shape": list(shape), "output_shape": list(out),
+             "series_flops_per_image": conv_flops, "dense_flops_per_image": dense_flops,
+             "dense_mib": nbytes / 2**20}
+    if nbytes <= int(context.dense_max_bytes) and dense_flops * DENSE_MIN_GAIN <= conv_flops:
+        matrix = operator_matrix(layer, shape).to(layer.bias.dtype)  # float64 -> float32: once
+        dense = DenseSOC(matrix, layer.bias.detach(),
+                         input_shape=shape, output_shape=out)
+        dense.export_lowering = {"lowering": "dense", **facts}
+        return dense
+    series.export_lowering = {"lowering": "series", "convolutions": series.terms - 1, **facts}
+    return series

@@ -395,12 +395,14 @@ class SOC(nn.Module):
         z = soc_series(self._prepare_input(x), S, self.eval_terms)
         return z[:, : self.out_channels]
 
-    def export_module(self) -> nn.Module:
+    def export_module(self, context: Any = None) -> nn.Module:
         """``lip export``: the eval-mode layer as its fixed series of plain convolutions with
-        the current filter (:class:`lipcli.builtins.soc.export.ExportedSOC`)."""
-        from lipcli.builtins.soc.export import ExportedSOC
+        the current filter, or, on the fixed input shape of ``context``
+        (:class:`lipcli.export.lowering.ExportContext`), as one dense matrix when that fits
+        the export's cap and is cheaper (:func:`lipcli.builtins.soc.export.lower_soc`)."""
+        from lipcli.builtins.soc.export import lower_soc
 
-        return ExportedSOC.from_layer(self)
+        return lower_soc(self, context)
 
     def extra_repr(self) -> str:
         return (
