@@ -12,6 +12,10 @@ current ``S`` as a constant.  Each step is one convolution and one ``add`` with 
 (the last blocks of LipConvnet) the convolution is the filter's centre tap, a matrix, and the
 step one ``addmm`` as in the layer itself.  Same values as the layer up to float32 rounding
 (the layer may fuse the add into the convolution or scale the filter instead of the output).
+With the input shape known (``lip export``), the series runs in channels-last memory format on
+images of at least :data:`lipcli.builtins.soc.settings.CHANNELS_LAST_MIN_PIXELS` pixels, as in
+the layer on CPU (the convolutions of few channels on large images are about twice as fast
+there; a layout only, same values).
 
 **Dense lowering** (:class:`DenseSOC`).  The exported program's input size is fixed, so the
 layer's linear part ``x ↦ trunc(P_T(S) pad(unshuffle(x)))`` is a fixed matrix ``M`` of size
@@ -38,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lipcli.builtins.soc import settings
+
 #: a layer is lowered densely only when one matrix product costs at most ``1/DENSE_MIN_GAIN``
 #: of the series' operations: the matrix is ``(H'·W')²/k²`` times the filter's size and its
 #: memory traffic is not counted (on LipConvnet the ratio is about ``H'·W'/126``: 8×8 images
@@ -50,8 +56,9 @@ class ExportedSOC(nn.Module):
     """``P_T(S)`` applied by ``T − 1`` plain convolutions, plus the bias (see module doc)."""
 
     def __init__(self, filt: Tensor, bias: Tensor, *, terms: int, stride: int, in_channels: int,
-                 out_channels: int) -> None:
+                 out_channels: int, channels_last: bool = False) -> None:
         super().__init__()
+        self.channels_last = bool(channels_last)
         self.register_buffer("filter", filt.detach().clone().contiguous())
         self.register_buffer("bias", bias.detach().clone().view(1, -1, 1, 1))
         self.terms = int(terms)
@@ -65,11 +72,13 @@ class ExportedSOC(nn.Module):
         self.register_buffer("centre_t", centre.t().contiguous())
 
     @classmethod
-    def from_layer(cls, layer: nn.Module) -> "ExportedSOC":
-        """The eval-mode operator of a :class:`lipcli.builtins.soc.layer.SOC` layer."""
+    def from_layer(cls, layer: nn.Module, channels_last: bool = False) -> "ExportedSOC":
+        """The eval-mode operator of a :class:`lipcli.builtins.soc.layer.SOC` layer
+        (``channels_last``: the series runs in channels-last memory format)."""
         with torch.no_grad():
             return cls(layer.skew_filter(), layer.bias, terms=layer.eval_terms, stride=layer.stride,
-                       in_channels=layer.in_channels, out_channels=layer.out_channels)
+                       in_channels=layer.in_channels, out_channels=layer.out_channels,
+                       channels_last=channels_last)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.stride == 2:
@@ -84,6 +93,8 @@ class ExportedSOC(nn.Module):
                 u2 = torch.addmm(x2, u2, self.centre_t, alpha=1.0 / i)
             u = u2.reshape(n, self.channels, 1, 1)
         else:
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
             u = x
             for i in range(self.terms - 1, 0, -1):
                 u = torch.add(x, F.conv2d(u, self.filter, padding=self.padding), alpha=1.0 / i)
@@ -93,7 +104,7 @@ class ExportedSOC(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"channels={self.channels}, out_channels={self.out_channels}, stride={self.stride}, "
-                f"terms={self.terms}")
+                f"terms={self.terms}, channels_last={self.channels_last}")
 
 
 class DenseSOC(nn.Module):
@@ -199,5 +210,8 @@ def lower_soc(layer: nn.Module, context: Any = None) -> nn.Module:
                          input_shape=shape, output_shape=out)
         dense.export_lowering = {"lowering": "dense", **facts}
         return dense
-    series.export_lowering = {"lowering": "series", "convolutions": series.terms - 1, **facts}
+    min_pixels = settings.CHANNELS_LAST_MIN_PIXELS
+    series.channels_last = min_pixels is not None and out[1] * out[2] >= min_pixels
+    series.export_lowering = {"lowering": "series", "convolutions": series.terms - 1,
+                              "channels_last": series.channels_last, **facts}
     return series

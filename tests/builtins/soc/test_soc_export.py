@@ -105,10 +105,16 @@ def test_dense_only_within_the_cap_and_when_cheaper():
     assert isinstance(lower_soc(layer, ExportContext((8, 4, 4), nbytes)), DenseSOC)
     assert isinstance(lower_soc(layer, ExportContext((8, 4, 4), nbytes - 1)), ExportedSOC)
     assert isinstance(lower_soc(layer), ExportedSOC)                # no shape: series
-    big = SOC(4, 4).eval()                   # 16x16 images: the series is cheaper
-    record = lower_soc(big, ExportContext((4, 16, 16), 2**30)).export_lowering
-    assert record["lowering"] == "series"
+    big = SOC(4, 4).double().eval()          # 16x16 images: the series is cheaper
+    series = lower_soc(big, ExportContext((4, 16, 16), 2**30))
+    record = series.export_lowering
+    assert record["lowering"] == "series" and record["channels_last"] is True
     assert record["dense_flops_per_image"] * 4 > record["series_flops_per_image"]
+    x = torch.randn(2, 4, 16, 16, dtype=torch.float64)
+    with torch.no_grad():  # channels-last series: a layout only
+        torch.testing.assert_close(series(x), big(x), rtol=1e-12, atol=1e-12)
+    small = lower_soc(SOC(4, 4).eval(), ExportContext((4, 4, 4), 0))
+    assert small.export_lowering["channels_last"] is False
 
 
 def test_dense_stand_in_exports_to_aten():
