@@ -1,11 +1,14 @@
 """Throughput of exported programs (features + certificate) vs lipcli on this CPU.
 
     .venv/bin/python benchmarks/bench_export.py --out docs/data/cpu-export-bench.json \
-        [--cases lipconvnet-5:lln,lipconvnet-5:mlp] [--width 32] [--batch 256] [--repeats 3]
+        [--cases lipconvnet-5:lln,lipconvnet-5:mlp] [--width 32] [--batch 256] [--repeats 3] \
+        [--dense-max-mib 32]
 
 For each case an untrained model (seed 0, power iteration converged) is exported with
-``--certify`` to every available format, and one batch of random images is timed (median of
-``repeats`` after one warm-up):
+``--certify`` to every available format (``--dense-max-mib`` as given, else ``lip export``'s
+default), and one batch of random images is timed: median of ``repeats`` rounds after one
+warm-up, each round running every row below once in turn (interleaved, so that load changes
+hit all rows alike; the load average before and after the timing is recorded):
 
 * ``lipcli features``: ``model.features(x)`` under ``no_grad`` (``lip certify``'s feature pass);
 * ``lipcli features + certificate``: that plus the head's certificate as ``lip certify`` runs it
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -28,17 +32,23 @@ import numpy as np
 import torch
 
 
-def timed(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def interleaved(fns: dict, repeats: int) -> dict:
+    """Median seconds per call of each function: one warm-up each, then ``repeats`` rounds
+    that call every function once in turn (so that a change of the machine's load hits all
+    of them alike)."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workdir: Path) -> dict:
+def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workdir: Path,
+               dense_max_mib: float) -> dict:
     from lipcli import create_model, save_model
     from lipcli.builtins.crc.certifier import CRCCertifier
     from lipcli.export import ExportOptions, export_model
@@ -55,13 +65,13 @@ def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workd
     reg = get_registry()
     name = reg.get("head", head).certificate
     bound = guaranteed_upper_bound(model)[0]
-    rows = {}
+    fns = {}
 
     def features():
         with torch.no_grad():
             return model.features(x)
 
-    rows["lipcli features"] = timed(features, repeats)
+    fns["lipcli features"] = features
     certifier = reg.component("certificate", name).build()
     certifier.prepare(model.head, None)
 
@@ -69,12 +79,11 @@ def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workd
         y = features()
         return certifier.certify(model.head, y).radius / bound
 
-    rows["lipcli features + certificate"] = timed(full, repeats)
+    fns["lipcli features + certificate"] = full
     if name == "crc-lip":
         closed = CRCCertifier(dual=False)
         closed.prepare(model.head, None)
-        rows["lipcli features + closed form"] = timed(
-            lambda: closed.certify(model.head, features()).radius / bound, repeats)
+        fns["lipcli features + closed form"] = lambda: closed.certify(model.head, features()).radius / bound
     exports = {}
     for fmt in FORMATS.values():
         try:
@@ -84,18 +93,23 @@ def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workd
             continue
         t0 = time.perf_counter()
         report = export_model(path, ExportOptions(format=fmt.name, certify=True, check_inputs=16,
-                                                  overwrite=True))
+                                                  overwrite=True, dense_max_mib=dense_max_mib))
         export_s = time.perf_counter() - t0
         run, _ = fmt.load(Path(report.output))
         xn = x.numpy()
-        rows[f"exported {fmt.name} (features + certificate)"] = timed(lambda: run(xn), repeats)
+        fns[f"exported {fmt.name} (features + certificate)"] = lambda run=run: run(xn)
         exports[fmt.name] = {"export_s": export_s, "bytes": report.bytes,
-                             "check": report.check.__dict__}
+                             "check": report.check.__dict__,
+                             "dense_layers": report.record["lowering"]["dense_layers"]}
+    load_before = os.getloadavg()
+    rows = interleaved(fns, repeats)
+    load_after = os.getloadavg()
     return {
         "arch": arch, "head": head, "certificate": name, "width": width, "batch": batch,
         "seconds_per_batch": rows,
         "images_per_s": {k: batch / v for k, v in rows.items()},
         "exports": exports,
+        "load_average": {"before_timing": load_before, "after_timing": load_after},
     }
 
 
@@ -106,14 +120,19 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=32)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dense-max-mib", type=float, default=None,
+                    help="lip export --dense-max-mib (default: lip export's)")
     args = ap.parse_args()
-    import os
+    from lipcli.export.options import DENSE_MAX_MIB
+
+    if args.dense_max_mib is None:
+        args.dense_max_mib = DENSE_MAX_MIB
 
     import onnxruntime  # noqa: F401 - version only
 
     report = {
         "command": "python benchmarks/bench_export.py " + " ".join(
-            f"--{k} {v}" for k, v in vars(args).items() if k != "out"),
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out"),
         "machine": {"threads": torch.get_num_threads(), "platform": platform.platform(),
                     "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
                     "numpy": np.__version__, "load_average_at_start": os.getloadavg()},
@@ -123,7 +142,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases.split(","):
             arch, head = case.split(":")
-            report["results"].append(bench_case(arch, head, args.width, args.batch, args.repeats, Path(tmp)))
+            report["results"].append(bench_case(arch, head, args.width, args.batch, args.repeats, Path(tmp),
+                                                 args.dense_max_mib))
             print(json.dumps(report["results"][-1]["images_per_s"], indent=1), flush=True)
             # written after every case, so that a stopped run keeps what it measured
             Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
