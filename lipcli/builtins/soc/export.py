@@ -67,9 +67,6 @@ class ExportedSOC(nn.Module):
         self.extra = self.channels - int(in_channels) * self.stride**2
         self.out_channels = int(out_channels)
         self.padding = int(filt.shape[-1]) // 2
-        # the filter's centre tap, transposed: the whole convolution on 1x1 images
-        centre = filt.detach()[:, :, self.padding, self.padding]
-        self.register_buffer("centre_t", centre.t().contiguous())
 
     @classmethod
     def from_layer(cls, layer: nn.Module, channels_last: bool = False) -> "ExportedSOC":
@@ -88,9 +85,10 @@ class ExportedSOC(nn.Module):
         if x.shape[-1] == 1 and x.shape[-2] == 1:  # fixed when the program is traced/exported
             n = x.shape[0]
             x2 = x.reshape(n, self.channels)
-            u2 = x2
+            centre_t = self.filter[:, :, self.padding, self.padding].t()  # a view: the filter's
+            u2 = x2                                      # centre tap is the whole convolution
             for i in range(self.terms - 1, 0, -1):
-                u2 = torch.addmm(x2, u2, self.centre_t, alpha=1.0 / i)
+                u2 = torch.addmm(x2, u2, centre_t, alpha=1.0 / i)
             u = u2.reshape(n, self.channels, 1, 1)
         else:
             if self.channels_last:
