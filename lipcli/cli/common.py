@@ -149,7 +149,7 @@ def with_option_hint(exc: LipError, func: Callable[..., Any]) -> str:
     """The message of ``exc``, prefixed with the command-line option of the setting it is
     about: a :class:`~lipcli.sdk.errors.SettingError` names the setting (``top_k``), the
     command ``func``'s parameter of that name gives the flag, which replaces the setting's
-    name at the start of the message or else prefixes it (``--top-k: ...``)."""
+    name at the start of the message or in parentheses, or else prefixes it (``--top-k: ...``)."""
     setting = getattr(exc, "setting", None)
     flag = None if setting is None else option_flag(func, setting)
     text = str(exc)
@@ -157,6 +157,8 @@ def with_option_hint(exc: LipError, func: Callable[..., Any]) -> str:
         return text
     if text.startswith(setting + " "):  # "top_k must be >= 1" -> "--top-k must be >= 1"
         return flag + text[len(setting):]
+    if f"({setting})" in text:  # "cannot write x (output): ..." -> "cannot write x (--output): ..."
+        return text.replace(f"({setting})", f"({flag})", 1)
     return f"{flag}: {text}"
 
 

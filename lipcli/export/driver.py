@@ -35,7 +35,8 @@ import torch
 
 from lipcli import __version__
 from lipcli.sdk.errors import LipError, LipUsageError, SettingError
-from lipcli.export.formats import EXAMPLE_BATCH, format_for
+from lipcli.export.formats import EXAMPLE_BATCH, ExportUsageError, format_for
+from lipcli.train.errors import literal
 from lipcli.export.lowering import ExportError, lower_certificate
 from lipcli.export.options import ExportOptions
 from lipcli.export.program import build_program
@@ -112,11 +113,15 @@ def _check_options(model_path: Path, options: ExportOptions) -> tuple[Any, Path]
     if model_path.is_dir():
         raise LipUsageError(f"{model_path} is a directory, not a model file")
     out = Path(options.out) if options.out is not None else default_output(model_path, fmt.suffix)
-    check_output_file(out, "--output")
+    try:
+        check_output_file(out, "output")
+    except LipUsageError as exc:
+        raise SettingError("output", str(exc)) from None
     if out.exists() and not options.overwrite:
-        raise LipUsageError(f"{out} already exists; pass --overwrite to replace it or choose another --output")
+        raise ExportUsageError(f"{literal(out)} already exists; pass {{overwrite}} to replace it or choose "
+                               "another {output}")
     if out.resolve() == model_path.resolve():
-        raise LipUsageError(f"--output {out} is the model file itself")
+        raise ExportUsageError(f"{{output}} {literal(out)} is the model file itself")
     fmt.available()
     return fmt, out
 

@@ -24,7 +24,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lipcli.sdk.errors import LipError
+from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.train.errors import NamedSettings, literal
 
 #: name of the metadata record (an extra file in the torch archives, a metadata key in ONNX)
 METADATA_NAME = "lipcli.json"
@@ -35,6 +36,15 @@ ONNX_EXTRA_HINT = "pip install 'lipcli[onnx]'"
 
 #: ``run(images float32 numpy (N, C, H, W)) -> (logits, radius or None)`` as numpy arrays
 Runner = Callable[[np.ndarray], tuple[np.ndarray, "np.ndarray | None"]]
+
+
+class ExportUsageError(NamedSettings, LipUsageError):
+    """Bad input to :func:`lipcli.export.export_model` whose message names its arguments as
+    ``{name}`` fields (``output``, ``format``, ``overwrite``): the library spells them as
+    the Python names, a front end as its options (:mod:`lipcli.train.errors`)."""
+
+    def __init__(self, template: str) -> None:
+        super().__init__(self._init_template(template, None))
 
 
 class MissingRuntimeError(LipError):
@@ -158,7 +168,7 @@ class OnnxFormat:
                 missing.append(module)
         if missing:
             raise MissingRuntimeError(
-                f"--format onnx needs the optional packages {', '.join(missing)}, which are not "
+                f"the onnx format needs the optional packages {', '.join(missing)}, which are not "
                 f"installed: {ONNX_EXTRA_HINT}"
             )
 
@@ -203,7 +213,6 @@ FORMATS: dict[str, Any] = {f.name: f for f in (Pt2Format(), OnnxFormat(), TorchS
 
 def get_format(name: str) -> Any:
     """The format called ``name`` (``LipUsageError`` listing the valid ones otherwise)."""
-    from lipcli.sdk.errors import LipUsageError
 
     key = (name or "").strip().lower()
     if key not in FORMATS:
@@ -213,10 +222,8 @@ def get_format(name: str) -> Any:
 
 def format_for(name: str | None, output: str | Path | None) -> Any:
     """The format to write: ``name`` when given, else the one whose suffix ``output`` has,
-    else ``pt2``.  A known suffix of another format than ``name`` is a ``LipUsageError``
+    else ``pt2``.  A known suffix of another format than ``name`` is an :class:`ExportUsageError`
     (``-o model.onnx --format pt2`` would write a file that onnxruntime cannot read)."""
-    from lipcli.sdk.errors import LipUsageError
-
     by_suffix = None
     if output is not None:
         text = str(output).lower()
@@ -229,8 +236,8 @@ def format_for(name: str | None, output: str | Path | None) -> Any:
         return by_suffix or FORMATS["pt2"]
     fmt = get_format(name)
     if by_suffix is not None and by_suffix is not fmt:
-        raise LipUsageError(
-            f"--output {output} has the suffix of format {by_suffix.name!r} but --format is "
-            f"{fmt.name!r}; use a {fmt.suffix} file name or --format {by_suffix.name}"
+        raise ExportUsageError(
+            f"{{output}} {literal(output)} has the suffix of format {by_suffix.name!r} but {{format}} "
+            f"is {fmt.name!r}; use a {fmt.suffix} file name or {{format}} {by_suffix.name}"
         )
     return fmt

@@ -16,7 +16,7 @@ from lipcli.builtins.datasets.plugin import lip_datasets
 from lipcli.host.data import (
     epoch_seed, eval_loader, limit_indices, load_data, resolve_dataset, split_indices, train_loader,
 )
-from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.errors import LipUsageError, SettingError
 from lipcli.host.plugins import get_registry
 
 from conftest import CIFAR10_LABEL_NAMES, CIFAR_PER_BATCH, CIFAR_TEST, IMAGEFOLDER_CLASSES
@@ -90,13 +90,16 @@ def test_cifar100_fine_labels(cifar100_root):
 
 
 def test_missing_cifar_names_the_expected_layout(tmp_path):
-    with pytest.raises(LipUsageError, match=r"cifar-10-batches-py.*data_batch_1.*--download"):
+    # library errors name the setting (download, data_dir), not a command-line flag
+    with pytest.raises(SettingError, match=r"cifar-10-batches-py.*data_batch_1.*downloading fetches it") as info:
         D.load_cifar("cifar10", tmp_path, "train")
+    assert info.value.setting == "download" and "--" not in str(info.value)
     with pytest.raises(LipUsageError, match=r"cifar-100-python"):
         D.load_cifar("cifar100", tmp_path, "test")
     assert list(tmp_path.iterdir()) == []  # nothing downloaded or created
-    with pytest.raises(LipUsageError, match="--data-dir"):
+    with pytest.raises(SettingError, match="needs a data directory") as info:
         D.load_cifar("cifar10", None, "train")
+    assert info.value.setting == "data_dir"
 
 
 def test_cifar_refuses_pickles_that_run_code(tmp_path, cifar10_writer):

@@ -25,6 +25,7 @@ from lipcli.export.formats import OnnxFormat
 from lipcli.host.modelfile import update_metadata
 from lipcli.host.models import load_model
 from lipcli.host.plugins import get_registry
+from lipcli.sdk.errors import LipUsageError
 from plugin_export import run_exported_program  # tests/ helper shared with tests/plugins
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,7 +185,7 @@ def _one_line(result) -> str:
 @pytest.mark.parametrize("args,code,text", [
     (["--format", "tflite"], 2, "unknown export format 'tflite'; valid formats: pt2, onnx, torchscript"),
     (["-o", "{tmp}"], 2, "is a directory; give a file name"),
-    (["-o", "{tmp}/missing/x.pt2"], 2, "does not exist"),
+    (["-o", "{tmp}/missing/x.pt2"], 2, "(--output): directory"),
     (["--check", "0"], 2, "--check must be >= 1"),
     (["-o", "{tmp}/x.onnx", "--format", "pt2"], 2, "has the suffix of format 'onnx' but --format is 'pt2'"),
 ])
@@ -194,6 +195,27 @@ def test_bad_options_one_line_nothing_written(tmp_path, args, code, text):
     r = runner.invoke(app, ["export", str(model_path), *[a.format(tmp=tmp_path) for a in args]])
     assert r.exit_code == code and text in _one_line(r), r.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_library_errors_name_arguments_not_flags(tmp_path):
+    """export_model's usage errors speak of its arguments (output, overwrite, format), the CLI
+    of its options (the same messages with --output, --overwrite, --format)."""
+    model_path = make_model(tmp_path / "m.safetensors", "lln")
+    (tmp_path / "x.pt2").write_bytes(b"keep")
+    cases = [(ExportOptions(out=str(tmp_path / "x.pt2")), "already exists; pass overwrite to replace it or "
+              "choose another output"),
+             (ExportOptions(out=str(tmp_path / "y.onnx"), format="pt2"),
+              "output " + str(tmp_path / "y.onnx") + " has the suffix of format 'onnx' but format is 'pt2'; "
+              "use a .pt2 file name or format onnx"),
+             (ExportOptions(out=str(model_path), format="pt2", overwrite=True), "is the model file itself"),
+             (ExportOptions(out=str(tmp_path / "no" / "z.pt2")), "(output): directory")]
+    for options, text in cases:
+        with pytest.raises(LipUsageError) as info:
+            export_model(model_path, options)
+        assert text in str(info.value) and "--" not in str(info.value)
+    r = runner.invoke(app, ["export", str(model_path), "-o", str(model_path), "--overwrite"])
+    assert r.exit_code == 2 and _one_line(r) == f"error: --output {model_path} is the model file itself"
+    assert (tmp_path / "x.pt2").read_bytes() == b"keep"
 
 
 def test_corrupt_model_and_failed_check_leave_nothing(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lipcli.builtins.datasets.common import RandomCropFlip, TensorImageDataset, check_split
-from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.sdk.errors import LipError, LipUsageError, SettingError
 
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -115,7 +115,7 @@ def load_cifar(
     check_split(variant, split)
     title = "CIFAR-10" if variant == "cifar10" else "CIFAR-100"
     if root is None:
-        raise LipUsageError(f"{title} needs a data directory (--data-dir DIR)")
+        raise SettingError("data_dir", f"{title} needs a data directory")
     root = Path(root).expanduser()
     base, train_files, test_files, meta_file = _cifar_layout(variant, root)
     files = train_files if split == "train" else test_files
@@ -124,9 +124,10 @@ def load_cifar(
         _download_cifar(variant, root)
     missing = [p for p in needed if not p.is_file()]
     if missing:
-        raise LipUsageError(
+        raise SettingError(
+            "download",
             f"{title} not found in {root} (missing {missing[0]}): expected "
-            f"{_layout_hint(variant, root)} (the 'python version'); pass --download to fetch it"
+            f"{_layout_hint(variant, root)} (the 'python version'); downloading fetches it"
         )
     num_classes = 10 if variant == "cifar10" else 100
     meta = _load_pickle(base / meta_file)

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lipcli.builtins.datasets.common import CROP_PADDING, IMAGE_SIZE, RandomCropFlip, check_split
-from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.errors import LipUsageError, SettingError
 
 #: the image sizes ``imagefolder`` can produce (LipConvnet takes 32·2^k)
 IMAGEFOLDER_SIZES = (32, 64, 128, 256, 512)
@@ -108,9 +108,9 @@ def load_imagefolder(
         raise LipUsageError(f"dataset 'imagefolder': size must be one of "
                             f"{', '.join(map(str, IMAGEFOLDER_SIZES))}, got {size}")
     if download:
-        raise LipUsageError("dataset 'imagefolder' cannot be downloaded; drop --download")
+        raise SettingError("download", "dataset 'imagefolder' cannot be downloaded")
     if root is None:
-        raise LipUsageError("dataset 'imagefolder' needs a data directory (--data-dir DIR)")
+        raise SettingError("data_dir", "dataset 'imagefolder' needs a data directory")
     root = Path(root).expanduser()
     layout = f"expected {root}/train/<class>/<image> and {root}/test/<class>/<image>"
     train_dir, split_dir = root / "train", root / split
