@@ -120,6 +120,7 @@ def _parameter_counts(path: Path) -> dict[str, int]:
 def _components(config: dict[str, Any]) -> tuple[list[ComponentCard], list[str]]:
     from lipcli.sdk.errors import LipError
     from lipcli.host.plugins import get_registry
+    from lipcli.host.safetext import clean, install_hint
 
     try:
         reg = get_registry()
@@ -137,9 +138,10 @@ def _components(config: dict[str, Any]) -> tuple[list[ComponentCard], list[str]]
                 installed = True
             except LipError:
                 installed = False
-        if not installed:
-            missing.append(f"{kind} {name!r} (pip install {dist})" if dist not in ("lipcli", "?", "(in-process)")
-                           else f"{kind} {name!r} (from {dist})")
+        if not installed:  # file strings: escaped, and a pip command only for a valid name
+            missing.append(f"{kind} {clean(repr(name))} ({install_hint(dist)})"
+                           if dist not in ("lipcli", "?", "(in-process)")
+                           else f"{kind} {clean(repr(name))} (from {dist})")
         params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
         cards.append(ComponentCard(kind, name, dict(params), dist, installed))
     return cards, missing

@@ -17,10 +17,11 @@ def info(model: ModelArgument = None, json_out: JsonOption = False) -> None:
     """
     from lipcli.info import model_card
     from lipcli.host.runs import resolve_model_argument
+    from lipcli.host.safetext import clean_tree
 
     card = model_card(resolve_model_argument(model))
-    if json_out:
-        print_json(card.to_json())
+    if json_out:  # the file's strings without control characters (:mod:`lipcli.host.safetext`)
+        print_json(clean_tree(card.to_json()))
     else:
         print_card(card)
 
@@ -34,13 +35,16 @@ def _fmt(value: Any, digits: int = 6) -> str:
 
 
 def print_card(card: Any) -> None:
-    """A :class:`~lipcli.info.ModelCard` on stdout (plain text, no markup: file strings are inert)."""
+    """A :class:`~lipcli.info.ModelCard` on stdout (plain text, no markup, control characters
+    removed: file strings are inert)."""
     from rich.table import Table
+
+    from lipcli.host.safetext import clean
 
     console = stdout_console()
 
     def say(text: str) -> None:
-        console.print(text, soft_wrap=True, highlight=False, markup=False)
+        console.print(clean(text), soft_wrap=True, highlight=False, markup=False)
 
     say(f"{card.file}: {card.bytes:,} bytes, sha256 {card.sha256}")
     say(f"written by lipcli {card.written_by} (format {card.format_version}); input "
@@ -50,7 +54,7 @@ def print_card(card: Any) -> None:
         table.add_column(col)
     for comp in card.components:
         params = ", ".join(f"{k}={v}" for k, v in comp.params.items()) or "-"
-        table.add_row(comp.kind, comp.name, params, comp.distribution,
+        table.add_row(*(clean(cell) for cell in (comp.kind, comp.name, params, comp.distribution)),
                       "yes" if comp.installed else "NO")
     console.print(table)
     counts = card.parameters

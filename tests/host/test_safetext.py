@@ -118,3 +118,30 @@ def test_a_broken_installed_plugin_through_the_cli(tiny, tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().splitlines() == [textwrap.dedent(f"""\
         error: {path}: model needs pool 'bpool' from distribution 'lipcli-brokenpool', which is installed but BROKEN (plugin 'brokenpool': ImportError: boom at import); see `lip plugins`""")]
+
+
+def _raw_controls(text: str) -> set[str]:
+    """The control characters in ``text`` other than newline and tab (C0, DEL, C1, bidi)."""
+    return {c for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7f <= ord(c) <= 0x9f
+            or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"}
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_info_on_a_forged_file_prints_no_control_character_and_suggests_no_command(tiny, tmp_path, json_out):
+    def evil(cfg):
+        cfg["pool"] = {"name": "evil\x1b[31m", "params": {"k\x1b[5m": "v\x1b[2J"}, "provider": "p",
+                       "distribution": EVIL}
+
+    dataset = {"name": "nodata\x1b[2J", "params": {}, "distribution": EVIL}
+    path = forge(tiny, tmp_path / "e.safetensors", edit=evil, dataset=json.dumps(dataset))
+    proc = subprocess.run([sys.executable, "-m", "lipcli", "info", str(path), *(["--json"] if json_out else [])],
+                          capture_output=True, env={**os.environ, "COLUMNS": "200"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert not _raw_controls(out) and not _raw_controls(err)
+    assert "pip install" not in out + err  # the forged name is shown as data, never as a command
+    assert "is not a valid package name" in out  # the missing plugin is still named
+    if json_out:
+        card = json.loads(out)
+        assert card["missing"] and "pip install" not in json.dumps(card)
+        assert card["components"][3]["name"] == "evil[31m"
