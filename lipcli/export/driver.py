@@ -5,8 +5,11 @@ Steps of :func:`export_model` (nothing is written unless every step succeeds):
 1. options and output checked (format known and installed, output writable, not an existing
    file unless ``overwrite``), before any work;
 2. the model loaded in eval mode on the CPU (a missing plugin names its distribution);
-3. with ``certify``: the guaranteed Lipschitz bound of the feature map (computed now,
-   normalisation included) and the head's certificate lowered
+3. with ``certify``: every layer the bound counts as 1 by its promise measured with the
+   trained parameters at the check inputs of step 5
+   (:func:`~lipcli.host.promises.verify_promises`: a broken promise raises
+   :class:`~lipcli.host.promises.BrokenPromiseError`), the guaranteed Lipschitz bound of
+   the feature map (computed now, normalisation included) and the head's certificate lowered
    (:func:`~lipcli.export.lowering.lower_certificate`);
 4. the network lowered (:func:`~lipcli.export.program.build_program`; layers whose linear
    map fits ``dense_max_mib`` may become one dense matrix, see
@@ -236,6 +239,7 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
     from lipcli.host.modelfile import atomic_write_bytes
     from lipcli.host.models import load_model
     from lipcli.host.plugins import get_registry
+    from lipcli.host.promises import verify_promises
 
     report = progress or (lambda stage, done, total: None)
     model_path = Path(model_path)
@@ -248,11 +252,16 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
     shape = model_input_shape(model)
     times["load"] = time.perf_counter() - t0
 
+    images, source = check_inputs(mf, options.check_inputs, shape, options.seed)
     with torch.no_grad():  # CPU only: no TF32 to switch off
         certificate = lipschitz = None
         if options.certify:
             t0 = time.perf_counter()
             report("certificate", 0, 1)
+            # every layer the bound counts as 1 by its promise, measured with the trained
+            # parameters at the check images (as lip certify does): a broken promise is an
+            # error, never a GUARANTEED bound in the exported program; nothing is written
+            verify_promises(model, images)
             lipschitz = guaranteed_upper_bound(model)[0]
             name = reg.get("head", model.lipcli_config["head"]["name"]).certificate
             certifier = reg.component("certificate", name).build()
@@ -275,7 +284,6 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
         report("export", 1, 1)
         times["export"] = time.perf_counter() - t0
 
-        images, source = check_inputs(mf, options.check_inputs, shape, options.seed)
         outcome: dict[str, ExportCheck] = {}
 
         def verify(tmp: Path) -> None:

@@ -201,3 +201,37 @@ def test_a_zero_dimensional_parameter_trains_and_is_written(scaled_plugin, tmp_p
     from lipcli.host.modelfile import read_model_file
 
     assert read_model_file("m.safetensors").tensors["body.block1_pool.scale"].shape == ()
+
+
+class _ScaledMaxExport(nn.Module):
+    """What a ScaledMaxPool lowers to in an exported program (its scale as a buffer)."""
+
+    def __init__(self, scale: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("scale", scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(x[:, 0::2], x[:, 1::2]) * self.scale
+
+
+@pytest.mark.parametrize("scale", [-1.3, 0.5])
+def test_export_certify_refuses_a_broken_promise(scaled_plugin, tmp_path, monkeypatch, scale):
+    """``lip export --certify`` measures the promises as ``lip certify`` does: a broken one
+    is the same error (exit 1) and nothing is written; a kept one exports."""
+    monkeypatch.setattr(ScaledMaxPool, "export_module",
+                        lambda self: _ScaledMaxExport(self.scale.detach().clone()), raising=False)
+    path = _model_file(tmp_path / "m.safetensors", scale)
+    out = tmp_path / "m.pt"
+    r = runner.invoke(app, ["export", str(path), "--certify", "--check", "4", "--format",
+                            "torchscript", "--output", str(out), "--json"])
+    if scale > 0:
+        assert r.exit_code == 0, r.output
+        assert out.exists() and json.loads(r.stdout)["lipschitz_upper_bound"] > 0
+        return
+    assert r.exit_code == 1, r.output
+    line = r.stderr.strip()
+    assert line.startswith("error: plugin scaledpool (distribution (in-process)) breaks its "
+                           "1-Lipschitz promise (measured 1.3"), line
+    assert "pool 'scaled' at layer 'block1_pool'" in line
+    assert r.stdout == "" and not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"]
