@@ -147,14 +147,14 @@ def _ce_factory(context: LossContext) -> CrossEntropyLoss:
 
 def _cr_factory(context: LossContext, *, gamma: float = 0.1) -> CertificateRegularizedLoss:
     if not (math.isfinite(gamma) and gamma >= 0):
-        raise ValueError("gamma must be >= 0")
+        raise ValueError("gamma must be a finite number >= 0")
     return CertificateRegularizedLoss(context, gamma=gamma)
 
 
 def _offset_factory(context: LossContext, *, eps: float = DEFAULT_EPS,
                     temperature: float = 0.25) -> MarginOffsetLoss:
     if not (math.isfinite(eps) and eps >= 0):
-        raise ValueError("eps must be >= 0")
+        raise ValueError("eps must be a finite number >= 0")
     if not (math.isfinite(temperature) and temperature > 0):
         raise ValueError("temperature must be positive")
     return MarginOffsetLoss(context, eps=eps, temperature=temperature)

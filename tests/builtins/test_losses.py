@@ -180,10 +180,16 @@ def test_crc_attack_point_is_detached_and_in_the_ball():
 def test_bad_loss_parameters_are_usage_errors():
     from lipcli.train.objective import build_loss
 
-    model = tiny("lln")
+    model = tiny("mlp")
     ctx = LossContext(model=model, num_classes=4, dataset="digits", mean=(0.0,) * 3, std=STD)
-    for choice, message in [("cr:gamma=-1", "gamma must be >= 0"),
-                            ("margin-offset:temperature=-2", "temperature must be positive")]:
+    finite = "must be a finite number >= 0"
+    for choice, message in [("cr:gamma=-1", f"gamma {finite}"), ("cr:gamma=nan", f"gamma {finite}"),
+                            ("margin-offset:eps=inf", f"eps {finite}"),
+                            ("margin-offset:eps=-1", f"eps {finite}"),
+                            ("margin-offset:temperature=-2", "temperature must be positive"),
+                            ("crc-lip:radius=inf", "radius and gamma must be finite numbers >= 0"),
+                            ("crc-lip:gamma=nan", "radius and gamma must be finite numbers >= 0"),
+                            ("crc-lip:radius=-1", "radius and gamma must be finite numbers >= 0")]:
         with pytest.raises(LipUsageError, match=message):
             build_loss(REG.component("loss", choice), ctx)
 

@@ -15,8 +15,8 @@ from lipcli.cli import app, debug_first
 
 runner = CliRunner()
 
-COMMANDS = [[], ["train"], ["certify"], ["lipschitz"], ["plugins"], ["bench"], ["bench", "train"],
-            ["bench", "certify"], ["bench", "profile"]]
+COMMANDS = [[], ["train"], ["certify"], ["lipschitz"], ["info"], ["export"], ["plugins"], ["bench"],
+            ["bench", "train"], ["bench", "certify"], ["bench", "profile"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "lip")

@@ -33,6 +33,7 @@ head (the feature attack works with any head; ``gamma=0`` drops the regulariser)
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -225,8 +226,8 @@ _RHO, _GAMMA = PAPER_CRC_SETTINGS["cifar10"]
 
 def _crc_factory(context: LossContext, *, radius: float = _RHO, gamma: float = _GAMMA,
                  attack_steps: int = 5, power_steps: int = 2, classes: int = 0) -> CRCLipLoss:
-    if radius < 0 or gamma < 0:
-        raise ValueError("radius and gamma must be >= 0")
+    if not all(math.isfinite(v) and v >= 0 for v in (radius, gamma)):
+        raise ValueError("radius and gamma must be finite numbers >= 0")
     if attack_steps < 1 or power_steps < 0 or classes < 0:
         raise ValueError("attack_steps must be >= 1, power_steps and classes >= 0")
     return CRCLipLoss(context, radius=radius, gamma=gamma, attack_steps=attack_steps,
