@@ -65,7 +65,8 @@ def print_card(card: Any) -> None:
         f"normalisation mean {norm.get('mean')}, std {norm.get('std')}")
     lip = card.lipschitz
     if lip:
-        say(f"Lipschitz: {lip.upper_bound_label} {_fmt(lip.upper_bound, 8)}; "
+        say(f"Lipschitz as stored in the file (not rechecked here): {lip.upper_bound_label} "
+            f"{_fmt(lip.upper_bound, 8)}; "
             f"estimate {_fmt(lip.estimate, 8)} (not guaranteed); empirical lower bound "
             f"{_fmt(lip.empirical_lower, 8)}")
     else:

@@ -32,12 +32,31 @@ def evaluate(model: nn.Module, loader: Iterable, ctx: DistContext) -> Evaluation
     return Evaluation(loss=float(sums[0]) / n, accuracy=float(sums[1]) / n, examples=int(sums[2]))
 
 
-def lipschitz_record(model: nn.Module, *, estimate: bool = True) -> dict[str, Any]:
+def lipschitz_record(model: nn.Module, *, estimate: bool = True,
+                     inputs: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """The model file's ``lipschitz`` slot.
 
-    Uses :func:`lipcli.host.lipschitz.lipschitz_report` (guaranteed upper bound + power estimate).
+    Uses :func:`lipcli.host.lipschitz.lipschitz_report` (guaranteed upper bound + power
+    estimate), after :func:`lipcli.host.promises.verify_promises` has measured every layer the
+    bound counts as 1 by its promise with the trained parameters (at the layer ``inputs``
+    recorded by :func:`~lipcli.host.promises.capture_inputs`, else at random images).  A
+    broken promise keeps the trained weights but no guaranteed bound: ``upper_bound`` is
+    ``None``, ``upper_bound_label`` says why and ``promise_broken`` holds the error line.
     """
     from lipcli.host.lipschitz import lipschitz_report
+    from lipcli.host.promises import BrokenPromiseError, verify_promises
 
+    broken = None
+    try:
+        verify_promises(model, inputs=inputs)
+    except BrokenPromiseError as exc:
+        broken = str(exc)
     report = lipschitz_report(model, estimate=estimate, iters=50)
-    return json.loads(json.dumps(report.record(), default=float))
+    record = json.loads(json.dumps(report.record(), default=float))
+    if broken is not None:
+        record.update(upper_bound=None, upper_bound_label=BROKEN_PROMISE_LABEL, promise_broken=broken)
+    return record
+
+
+#: the stored ``upper_bound_label`` when a promise was broken at the end of training
+BROKEN_PROMISE_LABEL = "no guaranteed bound: a 1-Lipschitz promise is broken (see promise_broken)"

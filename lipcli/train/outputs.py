@@ -6,6 +6,7 @@ they record (:class:`RunState`)."""
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,8 @@ class RunOutputs:
     state: RunState = field(default_factory=RunState)
     resumed: bool = False
     overwrite: bool = False  # the final write may replace an existing model file
+    #: inputs of the promised layers recorded during the final test pass (promise check)
+    promise_inputs: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def graph_record(self) -> dict[str, Any]:  # pragma: no cover - TrainingRun's
         raise NotImplementedError
@@ -163,7 +166,11 @@ class RunOutputs:
 
             self.model.load_state_dict(read_model_file(self.paths.best).tensors)
         self.model.eval()
-        test = evaluate(self.model, self.test_loader, self.ctx)
+        from lipcli.host.promises import capture_inputs
+
+        with capture_inputs(self.model) as inputs:  # for the promise check
+            test = evaluate(self.model, self.test_loader, self.ctx)
+        self.promise_inputs = inputs
         results: dict[str, Any] = {
             "test_accuracy": test.accuracy, "test_loss": test.loss, "test_examples": test.examples,
             "selected_epoch": state.best["epoch"] if (cfg.keep_best and state.best) else state.epoch,
@@ -215,7 +222,13 @@ class RunOutputs:
         summary."""
         from lipcli.host.models import save_model
 
-        lipschitz = lipschitz_record(self.model, estimate=self.cfg.lipschitz_estimate)
+        lipschitz = lipschitz_record(self.model, estimate=self.cfg.lipschitz_estimate,
+                                     inputs=self.promise_inputs)
+        if lipschitz.get("promise_broken"):  # the weights are kept, without a guaranteed bound
+            from lipcli.host.safetext import clean  # printed even with quiet: it is a warning
+
+            print(clean(f"warning: {lipschitz['promise_broken']}; the model file records no "
+                        "Lipschitz bound"), file=sys.stderr)
         training = self._training_metadata()
         try:  # never replace a file that appeared meanwhile unless ``overwrite`` (and a model)
             check_replaceable(self.paths.out, self.overwrite)
@@ -246,7 +259,8 @@ class RunOutputs:
         )
         self.reporter.print(
             f"test accuracy {test.accuracy:.4f} ({test.examples} images); Lipschitz bound "
-            f"{lipschitz.get('upper_bound')}; model written to {self.paths.out}"
+            f"{lipschitz.get('upper_bound') if not lipschitz.get('promise_broken') else 'none'}; "
+            f"model written to {self.paths.out}"
         )
         return summary
 

@@ -8,6 +8,7 @@ trains, and no longer crashes the final write of ``lip train``."""
 from __future__ import annotations
 
 import json
+import re
 import types
 
 import pytest
@@ -235,3 +236,39 @@ def test_export_certify_refuses_a_broken_promise(scaled_plugin, tmp_path, monkey
     assert "pool 'scaled' at layer 'block1_pool'" in line
     assert r.stdout == "" and not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"]
+
+
+def test_train_with_a_broken_promise_keeps_the_weights_but_no_guaranteed_bound(
+        scaled_plugin, tmp_path, monkeypatch):
+    """``lip train`` measures the promises before it records the bound: a broken one is a
+    warning on stderr, the model file is written with ``upper_bound`` null (and the reason),
+    ``lip info`` shows no GUARANTEED number and ``lip certify`` still refuses the model."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ScaledMaxPool, "__init__", _init_scale(-1.3))
+    (tmp_path / "t.toml").write_text("power_iter_steps = 3\n")
+    r = runner.invoke(app, ["train", "--dataset", "digits", "--width", "4", "--pool", "scaled",
+                            "--limit-train", "32", "--limit-test", "16", "--batch-size", "16",
+                            "--epochs", "1", "--device", "cpu", "-q", "--no-lipschitz-estimate",
+                            "--config", "t.toml", "--out", "m.safetensors", "--json"])
+    assert r.exit_code == 0, r.output
+    found = re.search(r"warning: plugin scaledpool \(distribution \(in-process\)\) breaks its "
+                      r"1-Lipschitz promise \(measured ([0-9.]+)\)", r.stderr)
+    assert found and float(found.group(1)) > 1.1, r.stderr  # the scale started at -1.3
+    assert json.loads(r.stdout)["lipschitz_upper_bound"] is None
+    from lipcli.host.modelfile import read_model_file
+
+    stored = read_model_file("m.safetensors").metadata["lipschitz"]
+    assert stored["upper_bound"] is None and "breaks its 1-Lipschitz promise" in stored["promise_broken"]
+    assert "GUARANTEED" not in stored["upper_bound_label"]
+    info = runner.invoke(app, ["info", "m.safetensors"])
+    assert info.exit_code == 0, info.output
+    assert "GUARANTEED" not in info.stdout and "a 1-Lipschitz promise is broken" in info.stdout
+    cert = runner.invoke(app, ["certify", "m.safetensors", "--no-write", "--limit", "8"])
+    assert cert.exit_code == 1 and "breaks its 1-Lipschitz promise" in cert.stderr
+
+
+def _init_scale(value: float):
+    def init(self: ScaledMaxPool, channels: int, zero_dim: bool = False) -> None:
+        nn.Module.__init__(self)
+        self.scale = nn.Parameter(torch.full((1,), value))
+    return init
