@@ -5,8 +5,10 @@ GUARANTEED bound, without any computation.  A parametrisation that is 1-Lipschit
 initialisation (a learnable scale that starts at 1) keeps that factor after training has
 moved it, and every certificate becomes unsound.  Two defences:
 
-* :func:`verify_promises` -- run by ``lip certify`` and ``lip lipschitz`` before the promise
-  is used: every body layer counted as 1 because of its promise is measured with the model's
+* :func:`verify_promises` -- run by ``lip certify``, ``lip lipschitz``, ``lip export
+  --certify`` and at the end of ``lip train`` before the promise is used: every body layer
+  counted as 1 because of its promise (and a head that promises 1 without a
+  ``lipschitz_upper_bound()``, at the features it receives) is measured with the model's
   trained parameters, in float64, at inputs it really sees (the first data points pushed
   through the network, or random images) and at pairs around them: secant ratios
   ``||f(a) - f(b)|| / ||a - b||`` along directions found by a short power iteration on
@@ -152,12 +154,22 @@ def layer_ratio(layer: nn.Module, x: torch.Tensor, *, iters: int = 8, seed: int 
     return value if math.isfinite(value) else math.inf
 
 
+#: the name under which a promised head is measured (after the body's children)
+HEAD = "head"
+
+
 def promised_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The body children whose factor in the guaranteed bound is 1 because of a promise."""
+    """The body children whose factor in the guaranteed bound is 1 because of a promise,
+    then the head (as :data:`HEAD`) when it promises 1 without a ``lipschitz_upper_bound()``
+    (a head certificate such as ``margin`` counts it as 1)."""
     from lipcli.host.lipschitz import _layer_kind, body_of
 
-    return [(name, child) for name, child in body_of(model).named_children()
-            if _layer_kind(child) == "promise"]
+    layers = [(name, child) for name, child in body_of(model).named_children()
+              if _layer_kind(child) == "promise"]
+    head = getattr(model, "head", None)
+    if isinstance(head, nn.Module) and _layer_kind(head) == "promise":
+        layers.append((HEAD, head))
+    return layers
 
 
 @torch.no_grad()
@@ -172,6 +184,8 @@ def _layer_inputs(model: nn.Module, x: torch.Tensor, names: set[str]) -> dict[st
         if len(inputs) == len(names):
             break
         h = child(h)
+    if HEAD in names and HEAD not in inputs:
+        inputs[HEAD] = h  # the features the head receives
     return inputs
 
 
@@ -200,8 +214,8 @@ def verify_promises(
     model: nn.Module, data: torch.Tensor | None = None, *, inputs: dict[str, torch.Tensor] | None = None,
     points: int = 8, iters: int = 8, tol: float = PROMISE_TOL, seed: int = 0,
 ) -> PromiseCheck:
-    """Measure every body layer counted as 1 because of its promise (see the module
-    docstring) at the first ``points`` images of ``data`` (``(N, C, H, W)`` in [0, 1]) or at
+    """Measure every layer counted as 1 because of its promise (:func:`promised_layers`; see
+    the module docstring) at the first ``points`` images of ``data`` (``(N, C, H, W)`` in [0, 1]) or at
     random images, or at the layer ``inputs`` recorded by :func:`capture_inputs`; raise
     :class:`BrokenPromiseError` on a ratio above ``1 + tol``.  The model is left in eval mode."""
     from lipcli.host.lipschitz import model_input_shape

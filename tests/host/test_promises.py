@@ -272,3 +272,40 @@ def _init_scale(value: float):
         nn.Module.__init__(self)
         self.scale = nn.Parameter(torch.full((1,), value))
     return init
+
+
+class ScaledHead(nn.Module):
+    """The first ``num_classes`` features times ``scale``: 1-Lipschitz only while
+    ``|scale| <= 1``; promises 1 and has no ``lipschitz_upper_bound()`` (as a head that the
+    margin certificate counts as 1)."""
+
+    lip_promises = (ONE_LIPSCHITZ,)
+
+    def __init__(self, num_classes: int, scale: float) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        self.scale = nn.Parameter(torch.tensor(scale))
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return y[:, : self.num_classes] * self.scale
+
+
+@pytest.mark.parametrize("scale", [1.25, 0.5])
+def test_a_promised_head_is_measured_at_the_features_it_receives(scale):
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", width=4, pool="projection").eval()
+    model.refresh_power_iteration(5)
+    model.head = ScaledHead(3, scale)
+    x = torch.rand(8, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with capture_inputs(model) as inputs, torch.no_grad():
+        model(x)
+    assert torch.equal(inputs["head"], model.features(x).detach())
+    for kwargs in ({"inputs": inputs}, {"data": x}):  # recorded, or pushed through the body
+        if scale > 1:
+            with pytest.raises(BrokenPromiseError, match=r"measured 1\.25\b.*at layer 'head'"):
+                verify_promises(model, **kwargs)
+        else:
+            check = verify_promises(model, **kwargs)
+            row = next(row for row in check.layers if row.layer == "head")
+            assert row.type == "ScaledHead" and 0.49 < row.max_ratio <= 0.5 + 1e-9
+
