@@ -79,8 +79,8 @@ def test_model_file_roundtrip_and_network_bound(tmp_path, choice):
     torch.manual_seed(0)
     model = create_model("lipconvnet-5", activation=choice, width=4, registry=reg)
     model.refresh_power_iteration(30)
-    rows = {r["name"]: r for r in guaranteed_upper_bound(model)[1]}
-    assert rows["stem_act"]["source"] == "promise" and rows["stem_act"]["upper_bound"] == 1.0
+    rows = {r.name: r for r in guaranteed_upper_bound(model)[1]}
+    assert rows["stem_act"].source == "promise" and rows["stem_act"].upper_bound == 1.0
 
 
 def test_entry_point_when_installed():
