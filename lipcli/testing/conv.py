@@ -10,7 +10,9 @@
   layers, which is checked): its largest singular value must not exceed the declared bound
   -- ``lipschitz_upper_bound()`` when the module has one, else 1 when the spec promises
   ``"1-lipschitz"``; a layer with neither fails.  A spec promising ``"1-lipschitz"`` must
-  also stay ``≤ 1``, and one promising ``"orthogonal"`` must have *all* its singular values
+  also stay ``≤ 1``, as built and with every parameter perturbed
+  (:func:`lipcli.host.promises.perturbed_copies`: a learnable scale that starts at 1 fails),
+  and one promising ``"orthogonal"`` must have *all* its singular values
   within ``orthogonal_tol`` of 1 (semi-orthogonal for ``in ≠ out``; plus the slack its own
   bound declares, e.g. SOC's series truncation).  The float32 module's own bound is checked
   against its float32 Jacobian with a relative slack of ``float32_slack``.
@@ -187,9 +189,18 @@ def check_conv_spec(
         if smax > bound * (1.0 + rtol):
             fail(f"{label}: dense-Jacobian spectral norm {smax:.12g} exceeds the declared "
                  f"bound {bound:.12g}")
-        if ONE_LIPSCHITZ in spec.promises and smax > 1.0 + orthogonal_tol:
-            fail(f"{label}: promises {ONE_LIPSCHITZ!r} but the Jacobian's spectral norm is "
-                 f"{smax:.12g}")
+        if ONE_LIPSCHITZ in spec.promises:
+            # the promise must hold for every parameter value training can reach, not only
+            # at initialisation (lipcli.host.promises.perturbed_copies), as for pools
+            from lipcli.host.promises import perturbed_copies
+
+            for how, moved in [("parameters as built", module64),
+                               *perturbed_copies(module64, (cin, n, n), seed=seed)]:
+                norm = float(torch.linalg.matrix_norm(
+                    affine_matrix(moved, (cin, n, n), torch.float64), ord=2))
+                if norm > 1.0 + orthogonal_tol:
+                    fail(f"{label} with {how}: promises {ONE_LIPSCHITZ!r} but the Jacobian's "
+                         f"spectral norm is {norm:.12g}")
         if ORTHOGONAL in spec.promises:
             slack = orthogonal_tol + max(0.0, bound - 1.0)
             if abs(smax - 1.0) > slack or abs(smin - 1.0) > slack:
