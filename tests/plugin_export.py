@@ -38,6 +38,17 @@ def check_stand_in(component: nn.Module, kind: type, x: torch.Tensor, rtol: floa
     return standin
 
 
+def check_stand_in_follows(component: nn.Module, change: Callable[[], None], x: torch.Tensor) -> None:
+    """A stand-in is baked when exported: after ``change()`` (an in-place edit of
+    ``component``'s parameters) the earlier stand-in differs from ``component(x)`` (so a
+    stand-in test can fail) and a new one equals it."""
+    before = component.export_module()
+    with torch.no_grad():
+        change()
+        assert not torch.allclose(before(x), component(x))
+        torch.testing.assert_close(component.export_module()(x), component(x), rtol=1e-12, atol=1e-12)
+
+
 def aten_program(module: nn.Module, example: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
     """``torch.export`` of ``module`` with a dynamic batch, under ``no_grad`` as ``lip export``
     runs it; asserts that the graph calls aten operations only (and Python's ``getitem`` on
