@@ -120,7 +120,7 @@ def _parameter_counts(path: Path) -> dict[str, int]:
 def _components(config: dict[str, Any]) -> tuple[list[ComponentCard], list[str]]:
     from lipcli.sdk.errors import LipError
     from lipcli.host.plugins import get_registry
-    from lipcli.host.safetext import clean, install_hint
+    from lipcli._util.safetext import clean, install_hint
 
     try:
         reg = get_registry()

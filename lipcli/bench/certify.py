@@ -103,7 +103,7 @@ def bench_certify(
     ``model`` follows the lipcli module protocol (``features``, ``head``, ``lipcli_config``,
     ``refresh_power_iteration``).  ``n`` synthetic inputs in batches of ``batch_size``.
     """
-    from lipcli.host.lipschitz import lipschitz_report, model_input_shape
+    from lipcli.lipschitz.bound import lipschitz_report, model_input_shape
     from lipcli.host.plugins import get_registry
 
     _check_positive(batch_size=batch_size, n=n)

@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli import __version__
+from lipcli.version import __version__
 from lipcli.bench.results import Environment, GpuEnvironment, GraphUse, StepSettings
 from lipcli.builtins.lipconvnet import DEPTHS
-from lipcli.host.constants import CIFAR_SHAPE, CIFAR_TRAIN_IMAGES
+from lipcli._util.constants import CIFAR_SHAPE, CIFAR_TRAIN_IMAGES
 from lipcli.host.plugins import natural_key
 from lipcli.numerics.precision import tf32_state
 from lipcli.sdk.errors import LipUsageError, SettingError
@@ -288,14 +288,14 @@ class RecipeStep:
     Gradient clipping (norm 1.0) is applied for MLP heads, as in the reference's CRC-Lip
     runs (SPEC §6); the CRC-Lip feature attack and curvature penalty (SPEC §4) are not
     part of this step (Table 1 times plain LLN training).  With ``cuda_graphs`` the step is
-    replayed from a CUDA graph where possible (:class:`lipcli.host.cuda_graphs.GraphedStep`;
+    replayed from a CUDA graph where possible (:class:`lipcli.train.cuda_graphs.GraphedStep`;
     :attr:`graph_reason` says why not); a call with ``labels`` (the profiler's) or ``eager``
     always runs eagerly.
     """
 
     def __init__(self, model: nn.Module, clip_grad: float | None = None,
                  cuda_graphs: bool = False) -> None:
-        from lipcli.host.cuda_graphs import GraphedStep, graph_unsupported_reason
+        from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
 
         self.model = model.train()
         self.optimizer = recipe_optimizer(model)

@@ -43,7 +43,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
+from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ONE_LIPSCHITZ, ArchSpec, Component, Param
 
@@ -258,9 +258,9 @@ class LipConvnet(nn.Module):
 
     # -- tooling ------------------------------------------------------------------------------
     def lipschitz_upper_bound(self) -> float:
-        """Guaranteed bound on ``Lip(features)`` (SPEC §5): :func:`lipcli.host.lipschitz.guaranteed_upper_bound`
+        """Guaranteed bound on ``Lip(features)`` (SPEC §5): :func:`lipcli.lipschitz.bound.guaranteed_upper_bound`
         (product of per-layer bounds, 1 for ``"1-lipschitz"`` layers, rounded up)."""
-        from lipcli.host.lipschitz import guaranteed_upper_bound
+        from lipcli.lipschitz.bound import guaranteed_upper_bound
 
         return guaranteed_upper_bound(self)[0]
 

@@ -27,7 +27,7 @@ def attack_radii(
     report: Progress,
 ) -> tuple[list[Violation], AttackInfo]:
     """PGD at every radius; fills the PGD columns of ``rows`` in place."""
-    from lipcli.host.attacks import pgd_l2
+    from lipcli.certify.pgd import pgd_l2
 
     for p in model.parameters():
         p.requires_grad_(False)

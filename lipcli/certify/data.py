@@ -1,5 +1,5 @@
 """The evaluation data of a certification run: which data set (the one named, else the one
-the model file records), resolved by the host's one resolver (:mod:`lipcli.host.data`), and
+the model file records), resolved by the host's one resolver (:mod:`lipcli.data.loaders`), and
 its agreement with the model (classes, class names, input shape, labels)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from lipcli.certify.results import EvalDataset
-from lipcli.host.data import check_data_dir, resolve_dataset
+from lipcli.data.loaders import check_data_dir, resolve_dataset
 from lipcli.sdk.errors import LipError, LipUsageError, SettingError
 
 

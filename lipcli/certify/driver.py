@@ -31,9 +31,9 @@ from lipcli.certify.steps import (
     mean_certified_radius,
     soundness_note,
 )
-from lipcli.host.devices import resolve_device
-from lipcli.host.outputs import check_model_writable
-from lipcli.host.strictjson import strict_json
+from lipcli._util.devices import resolve_device
+from lipcli._util.outputs import check_model_writable
+from lipcli._util.strictjson import strict_json
 from lipcli.numerics.precision import in_full_float32_precision
 from lipcli.sdk.errors import LipError
 
@@ -82,7 +82,7 @@ def run_certification(
     the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
     ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
     disabled (:mod:`lipcli.numerics.precision`)."""
-    from lipcli.host.lipschitz import BOUND_LABEL
+    from lipcli.lipschitz.bound import BOUND_LABEL
     from lipcli.host.models import load_model
     from lipcli.host.plugins import get_registry
 
@@ -120,14 +120,14 @@ def run_certification(
     ds_info.limit = options.limit
 
     # -- 2. features (float32, eval mode) --------------------------------------------------------
-    from lipcli.host.promises import capture_inputs, verify_promises
+    from lipcli.lipschitz.promises import capture_inputs, verify_promises
 
     t0 = time.perf_counter()
     with capture_inputs(model) as layer_inputs:  # for the promise check below
         feats = extract_features(model, dataset, n, options.batch_size, device, ds_info.name, report)
     times["features"] = time.perf_counter() - t0
     # -- 2b. every layer counted as 1 by its promise, measured with the trained parameters at
-    #    the first data points (lipcli.host.promises; a broken promise is an error) ----------------
+    #    the first data points (lipcli.lipschitz.promises; a broken promise is an error) ----------------
     promises = verify_promises(model, inputs=layer_inputs)
     times["promises"] = promises.time_s
 

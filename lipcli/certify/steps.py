@@ -120,7 +120,7 @@ def lipschitz_constant(
 ) -> LipschitzConstant:
     """The fresh guaranteed bound; with ``lipschitz="estimate"`` the power estimate (read from
     the file's ``lipschitz`` slot when it was made for the same weights and iterations)."""
-    from lipcli.host.lipschitz import guaranteed_upper_bound, lipschitz_report, weights_fingerprint
+    from lipcli.lipschitz.bound import guaranteed_upper_bound, lipschitz_report, weights_fingerprint
 
     fingerprint = weights_fingerprint(model)
     bound, _ = guaranteed_upper_bound(model)

@@ -26,7 +26,7 @@ from lipcli.host.modelfile import ModelFile, read_model_file, save_model_file
 from lipcli.host.plugins import Registry, get_registry
 from lipcli.sdk.specs import Component
 
-from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
+from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
 COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
 DEFAULTS = {"conv": "soc-fast", "activation": "maxmin", "pool": "max", "head": "lln"}
 
@@ -301,7 +301,7 @@ def load_model(
 def _broken(reg: Registry, distribution: Any) -> str | None:
     """``"installed but BROKEN (plugin ...: error); see `lip plugins`"`` when a plugin of
     ``distribution`` failed to load, else ``None``."""
-    from lipcli.host.safetext import clean
+    from lipcli._util.safetext import clean
 
     for info in reg.plugins.values():
         if info.error and info.distribution == distribution:
@@ -317,7 +317,7 @@ def _missing_component(
     distribution is broken (its error), not loaded (autoload disabled) or not installed (with
     ``pip install NAME`` when the recorded NAME is a valid distribution name)."""
     from lipcli.host.plugins import DISABLE_AUTOLOAD_ENV, autoload_disabled
-    from lipcli.host.safetext import clean, install_hint, is_distribution_name
+    from lipcli._util.safetext import clean, install_hint, is_distribution_name
 
     dist = entry.get("distribution") or "the plugin that provides it"
     needs = f"{path}: model needs {exc.kind} {exc.name!r} from distribution {clean(repr(dist))}"
@@ -379,7 +379,7 @@ def recorded_dataset(
     try:
         return reg.component("dataset", {"name": recorded["name"], "params": params})
     except UnknownComponentError as exc:
-        from lipcli.host.safetext import install_hint
+        from lipcli._util.safetext import install_hint
 
         dist = recorded.get("distribution")
         broken = _broken(reg, dist) if isinstance(dist, str) else None

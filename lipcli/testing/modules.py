@@ -85,8 +85,8 @@ def check_channel_spec(
             rtol=rtol, seed=seed, name=checked.label,
         )
         # the promise must hold for every parameter value training can reach, not only at
-        # initialisation (lipcli.host.promises.perturbed_copies)
-        from lipcli.host.promises import perturbed_copies
+        # initialisation (lipcli.lipschitz.promises.perturbed_copies)
+        from lipcli.lipschitz.promises import perturbed_copies
 
         for how, moved in perturbed_copies(checked.module64, (channels, 2, 2), seed=seed):
             check_one_lipschitz(moved, (channels, 2, 2), pairs=max(64, pairs // 4),

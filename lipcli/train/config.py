@@ -193,8 +193,8 @@ class TrainConfig:
         need(self.curvature_classes is None or self.curvature_classes >= 0, "curvature_classes must be >= 0 (0 = all classes)")
         need(self.workers is None or self.workers >= 0, "{workers} must be >= 0" + got("workers"))
         need(self.seed >= 0, "{seed} must be >= 0" + got("seed"))
-        from lipcli.host.cuda_graphs import GRAPH_MODES  # (imports torch: not at module level)
-        from lipcli.host.devices import check_device_name
+        from lipcli.train.cuda_graphs import GRAPH_MODES  # (imports torch: not at module level)
+        from lipcli._util.devices import check_device_name
 
         check_device_name(self.device)
         need(self.cuda_graphs in GRAPH_MODES,

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli.host.locks import check_run_unlocked
+from lipcli.train.locks import check_run_unlocked
 from lipcli.sdk.errors import LipError
 from lipcli.train.checkpoint import read_checkpoint
 from lipcli.train.config import (CHECKPOINT_NAME, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, MODEL_NAME,
@@ -106,7 +106,7 @@ def _configure(config: TrainConfig | None, ctx: DistContext, reg: Any, *, run_di
                overwrite: bool) -> _Setup:
     """Step 1 of :func:`train` for the process ``ctx``: the settings, components, data
     directory, device, global batch, paths and locks, all validated; no side effects."""
-    from lipcli.host.data import check_data_dir, resolve_dataset
+    from lipcli.data.loaders import check_data_dir, resolve_dataset
 
     ckpt_tensors: dict[str, torch.Tensor] | None = None
     ckpt_meta: dict[str, Any] | None = None
@@ -142,7 +142,7 @@ def _configure(config: TrainConfig | None, ctx: DistContext, reg: Any, *, run_di
 def _data_and_model(setup: _Setup, reg: Any, *, download: bool) -> tuple[Any, Any, dict[str, Any], nn.Module]:
     """Step 2 of :func:`train`: the data (downloaded first when ``download``), the extra
     data, the model configuration and the model (seeded, on the CPU)."""
-    from lipcli.host.data import load_data
+    from lipcli.data.loaders import load_data
     from lipcli.host.models import ComponentParameterError, build_model, make_config
 
     cfg, comps = setup.cfg, setup.comps
@@ -293,7 +293,7 @@ def _open_extra_data(cfg: TrainConfig, data: Any) -> Any:
     """The ``extra_data`` arrays, memory-mapped and checked against the data (or None)."""
     if cfg.extra_data is None:
         return None
-    from lipcli.host.extradata import check_compatible, open_extra_data
+    from lipcli.train.extradata import check_compatible, open_extra_data
 
     extra = open_extra_data(cfg.extra_data)
     check_compatible(extra, image_shape=data.image_shape, num_classes=data.num_classes)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli import __version__
+from lipcli.version import __version__
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.train.checkpoint import (_prefixed, flatten_state, rng_state, set_rng_state, unflatten_state,
                                      write_checkpoint)
@@ -166,7 +166,7 @@ class RunOutputs:
 
             self.model.load_state_dict(read_model_file(self.paths.best).tensors)
         self.model.eval()
-        from lipcli.host.promises import capture_inputs
+        from lipcli.lipschitz.promises import capture_inputs
 
         with capture_inputs(self.model) as inputs:  # for the promise check
             test = evaluate(self.model, self.test_loader, self.ctx)
@@ -225,7 +225,7 @@ class RunOutputs:
         lipschitz = lipschitz_record(self.model, estimate=self.cfg.lipschitz_estimate,
                                      inputs=self.promise_inputs)
         if lipschitz.get("promise_broken"):  # the weights are kept, without a guaranteed bound
-            from lipcli.host.safetext import clean  # printed even with quiet: it is a warning
+            from lipcli._util.safetext import clean  # printed even with quiet: it is a warning
 
             print(clean(f"warning: {lipschitz['promise_broken']}; the model file records no "
                         "Lipschitz bound"), file=sys.stderr)

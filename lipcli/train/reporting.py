@@ -20,7 +20,7 @@ class Reporter:
 
     def print(self, text: str) -> None:
         if self.enabled:  # no control characters (paths and names may come from a checkpoint)
-            from lipcli.host.safetext import clean
+            from lipcli._util.safetext import clean
 
             self.console.print(clean(text), highlight=False, markup=False, soft_wrap=True)
 

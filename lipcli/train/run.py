@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli.host.cuda_graphs import GraphedStep, graph_unsupported_reason
-from lipcli.host.locks import run_locks
+from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
+from lipcli.train.locks import run_locks
 from lipcli.sdk.errors import LipError
 from lipcli.train.config import INTERRUPT_ENV, TrainConfig
 from lipcli.train.distributed import DistContext
@@ -42,7 +42,7 @@ def _make_loaders(cfg: TrainConfig, ctx: DistContext, device: torch.device, data
                   workers: int, extra: Any = None) -> tuple[Any, Any, Any, Any]:
     """This rank's training loader and sampler (with ``extra`` images mixed in where given),
     validation loader (or None) and test loader."""
-    from lipcli.host.data import eval_loader, train_loader
+    from lipcli.data.loaders import eval_loader, train_loader
     from lipcli.train.mixing import extra_loader_or_none
 
     pin = device.type == "cuda"
@@ -116,7 +116,7 @@ class TrainingRun(RunOutputs):
         if ckpt_tensors is not None:
             self.restore_checkpoint(ckpt_tensors, ckpt_meta)
         self.make_dirs()
-        # one writer per run directory and model file for the whole run (lipcli.host.locks)
+        # one writer per run directory and model file for the whole run (lipcli.train.locks)
         with run_locks(self.paths.run_dir, self.paths.out, enabled=self.ctx.is_main):
             self.create_run_dir()
             self.announce()
@@ -182,7 +182,7 @@ class TrainingRun(RunOutputs):
                    **{sync: True})
 
     def _make_graphed_step(self, forward: nn.Module) -> None:
-        """Set :attr:`graphed` (``cuda_graphs``, :mod:`lipcli.host.cuda_graphs`) or the reason why not."""
+        """Set :attr:`graphed` (``cuda_graphs``, :mod:`lipcli.train.cuda_graphs`) or the reason why not."""
         mode = self.cfg.cuda_graphs
         if mode == "off":
             self.graph_reason = "off (--cuda-graphs off)"
@@ -406,6 +406,6 @@ class TrainingRun(RunOutputs):
 
 
 def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    from lipcli.host.data import epoch_seed
+    from lipcli.data.loaders import epoch_seed
 
     return epoch_seed(seed, epoch, rank)

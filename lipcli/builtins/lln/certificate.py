@@ -145,7 +145,7 @@ class LLNCertifier:
         """``lip export --certify``: this certificate as plain float64 torch operations
         (:class:`LLNRadius`, the same arithmetic as :func:`lln_radius` over all classes, with
         ``Ŵ``, ``b`` and the rounding-safe row distances as constants)."""
-        from lipcli.export.lowering import ExportedCertificate
+        from lipcli.sdk.export import ExportedCertificate
 
         weight, bias = linear_head_weights(head)
         module = LLNRadius(weight.cpu(), bias.cpu(), pairwise_row_distances(weight).cpu())

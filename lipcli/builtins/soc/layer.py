@@ -398,7 +398,7 @@ class SOC(nn.Module):
     def export_module(self, context: Any = None) -> nn.Module:
         """``lip export``: the eval-mode layer as its fixed series of plain convolutions with
         the current filter, or, on the fixed input shape of ``context``
-        (:class:`lipcli.export.lowering.ExportContext`), as one dense matrix when that fits
+        (:class:`lipcli.sdk.export.ExportContext`), as one dense matrix when that fits
         the export's cap and is cheaper (:func:`lipcli.builtins.soc.export.lower_soc`)."""
         from lipcli.builtins.soc.export import lower_soc
 
