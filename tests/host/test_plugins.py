@@ -214,7 +214,7 @@ def _run_lip(args, env_extra):
 
 def test_entry_point_plugin_is_discovered_and_broken_one_reported(tmp_path):
     good = """
-        import lipcli
+        from lipcli.sdk.hookspecs import hookimpl
         from lipcli.sdk.specs import PoolSpec
 
         def _f(channels):
@@ -344,7 +344,7 @@ def test_two_distributions_with_the_same_plugin_name_are_both_reported(tmp_path)
     for dist, module, pool in (("lipcli-first", "first_mod", "first-pool"),
                                ("lipcli-second", "second_mod", "second-pool")):
         (site / f"{module}.py").write_text(textwrap.dedent(f"""
-            import lipcli
+            from lipcli.sdk.hookspecs import hookimpl
             from lipcli.sdk.specs import PoolSpec
 
             @hookimpl

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-import lipcli
 
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.host import plugins
