@@ -26,6 +26,10 @@ from lipcli.host.plugins import natural_key
 from lipcli.numerics.precision import tf32_state
 from lipcli.sdk.errors import LipUsageError, SettingError
 from lipcli.train.config import OPTIMIZER_LR, TrainConfig
+from lipcli.host.models import DEFAULTS, create_model
+from lipcli.host.plugins import get_registry, parse_component_choice
+from lipcli.train import recipe_sgd, weight_decay_groups
+from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
 
 #: LipConvnet depths of paper Table 1 (SOC layers = depth + 1): every registered depth
 DEFAULT_DEPTHS: tuple[int, ...] = DEPTHS
@@ -196,8 +200,6 @@ def build_model(
     seed: int = 0,
 ) -> nn.Module:
     """A freshly initialised model (global RNG seeded with ``seed``; CPU)."""
-    from lipcli.host.models import create_model
-
     torch.manual_seed(seed)
     return create_model(
         arch, conv=conv, head=head, pool=pool, num_classes=num_classes, width=width
@@ -263,8 +265,6 @@ def recipe_optimizer(
     exclude (``no_weight_decay_parameters()``: SOC filters and the LLN weight get it; biases,
     projection-pool angles and the MLP head get none).
     """
-    from lipcli.train import recipe_sgd, weight_decay_groups
-
     groups = [g for g in weight_decay_groups(model, weight_decay) if g["params"]]
     return recipe_sgd(groups, lr=lr, momentum=momentum)
 
@@ -295,8 +295,6 @@ class RecipeStep:
 
     def __init__(self, model: nn.Module, clip_grad: float | None = None,
                  cuda_graphs: bool = False) -> None:
-        from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
-
         self.model = model.train()
         self.optimizer = recipe_optimizer(model)
         self.clip_grad = clip_grad
@@ -349,9 +347,6 @@ def _null_label(_name: str) -> Iterator[None]:
 def _clip_for(head: str) -> float | None:
     """The gradient-norm clipping that ``lip train`` uses with ``head`` by default: the
     ``grad_clip`` of the head's default loss (``HeadSpec.loss``), ``None`` for none (0)."""
-    from lipcli.host.models import DEFAULTS
-    from lipcli.host.plugins import get_registry, parse_component_choice
-
     reg = get_registry()
     spec = reg.get("head", parse_component_choice(head or DEFAULTS["head"])[0])
     return float(reg.get("loss", spec.loss).grad_clip) or None

@@ -13,6 +13,7 @@ from torch import nn
 from lipcli.certify.results import EvalDataset
 from lipcli.data.loaders import check_data_dir, resolve_dataset
 from lipcli.sdk.errors import LipError, LipUsageError, SettingError
+from lipcli.host.models import recorded_dataset
 
 
 def _shorten(names: list[str], keep: int = 5) -> str:
@@ -69,7 +70,6 @@ def load_dataset(
     if name is None:
         if not isinstance(recorded, dict) or not isinstance(recorded.get("name"), str):
             raise SettingError("dataset", f"{model_path} records no data set; name one (and its directory)")
-        from lipcli.host.models import recorded_dataset
 
         # a defective or unknown recorded data set is a defect of the file (exit 1, names it)
         comp = recorded_dataset(model_path, recorded, registry)

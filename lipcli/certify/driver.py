@@ -36,6 +36,10 @@ from lipcli._util.outputs import check_model_writable
 from lipcli._util.strictjson import strict_json
 from lipcli.numerics.precision import in_full_float32_precision
 from lipcli.sdk.errors import LipError
+from lipcli.host.modelfile import update_metadata
+from lipcli.host.plugins import get_registry
+from lipcli.lipschitz.bound import BOUND_LABEL
+from lipcli.lipschitz.promises import capture_inputs, verify_promises
 
 #: the model file's ``results`` key holding the summary
 RESULTS_KEY = "certify"
@@ -48,8 +52,6 @@ def _store_results(
     """Write ``results["certify"]`` (and a changed certificate cache) into the model file;
     sets ``summary.written``.  A failed write raises :class:`ResultsNotWrittenError`
     carrying the finished outcome."""
-    from lipcli.host.modelfile import update_metadata
-
     summary = outcome.summary
     updates: dict[str, Any] = {}
     if isinstance(cert.cache, dict) and cert.cache != cert.cache_before:
@@ -82,9 +84,7 @@ def run_certification(
     the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
     ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
     disabled (:mod:`lipcli.numerics.precision`)."""
-    from lipcli.lipschitz.bound import BOUND_LABEL
-    from lipcli.host.models import load_model
-    from lipcli.host.plugins import get_registry
+    from lipcli.host.models import load_model  # lazy: looked up at call time (tests replace it on its module)
 
     report = progress or (lambda stage, done, total: None)
     options.check()
@@ -120,7 +120,6 @@ def run_certification(
     ds_info.limit = options.limit
 
     # -- 2. features (float32, eval mode) --------------------------------------------------------
-    from lipcli.lipschitz.promises import capture_inputs, verify_promises
 
     t0 = time.perf_counter()
     with capture_inputs(model) as layer_inputs:  # for the promise check below

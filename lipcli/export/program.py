@@ -22,6 +22,7 @@ from torch import nn
 
 from lipcli.sdk.export import LOWERING_ATTRIBUTE, ExportContext, ExportedCertificate, lower_module
 from lipcli.export.options import DENSE_MAX_MIB
+from lipcli.sdk.export import ExportError
 
 #: factor that rounds the quotient ``r / L`` down (see the module docstring)
 ROUND_DOWN = 1.0 - 2.0**-52
@@ -65,8 +66,6 @@ def build_program(model: nn.Module, certificate: ExportedCertificate | None = No
     body = getattr(model, "body", None)
     head = getattr(model, "head", None)
     if not isinstance(body, nn.Sequential) or not isinstance(head, nn.Module):
-        from lipcli.sdk.export import ExportError
-
         raise ExportError(
             f"{type(model).__name__} has no 'body' nn.Sequential and 'head': lip export needs the "
             "feature map / head layout of lipcli architectures"

@@ -36,6 +36,8 @@ from lipcli.sdk.specs import ONE_LIPSCHITZ, ORTHOGONAL, ConvSpec
 from lipcli.testing.base import fail
 from lipcli.testing.modules import check_state_roundtrip
 from lipcli.testing.specs import check_component_spec
+from lipcli.host.models import create_model
+from lipcli.lipschitz.promises import perturbed_copies
 
 __all__ = [
     "ConvCaseReport", "affine_matrix", "check_conv_network_bound", "check_conv_spec", "conv_cases",
@@ -192,7 +194,6 @@ def check_conv_spec(
         if ONE_LIPSCHITZ in spec.promises:
             # the promise must hold for every parameter value training can reach, not only
             # at initialisation (lipcli.lipschitz.promises.perturbed_copies), as for pools
-            from lipcli.lipschitz.promises import perturbed_copies
 
             for how, moved in [("parameters as built", module64),
                                *perturbed_copies(module64, (cin, n, n), seed=seed)]:
@@ -227,8 +228,7 @@ def check_conv_network_bound(
     """Build ``arch`` (``width``) with ``conv``; on a float64 copy in eval mode compare the
     guaranteed network bound with the largest spectral norm of the dense Jacobian of the
     feature map at ``points`` random inputs; returns ``(bound, largest norm)``."""
-    from lipcli.lipschitz.bound import guaranteed_upper_bound
-    from lipcli.host.models import create_model
+    from lipcli.lipschitz.bound import guaranteed_upper_bound  # lazy: looked up at call time (tests replace it on its module)
 
     torch.manual_seed(seed)
     model = create_model(arch, conv=conv, width=width, num_classes=10, registry=registry)

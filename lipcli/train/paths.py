@@ -14,6 +14,7 @@ from lipcli.host.runs import runs_root
 from lipcli.train.checkpoint import read_checkpoint
 from lipcli.train.config import BEST_NAME, CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, MODEL_NAME, TrainConfig
 from lipcli.train.errors import TrainUsageError, literal
+from lipcli.host.modelfile import read_metadata
 
 
 @dataclass
@@ -70,7 +71,6 @@ def check_replaceable(out: Path, overwrite: bool, hint: str = "or choose another
         return
     if not overwrite:
         raise TrainUsageError(f"model file {literal(out)} already exists; pass {{overwrite}} to replace it {hint}")
-    from lipcli.host.modelfile import read_metadata
 
     try:
         read_metadata(out)
