@@ -53,7 +53,7 @@ def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workd
     from lipcli.builtins.crc.certifier import CRCCertifier
     from lipcli.export import ExportOptions, export_model
     from lipcli.export.formats import FORMATS
-    from lipcli.host.lipschitz import guaranteed_upper_bound
+    from lipcli.lipschitz.bound import guaranteed_upper_bound
     from lipcli.host.models import load_model
     from lipcli.host.plugins import get_registry
 

@@ -37,8 +37,8 @@ def train_rate(extra: str | None, epochs: int, directory: Path, tag: str) -> flo
 
 
 def loader_rate(extra_path: str | None) -> float:
-    from lipcli.host.data import load_data, resolve_dataset, train_loader
-    from lipcli.host.extradata import open_extra_data
+    from lipcli.data.loaders import load_data, resolve_dataset, train_loader
+    from lipcli.train.extradata import open_extra_data
     from lipcli.train.mixing import mixed_train_loader
 
     data = load_data(resolve_dataset("digits"), None, augment=True)

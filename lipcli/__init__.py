@@ -7,11 +7,9 @@ LipConvnet-n, and the LLN and CRC-Lip certificates.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from lipcli.version import __version__
 
-from lipcli.sdk.hookspecs import hookimpl  # noqa: E402
-
-__all__ = ["__version__", "hookimpl", "create_model", "save_model", "load_model"]
+__all__ = ["__version__", "create_model", "save_model", "load_model"]
 
 
 def __getattr__(name: str):  # lazy: keep `import lipcli` (and `lip --help`) light

@@ -20,6 +20,9 @@ from typing import Any
 
 from lipcli.sdk.errors import ModelFileError
 from lipcli.host.modelfile import read_metadata
+from lipcli._util.safetext import clean, install_hint
+from lipcli.host.plugins import get_registry
+from lipcli.sdk.errors import LipError
 
 COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
 
@@ -118,10 +121,6 @@ def _parameter_counts(path: Path) -> dict[str, int]:
 
 
 def _components(config: dict[str, Any]) -> tuple[list[ComponentCard], list[str]]:
-    from lipcli.sdk.errors import LipError
-    from lipcli.host.plugins import get_registry
-    from lipcli.host.safetext import clean, install_hint
-
     try:
         reg = get_registry()
     except LipError:

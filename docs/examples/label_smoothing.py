@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.losses import LossContext, LossOutput
 from lipcli.sdk.specs import LossSpec, Param
 
@@ -30,7 +30,7 @@ def factory(context: LossContext, *, smoothing: float = 0.1) -> LabelSmoothing:
     return LabelSmoothing(smoothing)
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_losses() -> list[LossSpec]:
     return [
         LossSpec(

@@ -25,7 +25,7 @@ Three measurements:
     Inputs/s of feature extraction (eval mode, evaluation terms), of every certificate
     method applicable to the head (its spec's ``certificate``; optionally also with
     ``top_k``), and the time of the GUARANTEED Lipschitz bound and of the power estimate
-    (:func:`lipcli.host.lipschitz.lipschitz_report`).
+    (:func:`lipcli.lipschitz.bound.lipschitz_report`).
 
 ``profile``
     :mod:`torch.profiler` over a few training steps; every operator's *self* time is put in
@@ -45,7 +45,7 @@ the recipe training step, synthetic batches), :mod:`.memory` (peak memory of a s
 """
 
 from lipcli.bench.certify import bench_certify, fit_head
-from lipcli.host.devices import resolve_device
+from lipcli._util.devices import resolve_device
 from lipcli.bench.common import (
     CIFAR_SHAPE,
     DEFAULT_DEPTHS,

@@ -28,6 +28,8 @@ from lipcli.bench.common import (
     _no_progress,
     _timed,
 )
+from lipcli.host.plugins import get_registry
+from lipcli.sdk.certificates import CertifyResult
 
 
 def fit_head(
@@ -103,8 +105,7 @@ def bench_certify(
     ``model`` follows the lipcli module protocol (``features``, ``head``, ``lipcli_config``,
     ``refresh_power_iteration``).  ``n`` synthetic inputs in batches of ``batch_size``.
     """
-    from lipcli.host.lipschitz import lipschitz_report, model_input_shape
-    from lipcli.host.plugins import get_registry
+    from lipcli.lipschitz.bound import lipschitz_report, model_input_shape  # lazy: looked up at call time (tests replace it on its module)
 
     _check_positive(batch_size=batch_size, n=n)
     if top_k is not None and top_k < 1:
@@ -177,7 +178,6 @@ def bench_certify(
             dt, res = _timed(lambda c=certifier, y=chunk: c.certify(head, y, top_k=k), device)
             t_cert += dt
             parts.append(res)
-        from lipcli.sdk.certificates import CertifyResult
 
         res = CertifyResult.concatenate(parts)
         radius_input = res.radius / lip_bound

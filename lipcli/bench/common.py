@@ -18,14 +18,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli import __version__
+from lipcli.version import __version__
 from lipcli.bench.results import Environment, GpuEnvironment, GraphUse, StepSettings
 from lipcli.builtins.lipconvnet import DEPTHS
-from lipcli.host.constants import CIFAR_SHAPE, CIFAR_TRAIN_IMAGES
+from lipcli._util.constants import CIFAR_SHAPE, CIFAR_TRAIN_IMAGES
 from lipcli.host.plugins import natural_key
 from lipcli.numerics.precision import tf32_state
 from lipcli.sdk.errors import LipUsageError, SettingError
 from lipcli.train.config import OPTIMIZER_LR, TrainConfig
+from lipcli.host.models import DEFAULTS, create_model
+from lipcli.host.plugins import get_registry, parse_component_choice
+from lipcli.train import recipe_sgd, weight_decay_groups
+from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
 
 #: LipConvnet depths of paper Table 1 (SOC layers = depth + 1): every registered depth
 DEFAULT_DEPTHS: tuple[int, ...] = DEPTHS
@@ -196,8 +200,6 @@ def build_model(
     seed: int = 0,
 ) -> nn.Module:
     """A freshly initialised model (global RNG seeded with ``seed``; CPU)."""
-    from lipcli.host.models import create_model
-
     torch.manual_seed(seed)
     return create_model(
         arch, conv=conv, head=head, pool=pool, num_classes=num_classes, width=width
@@ -263,8 +265,6 @@ def recipe_optimizer(
     exclude (``no_weight_decay_parameters()``: SOC filters and the LLN weight get it; biases,
     projection-pool angles and the MLP head get none).
     """
-    from lipcli.train import recipe_sgd, weight_decay_groups
-
     groups = [g for g in weight_decay_groups(model, weight_decay) if g["params"]]
     return recipe_sgd(groups, lr=lr, momentum=momentum)
 
@@ -288,15 +288,13 @@ class RecipeStep:
     Gradient clipping (norm 1.0) is applied for MLP heads, as in the reference's CRC-Lip
     runs (SPEC §6); the CRC-Lip feature attack and curvature penalty (SPEC §4) are not
     part of this step (Table 1 times plain LLN training).  With ``cuda_graphs`` the step is
-    replayed from a CUDA graph where possible (:class:`lipcli.host.cuda_graphs.GraphedStep`;
+    replayed from a CUDA graph where possible (:class:`lipcli.train.cuda_graphs.GraphedStep`;
     :attr:`graph_reason` says why not); a call with ``labels`` (the profiler's) or ``eager``
     always runs eagerly.
     """
 
     def __init__(self, model: nn.Module, clip_grad: float | None = None,
                  cuda_graphs: bool = False) -> None:
-        from lipcli.host.cuda_graphs import GraphedStep, graph_unsupported_reason
-
         self.model = model.train()
         self.optimizer = recipe_optimizer(model)
         self.clip_grad = clip_grad
@@ -349,9 +347,6 @@ def _null_label(_name: str) -> Iterator[None]:
 def _clip_for(head: str) -> float | None:
     """The gradient-norm clipping that ``lip train`` uses with ``head`` by default: the
     ``grad_clip`` of the head's default loss (``HeadSpec.loss``), ``None`` for none (0)."""
-    from lipcli.host.models import DEFAULTS
-    from lipcli.host.plugins import get_registry, parse_component_choice
-
     reg = get_registry()
     spec = reg.get("head", parse_component_choice(head or DEFAULTS["head"])[0])
     return float(reg.get("loss", spec.loss).grad_clip) or None

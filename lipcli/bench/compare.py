@@ -46,6 +46,7 @@ from lipcli.bench.common import (
 from lipcli.bench.memory import measure_step_memory
 from lipcli.bench.results import ComponentBenchReport, ComponentBenchSettings, VariantRow, VariantsResult
 from lipcli.bench.table1 import _summary
+from lipcli.host.models import create_model
 
 
 def component_variants(choices: Mapping[str, Sequence[str]]) -> list[dict[str, str]]:
@@ -69,8 +70,6 @@ def variant_label(variant: Mapping[str, str], varying: Sequence[str]) -> str:
 
 def _build(arch: str, variant: Mapping[str, str], width: int, num_classes: int, seed: int,
            device: torch.device) -> torch.nn.Module:
-    from lipcli.host.models import create_model
-
     torch.manual_seed(seed)
     return create_model(arch, num_classes=num_classes, width=width, **variant).to(device)
 

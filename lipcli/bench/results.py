@@ -2,7 +2,7 @@
 
 ``report.to_json()`` is the JSON that ``lip bench ... --json`` prints and ``--output`` writes
 (keys in field order; parts declared ``field(metadata=INLINE)`` put their keys in the
-parent's place: see :mod:`lipcli.host.records`).  The tables of :mod:`lipcli.cli.bench_tables`
+parent's place: see :mod:`lipcli._util.records`).  The tables of :mod:`lipcli.cli.bench_tables`
 read the same objects.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from lipcli.host.records import INLINE, JsonRecord
+from lipcli._util.records import INLINE, JsonRecord
 
 S = TypeVar("S")  # a report's settings
 R = TypeVar("R")  # a report's per-architecture result
@@ -118,7 +118,7 @@ class GraphUse(JsonRecord):
 
     @classmethod
     def of(cls, summary: dict[str, Any]) -> GraphUse:
-        """From :meth:`lipcli.host.cuda_graphs.GraphedStep.summary`."""
+        """From :meth:`lipcli.train.cuda_graphs.GraphedStep.summary`."""
         return cls(captured=summary["captured"], reason=summary["reason"],
                    steps=GraphSteps(replays=summary["replays"], eager_steps=summary["eager_steps"]))
 

@@ -43,9 +43,10 @@ from functools import partial
 import torch
 from torch import nn
 
-from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
+from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ONE_LIPSCHITZ, ArchSpec, Component, Param
+from lipcli.host.models import ComponentParameterError
 
 #: depths registered as ``lipconvnet-<n>``
 DEPTHS: tuple[int, ...] = tuple(range(5, 45, 5))
@@ -150,7 +151,6 @@ class LipConvnet(nn.Module):
         try:
             k = extra_blocks(image_size)
         except ValueError as exc:  # the input size, not a parameter: say so, not "rejected width=..."
-            from lipcli.host.models import ComponentParameterError
 
             raise ComponentParameterError("arch", f"lipconvnet-{depth}", {}, str(exc)) from None
         if depth < 5 or depth % 5:
@@ -258,9 +258,9 @@ class LipConvnet(nn.Module):
 
     # -- tooling ------------------------------------------------------------------------------
     def lipschitz_upper_bound(self) -> float:
-        """Guaranteed bound on ``Lip(features)`` (SPEC §5): :func:`lipcli.host.lipschitz.guaranteed_upper_bound`
+        """Guaranteed bound on ``Lip(features)`` (SPEC §5): :func:`lipcli.lipschitz.bound.guaranteed_upper_bound`
         (product of per-layer bounds, 1 for ``"1-lipschitz"`` layers, rounded up)."""
-        from lipcli.host.lipschitz import guaranteed_upper_bound
+        from lipcli.lipschitz.bound import guaranteed_upper_bound  # lazy: looked up at call time (tests replace it on its module)
 
         return guaranteed_upper_bound(self)[0]
 

@@ -76,7 +76,7 @@ class ChannelMaxPool(nn.Module):
         return "" if self.channels is None else f"channels={self.channels}"
 
     def export_module(self) -> nn.Module:
-        """Plain-torch stand-in for ``lip export`` (:mod:`lipcli.export.lowering`)."""
+        """Plain-torch stand-in for ``lip export`` (:mod:`lipcli.sdk.export`)."""
         return PlainPairMax()
 
 

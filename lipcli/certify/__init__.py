@@ -7,11 +7,11 @@ Pipeline (:func:`run_certification`, :mod:`lipcli.certify.driver`):
    command line or recorded in the file's ``dataset`` slot; check classes and input shape;
 2. features ``y = g(x)`` in float32, batched, eval mode, no gradients; then every layer
    counted as 1 by its promise is measured with the trained parameters at the first data
-   points (:mod:`lipcli.host.promises`: a broken promise is an error, never a certificate);
+   points (:mod:`lipcli.lipschitz.promises`: a broken promise is an error, never a certificate);
 3. the head's certificate (``HeadSpec.certificate``; all classes unless ``top_k``):
    ``prepare(head, cache)`` with the file's ``cache[<name>]`` slot, then ``certify`` on the
    features; the certifier works in float64 and returns feature-space radii ``r_y``;
-4. ``Lip(g)``: by default the GUARANTEED upper bound of :mod:`lipcli.host.lipschitz`, computed
+4. ``Lip(g)``: by default the GUARANTEED upper bound of :mod:`lipcli.lipschitz.bound`, computed
    fresh (normalisation included); ``lipschitz="estimate"`` uses the reference's product of
    power-method estimates, labelled "ESTIMATE (paper convention, not guaranteed)";
 5. input-space radius ``r = r_y / Lip(g)`` (rounded down by one ulp), SPEC §4.
@@ -33,7 +33,7 @@ input units, an absolute amount, a few 1e-6 on the digits models), which matters
 radii that close to a requested radius.  The same holds for projection pooling, whose
 ``cos``/``sin`` of the angle are float32 numbers (unit length up to ~1e-7).
 
-Optional PGD check (:mod:`lipcli.host.attacks`) at each radius ``eps``: every point whose
+Optional PGD check (:mod:`lipcli.certify.pgd`) at each radius ``eps``: every point whose
 prediction is certified at ``eps`` is attacked at ``eps``; a success within its certified
 radius is a SOUNDNESS VIOLATION. Correctly classified points are attacked too, giving the
 empirical robust accuracy ``mean_i [correct_i and attack at eps failed]`` (an upper bound

@@ -13,6 +13,7 @@ from lipcli.certify.data import batches, stack
 from lipcli.certify.options import CertifyOptions
 from lipcli.certify.results import AttackInfo, RadiusRow, Violation
 from lipcli.certify.steps import Progress
+from lipcli.certify.pgd import pgd_l2
 
 
 def attack_radii(
@@ -27,8 +28,6 @@ def attack_radii(
     report: Progress,
 ) -> tuple[list[Violation], AttackInfo]:
     """PGD at every radius; fills the PGD columns of ``rows`` in place."""
-    from lipcli.host.attacks import pgd_l2
-
     for p in model.parameters():
         p.requires_grad_(False)
     n = predictions.shape[0]

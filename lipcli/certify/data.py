@@ -1,5 +1,5 @@
 """The evaluation data of a certification run: which data set (the one named, else the one
-the model file records), resolved by the host's one resolver (:mod:`lipcli.host.data`), and
+the model file records), resolved by the host's one resolver (:mod:`lipcli.data.loaders`), and
 its agreement with the model (classes, class names, input shape, labels)."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from lipcli.certify.results import EvalDataset
-from lipcli.host.data import check_data_dir, resolve_dataset
+from lipcli.data.loaders import check_data_dir, resolve_dataset
 from lipcli.sdk.errors import LipError, LipUsageError, SettingError
+from lipcli.host.models import recorded_dataset
 
 
 def _shorten(names: list[str], keep: int = 5) -> str:
@@ -69,7 +70,6 @@ def load_dataset(
     if name is None:
         if not isinstance(recorded, dict) or not isinstance(recorded.get("name"), str):
             raise SettingError("dataset", f"{model_path} records no data set; name one (and its directory)")
-        from lipcli.host.models import recorded_dataset
 
         # a defective or unknown recorded data set is a defect of the file (exit 1, names it)
         comp = recorded_dataset(model_path, recorded, registry)

@@ -31,11 +31,15 @@ from lipcli.certify.steps import (
     mean_certified_radius,
     soundness_note,
 )
-from lipcli.host.devices import resolve_device
-from lipcli.host.outputs import check_model_writable
-from lipcli.host.strictjson import strict_json
+from lipcli._util.devices import resolve_device
+from lipcli._util.outputs import check_model_writable
+from lipcli._util.strictjson import strict_json
 from lipcli.numerics.precision import in_full_float32_precision
 from lipcli.sdk.errors import LipError
+from lipcli.host.modelfile import update_metadata
+from lipcli.host.plugins import get_registry
+from lipcli.lipschitz.bound import BOUND_LABEL
+from lipcli.lipschitz.promises import capture_inputs, verify_promises
 
 #: the model file's ``results`` key holding the summary
 RESULTS_KEY = "certify"
@@ -48,8 +52,6 @@ def _store_results(
     """Write ``results["certify"]`` (and a changed certificate cache) into the model file;
     sets ``summary.written``.  A failed write raises :class:`ResultsNotWrittenError`
     carrying the finished outcome."""
-    from lipcli.host.modelfile import update_metadata
-
     summary = outcome.summary
     updates: dict[str, Any] = {}
     if isinstance(cert.cache, dict) and cert.cache != cert.cache_before:
@@ -82,9 +84,7 @@ def run_certification(
     the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
     ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
     disabled (:mod:`lipcli.numerics.precision`)."""
-    from lipcli.host.lipschitz import BOUND_LABEL
-    from lipcli.host.models import load_model
-    from lipcli.host.plugins import get_registry
+    from lipcli.host.models import load_model  # lazy: looked up at call time (tests replace it on its module)
 
     report = progress or (lambda stage, done, total: None)
     options.check()
@@ -120,14 +120,13 @@ def run_certification(
     ds_info.limit = options.limit
 
     # -- 2. features (float32, eval mode) --------------------------------------------------------
-    from lipcli.host.promises import capture_inputs, verify_promises
 
     t0 = time.perf_counter()
     with capture_inputs(model) as layer_inputs:  # for the promise check below
         feats = extract_features(model, dataset, n, options.batch_size, device, ds_info.name, report)
     times["features"] = time.perf_counter() - t0
     # -- 2b. every layer counted as 1 by its promise, measured with the trained parameters at
-    #    the first data points (lipcli.host.promises; a broken promise is an error) ----------------
+    #    the first data points (lipcli.lipschitz.promises; a broken promise is an error) ----------------
     promises = verify_promises(model, inputs=layer_inputs)
     times["promises"] = promises.time_s
 

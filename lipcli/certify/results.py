@@ -1,7 +1,7 @@
 """Typed results of a certification run (:class:`CertifySummary` and its parts).
 
 ``summary.to_json()`` is the JSON that ``lip certify --json`` prints and that the model file's
-``results["certify"]`` slot stores (keys in field order; see :mod:`lipcli.host.records`).
+``results["certify"]`` slot stores (keys in field order; see :mod:`lipcli._util.records`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from lipcli.host.promises import PromiseCheck
-from lipcli.host.records import JsonRecord
+from lipcli.lipschitz.promises import PromiseCheck
+from lipcli._util.records import JsonRecord
 from lipcli.sdk.errors import LipError
 
 ESTIMATE_WARNING = "ESTIMATE (paper convention, not guaranteed)"

@@ -17,6 +17,7 @@ from lipcli.certify.options import CertifyOptions
 from lipcli.certify.results import ESTIMATE_WARNING, MeanCertifiedRadius, RadiusRow
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.sdk.specs import SOUND
+from lipcli.sdk.certificates import CertifyResult
 
 #: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=...",
 #: and with ``lipschitz="estimate"`` the power-method estimate's layers
@@ -78,8 +79,6 @@ def certify_features(
     reg: Any, model: nn.Module, file_cache: dict[str, Any], features: torch.Tensor,
     options: CertifyOptions, device: torch.device, report: Progress, times: dict[str, float],
 ) -> CertificateRun:
-    from lipcli.sdk.certificates import CertifyResult
-
     name = reg.get("head", model.lipcli_config["head"]["name"]).certificate
     component = reg.component("certificate", name)
     certifier = component.build()
@@ -120,7 +119,7 @@ def lipschitz_constant(
 ) -> LipschitzConstant:
     """The fresh guaranteed bound; with ``lipschitz="estimate"`` the power estimate (read from
     the file's ``lipschitz`` slot when it was made for the same weights and iterations)."""
-    from lipcli.host.lipschitz import guaranteed_upper_bound, lipschitz_report, weights_fingerprint
+    from lipcli.lipschitz.bound import guaranteed_upper_bound, lipschitz_report, weights_fingerprint  # lazy: looked up at call time (tests replace it on its module)
 
     fingerprint = weights_fingerprint(model)
     bound, _ = guaranteed_upper_bound(model)

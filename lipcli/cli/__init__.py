@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from lipcli import __version__
+from lipcli.version import __version__
 from lipcli.cli.common import state
 
 app = typer.Typer(
@@ -89,7 +89,7 @@ def main() -> None:
             raise
         if other_rank():  # torchrun: rank 0 reports it
             sys.exit(exc.exit_code)
-        from lipcli.host.safetext import clean
+        from lipcli._util.safetext import clean
 
         ctx = getattr(exc, "ctx", None)
         where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""

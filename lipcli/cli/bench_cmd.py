@@ -11,7 +11,7 @@ import typer
 from lipcli.cli import bench_tables as tables
 from lipcli.cli.common import cli_errors, dumps_json, fail, print_json, stderr_console
 from lipcli.cli.options import DeviceOption, JsonOption, QuietOption
-from lipcli.host.devices import DEFAULT_DEVICE
+from lipcli._util.devices import DEFAULT_DEVICE
 
 bench_app = typer.Typer(
     help=(
@@ -79,7 +79,7 @@ def _check_components(**choices: str) -> None:
 def _check_output(path: Optional[str]) -> None:
     """``--output``: fail (exit 2) before the benchmark runs if the file cannot be written."""
     if path is not None:
-        from lipcli.host.outputs import check_output_file
+        from lipcli._util.outputs import check_output_file
 
         check_output_file(path, "--output")
 
@@ -192,7 +192,7 @@ def train(
     interleaved in one run (step time, images/s, peak memory, relative to the
     first; eager steps: --cuda-graphs and --floor apply to Table 1 only)."""
     from lipcli.bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
-    from lipcli.host.cuda_graphs import check_graph_mode
+    from lipcli.train.cuda_graphs import check_graph_mode
     from lipcli.sdk.errors import LipUsageError
     from lipcli.host.plugins import get_registry
 

@@ -91,7 +91,7 @@ def certify(
         run_certification,
     )
     from lipcli.sdk.errors import LipError, LipUsageError
-    from lipcli.host.outputs import check_model_writable, check_output_file
+    from lipcli._util.outputs import check_model_writable, check_output_file
 
     from lipcli.host.runs import resolve_model_argument
 
@@ -195,8 +195,8 @@ def print_summary(summary: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from lipcli.host.promises import EVIDENCE_LABEL
-    from lipcli.host.safetext import clean
+    from lipcli.lipschitz.promises import EVIDENCE_LABEL
+    from lipcli._util.safetext import clean
 
     def text(value: Any) -> str:  # a string from the model file or a plugin, made inert
         return escape(clean(str(value)))

@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 import typer
 
 from lipcli.sdk.errors import LipError, LipUsageError
-from lipcli.host.strictjson import dumps_json
+from lipcli._util.strictjson import dumps_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,8 +39,8 @@ def stdout_console():
 
 def fail(message: str, code: int = 1) -> None:
     """Print ``error: message`` on one line to stderr and exit with ``code``; control
-    characters (e.g. from a model file's strings) are removed first (:mod:`lipcli.host.safetext`)."""
-    from lipcli.host.safetext import clean
+    characters (e.g. from a model file's strings) are removed first (:mod:`lipcli._util.safetext`)."""
+    from lipcli._util.safetext import clean
 
     typer.echo(f"error: {' '.join(clean(message).split())}", err=True)
     raise typer.Exit(code)
@@ -183,7 +183,7 @@ class ProgressBars:
     """rich progress bars on stderr, one task per stage (quiet when stderr is not a TTY).
 
     ``update(stage, done, total)`` is the ``progress`` callback of the library functions
-    (:func:`lipcli.certify.run_certification`, :func:`lipcli.host.lipschitz.lipschitz_report`)."""
+    (:func:`lipcli.certify.run_certification`, :func:`lipcli.lipschitz.bound.lipschitz_report`)."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled

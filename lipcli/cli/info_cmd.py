@@ -17,10 +17,10 @@ def info(model: ModelArgument = None, json_out: JsonOption = False) -> None:
     """
     from lipcli.info import model_card
     from lipcli.host.runs import resolve_model_argument
-    from lipcli.host.safetext import clean_tree
+    from lipcli._util.safetext import clean_tree
 
     card = model_card(resolve_model_argument(model))
-    if json_out:  # the file's strings without control characters (:mod:`lipcli.host.safetext`)
+    if json_out:  # the file's strings without control characters (:mod:`lipcli._util.safetext`)
         print_json(clean_tree(card.to_json()))
     else:
         print_card(card)
@@ -39,7 +39,7 @@ def print_card(card: Any) -> None:
     removed: file strings are inert)."""
     from rich.table import Table
 
-    from lipcli.host.safetext import clean
+    from lipcli._util.safetext import clean
 
     console = stdout_console()
 

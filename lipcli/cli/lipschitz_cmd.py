@@ -11,7 +11,7 @@ import typer
 from lipcli.certify.options import CertifyOptions
 from lipcli.cli.common import ProgressBars, cli_errors, print_json, stdout_console
 from lipcli.cli.options import DeviceOption, JsonOption, ModelArgument, QuietOption
-from lipcli.host.devices import DEFAULT_DEVICE
+from lipcli._util.devices import DEFAULT_DEVICE
 
 
 @cli_errors
@@ -40,13 +40,13 @@ def lipschitz(
     ESTIMATE (product of per-layer power-method estimates: not guaranteed) and optionally an
     empirical lower bound.
     """
-    from lipcli.host.outputs import check_model_writable
-    from lipcli.host.devices import resolve_device
+    from lipcli._util.outputs import check_model_writable
+    from lipcli._util.devices import resolve_device
     from lipcli.sdk.errors import LipUsageError
-    from lipcli.host.lipschitz import lipschitz_report, merge_stored_record
+    from lipcli.lipschitz.bound import lipschitz_report, merge_stored_record
     from lipcli.host.modelfile import update_metadata
     from lipcli.host.models import load_model
-    from lipcli.host.promises import verify_promises
+    from lipcli.lipschitz.promises import verify_promises
 
     from lipcli.host.runs import resolve_model_argument
 
@@ -79,13 +79,13 @@ def lipschitz(
 
 
 def print_report(report: Any) -> None:
-    """A :class:`~lipcli.host.lipschitz.LipschitzReport` as a table on stdout (rich); strings
+    """A :class:`~lipcli.lipschitz.bound.LipschitzReport` as a table on stdout (rich); strings
     from the model file are made inert (no control characters, no markup)."""
     from rich.markup import escape
     from rich.table import Table
 
-    from lipcli.host.promises import EVIDENCE_LABEL
-    from lipcli.host.safetext import clean
+    from lipcli.lipschitz.promises import EVIDENCE_LABEL
+    from lipcli._util.safetext import clean
 
     def text(value: Any) -> str:
         return escape(clean(str(value)))

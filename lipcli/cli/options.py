@@ -2,7 +2,7 @@
 aliases): ``--device``, ``--json``, ``--quiet`` and the optional MODEL argument; and the
 data-set options that ``lip train`` and ``lip certify`` share (``--data-dir``, ``--download``).
 
-Their defaults are the library's (:data:`lipcli.host.devices.DEFAULT_DEVICE`, a command's
+Their defaults are the library's (:data:`lipcli._util.devices.DEFAULT_DEVICE`, a command's
 options dataclass), written where a command declares the parameter, e.g.
 ``device: DeviceOption = CertifyOptions.device``.
 """

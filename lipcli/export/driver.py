@@ -7,13 +7,13 @@ Steps of :func:`export_model` (nothing is written unless every step succeeds):
 2. the model loaded in eval mode on the CPU (a missing plugin names its distribution);
 3. with ``certify``: every layer the bound counts as 1 by its promise measured with the
    trained parameters at the check inputs of step 5
-   (:func:`~lipcli.host.promises.verify_promises`: a broken promise raises
-   :class:`~lipcli.host.promises.BrokenPromiseError`), the guaranteed Lipschitz bound of
+   (:func:`~lipcli.lipschitz.promises.verify_promises`: a broken promise raises
+   :class:`~lipcli.lipschitz.promises.BrokenPromiseError`), the guaranteed Lipschitz bound of
    the feature map (computed now, normalisation included) and the head's certificate lowered
-   (:func:`~lipcli.export.lowering.lower_certificate`);
+   (:func:`~lipcli.sdk.export.lower_certificate`);
 4. the network lowered (:func:`~lipcli.export.program.build_program`; layers whose linear
    map fits ``dense_max_mib`` may become one dense matrix, see
-   :class:`~lipcli.export.lowering.ExportContext`) and serialised with the metadata record
+   :class:`~lipcli.sdk.export.ExportContext`) and serialised with the metadata record
    (:func:`export_record`, which lists each layer's lowering);
 5. written to a temporary file beside the output, **loaded back in the target runtime** and
    run on ``check_inputs`` inputs (the model's test images when its data set is available
@@ -36,13 +36,18 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lipcli import __version__
+from lipcli.version import __version__
 from lipcli.sdk.errors import LipError, LipUsageError, SettingError
 from lipcli.export.formats import EXAMPLE_BATCH, ExportUsageError, format_for
 from lipcli.train.errors import literal
-from lipcli.export.lowering import ExportError, lower_certificate
+from lipcli.sdk.export import ExportError, lower_certificate
 from lipcli.export.options import ExportOptions
 from lipcli.export.program import build_program
+from lipcli._util.outputs import check_output_file
+from lipcli.export.program import ROUND_DOWN
+from lipcli.host.models import recorded_dataset
+from lipcli.host.plugins import get_registry
+from lipcli.lipschitz.promises import verify_promises
 
 #: largest accepted difference between the exported program and lipcli, relative to the
 #: largest magnitude of lipcli's logits (radii)
@@ -103,8 +108,6 @@ def default_output(model_path: str | os.PathLike, suffix: str) -> Path:
 
 
 def _check_options(model_path: Path, options: ExportOptions) -> tuple[Any, Path]:
-    from lipcli.host.outputs import check_output_file
-
     fmt = format_for(options.format, options.out)
     if options.check_inputs < 1:
         raise SettingError("check_inputs", f"check_inputs must be >= 1, got {options.check_inputs}")
@@ -177,8 +180,6 @@ def check_inputs(mf: Any, n: int, shape: tuple[int, int, int], seed: int) -> tup
     needed), else ``n`` seeded uniform random images in ``[0, 1]``."""
     recorded = mf.metadata.get("dataset")
     try:
-        from lipcli.host.models import recorded_dataset
-
         comp = recorded_dataset("model", recorded) if recorded is not None else None
         if comp is not None:
             root = recorded.get("root") if isinstance(recorded, dict) else None
@@ -205,8 +206,6 @@ def _relative(diff: np.ndarray, ref: np.ndarray) -> float:
 def compare(run: Any, model: torch.nn.Module, certificate: Any, lipschitz: float | None,
             images: torch.Tensor, source: str, batch: int = 256) -> ExportCheck:
     """Run the loaded program and lipcli on ``images``; differences (see module docstring)."""
-    from lipcli.export.program import ROUND_DOWN
-
     got_logits, got_radius, ref_logits, ref_radius = [], [], [], []
     with torch.no_grad():
         for s in range(0, images.shape[0], batch):
@@ -235,11 +234,9 @@ def compare(run: Any, model: torch.nn.Module, certificate: Any, lipschitz: float
 def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
                  progress: Progress | None = None) -> ExportReport:
     """Export the model in ``model_path`` (see the module docstring)."""
-    from lipcli.host.lipschitz import guaranteed_upper_bound, model_input_shape
-    from lipcli.host.modelfile import atomic_write_bytes
-    from lipcli.host.models import load_model
-    from lipcli.host.plugins import get_registry
-    from lipcli.host.promises import verify_promises
+    from lipcli.lipschitz.bound import guaranteed_upper_bound, model_input_shape  # lazy: looked up at call time (tests replace it on its module)
+    from lipcli.host.modelfile import atomic_write_bytes  # lazy: looked up at call time (tests replace it on its module)
+    from lipcli.host.models import load_model  # lazy: looked up at call time (tests replace it on its module)
 
     report = progress or (lambda stage, done, total: None)
     model_path = Path(model_path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: default largest matrix (MiB of float32) a linear layer may materialise as its exported
-#: operator (``lip export --dense-max-mib``, see :class:`lipcli.export.lowering.ExportContext`);
+#: operator (``lip export --dense-max-mib``, see :class:`lipcli.sdk.export.ExportContext`);
 #: 0 keeps every layer in its literal form
 DENSE_MAX_MIB = 32.0
 

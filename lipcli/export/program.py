@@ -1,7 +1,7 @@
 """The exported program: lowered feature map, head and (optionally) certificate.
 
 :func:`build_program` walks the eval-mode model through the lowering protocol
-(:mod:`lipcli.export.lowering`) and returns an :class:`ExportedProgram`:
+(:mod:`lipcli.sdk.export`) and returns an :class:`ExportedProgram`:
 
 * input ``x``: ``float32 (N, C, H, W)`` images in ``[0, 1]`` (the normalisation is inside);
 * output without a certificate: ``logits`` ``float32 (N, classes)``;
@@ -20,8 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli.export.lowering import LOWERING_ATTRIBUTE, ExportContext, ExportedCertificate, lower_module
+from lipcli.sdk.export import LOWERING_ATTRIBUTE, ExportContext, ExportedCertificate, lower_module
 from lipcli.export.options import DENSE_MAX_MIB
+from lipcli.sdk.export import ExportError
 
 #: factor that rounds the quotient ``r / L`` down (see the module docstring)
 ROUND_DOWN = 1.0 - 2.0**-52
@@ -65,8 +66,6 @@ def build_program(model: nn.Module, certificate: ExportedCertificate | None = No
     body = getattr(model, "body", None)
     head = getattr(model, "head", None)
     if not isinstance(body, nn.Sequential) or not isinstance(head, nn.Module):
-        from lipcli.export.lowering import ExportError
-
         raise ExportError(
             f"{type(model).__name__} has no 'body' nn.Sequential and 'head': lip export needs the "
             "feature map / head layout of lipcli architectures"

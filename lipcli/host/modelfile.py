@@ -8,7 +8,7 @@ Layout of the safetensors metadata (string keys, JSON-encoded string values)::
     lipcli.config          {...}                   full model config (see lipcli.host.models)
     lipcli.dataset         {...} | null            data set name, params, classes
     lipcli.normalization   {"mean": [...], "std": [...]}
-    lipcli.host.lipschitz       {...} | null            measured Lipschitz constant(s)
+    lipcli.lipschitz.bound       {...} | null            measured Lipschitz constant(s)
     lipcli.results         {...} | null            evaluation / certification results
     lipcli.training        {...} | null            training record (time, epochs, ...)
     lipcli.cache           {...} | null            per-model caches (e.g. CRC curvature bounds)
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from lipcli import __version__
+from lipcli.version import __version__
 from lipcli.sdk.errors import ModelFileError
 
 FORMAT_NAME = "lipcli-model"

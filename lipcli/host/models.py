@@ -26,7 +26,11 @@ from lipcli.host.modelfile import ModelFile, read_model_file, save_model_file
 from lipcli.host.plugins import Registry, get_registry
 from lipcli.sdk.specs import Component
 
-from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
+from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
+from lipcli._util.safetext import clean, install_hint, is_distribution_name
+from lipcli.host.modelcheck import check_config_limits, guarded_build
+from lipcli.host.plugins import DISABLE_AUTOLOAD_ENV, autoload_disabled
+from lipcli.sdk.loading import loading_tensors
 COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
 DEFAULTS = {"conv": "soc-fast", "activation": "maxmin", "pool": "max", "head": "lln"}
 
@@ -258,9 +262,6 @@ def load_model(
     The model is returned in eval mode.  Its power-iteration vectors are the saved ones,
     so the operator evaluated (and bounded by ``lip lipschitz``) is exactly the saved one.
     """
-    from lipcli.host.modelcheck import check_config_limits, guarded_build
-    from lipcli.sdk.loading import loading_tensors
-
     mf = read_model_file(path)
     config = mf.config
     _check_config(path, config)
@@ -301,8 +302,6 @@ def load_model(
 def _broken(reg: Registry, distribution: Any) -> str | None:
     """``"installed but BROKEN (plugin ...: error); see `lip plugins`"`` when a plugin of
     ``distribution`` failed to load, else ``None``."""
-    from lipcli.host.safetext import clean
-
     for info in reg.plugins.values():
         if info.error and info.distribution == distribution:
             return (f"installed but BROKEN (plugin {info.name!r}: {clean(info.error)}); "
@@ -316,9 +315,6 @@ def _missing_component(
     """The error for a model that needs a component no loaded plugin provides: the
     distribution is broken (its error), not loaded (autoload disabled) or not installed (with
     ``pip install NAME`` when the recorded NAME is a valid distribution name)."""
-    from lipcli.host.plugins import DISABLE_AUTOLOAD_ENV, autoload_disabled
-    from lipcli.host.safetext import clean, install_hint, is_distribution_name
-
     dist = entry.get("distribution") or "the plugin that provides it"
     needs = f"{path}: model needs {exc.kind} {exc.name!r} from distribution {clean(repr(dist))}"
     external = dist not in ("lipcli", "(in-process)")
@@ -379,8 +375,6 @@ def recorded_dataset(
     try:
         return reg.component("dataset", {"name": recorded["name"], "params": params})
     except UnknownComponentError as exc:
-        from lipcli.host.safetext import install_hint
-
         dist = recorded.get("distribution")
         broken = _broken(reg, dist) if isinstance(dist, str) else None
         if broken:

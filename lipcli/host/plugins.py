@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 import pluggy
 
-from lipcli import __version__
+from lipcli.version import __version__
 from lipcli.sdk import hookspecs
 from lipcli.sdk.errors import DuplicateComponentError, LipUsageError, PluginError, UnknownComponentError
 from lipcli.sdk.specs import SPEC_KINDS, Component, ComponentSpec

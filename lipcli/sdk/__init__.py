@@ -1,0 +1,16 @@
+"""The plugin SDK: everything a plugin distribution imports from lipcli (with
+:mod:`lipcli.numerics` for verified bound helpers).  Import the modules themselves; this
+``__init__`` imports nothing, so a plugin loads only what it uses:
+
+* :mod:`~lipcli.sdk.hookspecs`: the ``lip_*`` hooks and ``hookimpl``;
+* :mod:`~lipcli.sdk.specs`: spec objects (``ConvSpec``, ``HeadSpec``, ...), ``Param``, promises;
+* :mod:`~lipcli.sdk.losses`: the training-loss protocol;
+* :mod:`~lipcli.sdk.certificates`: the certifier protocol and its result type;
+* :mod:`~lipcli.sdk.errors`: the error classes;
+* :mod:`~lipcli.sdk.convbase`: a base class for convolutions;
+* :mod:`~lipcli.sdk.loading`: the load-time contract;
+* :mod:`~lipcli.sdk.export`: the ``lip export`` protocol (``ExportContext``,
+  ``ExportedCertificate``, ``lower_module``).
+
+See docs/plugins.md.
+"""

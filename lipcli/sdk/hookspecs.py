@@ -1,7 +1,7 @@
 """Hook specifications of the ``lipcli`` plugin system.
 
 Every hook takes no arguments and returns a list of spec objects (see :mod:`lipcli.sdk.specs`).
-A plugin implements any subset of them with ``@lipcli.hookimpl``.  Names are global per kind:
+A plugin implements any subset of them with ``@hookimpl`` (this module's).  Names are global per kind:
 two plugins returning the same name for the same kind is an error naming both providers.
 """
 

@@ -11,13 +11,13 @@
   -- ``lipschitz_upper_bound()`` when the module has one, else 1 when the spec promises
   ``"1-lipschitz"``; a layer with neither fails.  A spec promising ``"1-lipschitz"`` must
   also stay ``≤ 1``, as built and with every parameter perturbed
-  (:func:`lipcli.host.promises.perturbed_copies`: a learnable scale that starts at 1 fails),
+  (:func:`lipcli.lipschitz.promises.perturbed_copies`: a learnable scale that starts at 1 fails),
   and one promising ``"orthogonal"`` must have *all* its singular values
   within ``orthogonal_tol`` of 1 (semi-orthogonal for ``in ≠ out``; plus the slack its own
   bound declares, e.g. SOC's series truncation).  The float32 module's own bound is checked
   against its float32 Jacobian with a relative slack of ``float32_slack``.
 * :func:`check_conv_network_bound` -- a tiny LipConvnet built with the convolution: its
-  guaranteed network bound (:func:`lipcli.host.lipschitz.guaranteed_upper_bound`, computed on a
+  guaranteed network bound (:func:`lipcli.lipschitz.bound.guaranteed_upper_bound`, computed on a
   float64 copy) is at least the spectral norm of the dense Jacobian of the feature map at
   random inputs.
 """
@@ -36,6 +36,8 @@ from lipcli.sdk.specs import ONE_LIPSCHITZ, ORTHOGONAL, ConvSpec
 from lipcli.testing.base import fail
 from lipcli.testing.modules import check_state_roundtrip
 from lipcli.testing.specs import check_component_spec
+from lipcli.host.models import create_model
+from lipcli.lipschitz.promises import perturbed_copies
 
 __all__ = [
     "ConvCaseReport", "affine_matrix", "check_conv_network_bound", "check_conv_spec", "conv_cases",
@@ -191,8 +193,7 @@ def check_conv_spec(
                  f"bound {bound:.12g}")
         if ONE_LIPSCHITZ in spec.promises:
             # the promise must hold for every parameter value training can reach, not only
-            # at initialisation (lipcli.host.promises.perturbed_copies), as for pools
-            from lipcli.host.promises import perturbed_copies
+            # at initialisation (lipcli.lipschitz.promises.perturbed_copies), as for pools
 
             for how, moved in [("parameters as built", module64),
                                *perturbed_copies(module64, (cin, n, n), seed=seed)]:
@@ -227,8 +228,7 @@ def check_conv_network_bound(
     """Build ``arch`` (``width``) with ``conv``; on a float64 copy in eval mode compare the
     guaranteed network bound with the largest spectral norm of the dense Jacobian of the
     feature map at ``points`` random inputs; returns ``(bound, largest norm)``."""
-    from lipcli.host.lipschitz import guaranteed_upper_bound
-    from lipcli.host.models import create_model
+    from lipcli.lipschitz.bound import guaranteed_upper_bound  # lazy: looked up at call time (tests replace it on its module)
 
     torch.manual_seed(seed)
     model = create_model(arch, conv=conv, width=width, num_classes=10, registry=registry)

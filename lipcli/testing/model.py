@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from lipcli.testing.base import fail, require_equal
+from lipcli.host.plugins import get_registry
 
 __all__ = ["RoundtripReport", "check_model_roundtrip"]
 
@@ -53,8 +54,7 @@ def check_model_roundtrip(
     freshly built model needs before evaluation (SPEC §1.2: random unit vectors can give
     a useless spectral-norm estimate).
     """
-    from lipcli.host.models import create_model, load_model, save_model
-    from lipcli.host.plugins import get_registry
+    from lipcli.host.models import create_model, load_model, save_model  # lazy: looked up at call time (tests replace it on its module)
 
     reg = registry if registry is not None else get_registry()
     torch.manual_seed(seed)

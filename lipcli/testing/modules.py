@@ -15,6 +15,7 @@ from lipcli.sdk.specs import ONE_LIPSCHITZ, ComponentSpec
 from lipcli.testing.base import fail, require_equal
 from lipcli.testing.lipschitz import LipschitzReport, check_one_lipschitz
 from lipcli.testing.specs import check_component_spec
+from lipcli.lipschitz.promises import perturbed_copies
 
 __all__ = [
     "ChannelCheckReport", "ChannelModuleCheck", "check_channel_module", "check_channel_spec",
@@ -85,8 +86,7 @@ def check_channel_spec(
             rtol=rtol, seed=seed, name=checked.label,
         )
         # the promise must hold for every parameter value training can reach, not only at
-        # initialisation (lipcli.host.promises.perturbed_copies)
-        from lipcli.host.promises import perturbed_copies
+        # initialisation (lipcli.lipschitz.promises.perturbed_copies)
 
         for how, moved in perturbed_copies(checked.module64, (channels, 2, 2), seed=seed):
             check_one_lipschitz(moved, (channels, 2, 2), pairs=max(64, pairs // 4),

@@ -23,7 +23,7 @@ The trainer names no loss or head: it only calls the protocol
 Optimisers and schedules (:mod:`~lipcli.train.optim`): ``--optimizer sgd`` (the recipe's,
 default) ``| adamw | nadam``, ``--lookahead K`` (Lookahead every K steps), ``--schedule step``
 (default) ``| cosine`` with ``--warmup-epochs``; the resolved choice is recorded in the model
-file.  Extra training data (``--extra-data``, ``--extra-ratio``): :mod:`lipcli.host.extradata`
+file.  Extra training data (``--extra-data``, ``--extra-ratio``): :mod:`lipcli.train.extradata`
 (reading and checking the arrays) and :mod:`~lipcli.train.mixing` (mixed batches).
 
 Nothing is lost: a run directory holds ``config.json`` (resolved config), ``train_log.jsonl``
@@ -34,7 +34,7 @@ An existing model file or a finished run's directory is replaced only with ``ove
 (``--overwrite``); an unfinished run's directory is always refused (resume it instead).
 ``resume`` continues a killed or interrupted run from its last checkpoint; on one CPU
 process it ends bit-identical to an uninterrupted run, because every epoch re-derives its
-random state from ``(seed, epoch, rank)`` (:func:`lipcli.host.data.epoch_seed`).
+random state from ``(seed, epoch, rank)`` (:func:`lipcli.data.loaders.epoch_seed`).
 
 Several processes (``lip train --nproc-per-node N``, or ``torchrun --nproc-per-node N -m lipcli
 train ...``): DDP with NCCL on CUDA and gloo on CPU, a DistributedSampler, SOC buffers
@@ -58,7 +58,7 @@ re-exported here.  Errors name settings, never command-line options
 
 from __future__ import annotations
 
-from lipcli.host.lazy import lazy_exports
+from lipcli._util.lazy import lazy_exports
 
 #: public name -> submodule; imported on first use (PEP 562), so that ``lipcli.train.config``
 #: (the CLI's defaults) loads without torch
@@ -116,34 +116,4 @@ _EXPORTS: dict[str, str] = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
-__all__ = [
-    # config
-    "LOSS_SHORTHANDS", "OPTIMIZER_LR", "SCHEDULES", "DEFAULT_EXTRA_RATIO", "MAX_CUDA_WORKERS",
-    "CHECKPOINT_NAME", "LOG_NAME", "CONFIG_NAME",
-    "BEST_NAME", "MODEL_NAME", "CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "INTERRUPT_ENV",
-    "DEFAULT_NPROC_PER_NODE", "LAUNCHER_ENV",
-    "TrainConfig", "load_config_file",
-    # errors
-    "TrainError", "TrainUsageError", "TrainingDiverged", "TrainingInterrupted",
-    # distributed
-    "DistContext",
-    # optim
-    "recipe_sgd", "weight_decay_groups", "make_optimizer", "make_schedule", "Lookahead",
-    # loss plumbing
-    "TrainStep", "resolve_loss",
-    # checkpoint
-    "flatten_state", "unflatten_state", "rng_state", "set_rng_state", "write_checkpoint",
-    "read_checkpoint",
-    # paths
-    "RunPaths", "plan_paths",
-    # reporting
-    "Reporter",
-    # evaluation
-    "evaluate", "lipschitz_record",
-    # loop
-    "RESUME_CHANGEABLE", "check_train", "train",
-    # launch
-    "LaunchResult", "launch_workers",
-    # results
-    "TrainSummary", "Evaluation",
-]
+__all__ = sorted(_EXPORTS)  # the names above, listed once

@@ -104,7 +104,7 @@ def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], meta: dict[st
     """Atomically write a checkpoint: safetensors with ``lipcli.checkpoint`` JSON metadata."""
     from safetensors.torch import save
 
-    from lipcli.host.modelfile import atomic_write_bytes
+    from lipcli.host.modelfile import atomic_write_bytes  # lazy: looked up at call time (tests replace it on its module)
 
     blob = save(tensors, metadata={"lipcli.checkpoint": json.dumps(meta, sort_keys=True, allow_nan=False)})
     try:

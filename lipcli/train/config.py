@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from lipcli.sdk.errors import LipUsageError
+from lipcli._util.devices import check_device_name
+from lipcli.train.errors import TrainUsageError, literal
 
 
 #: older names of loss parameters, kept as settings (and ``lip train`` options): each sets the
@@ -137,7 +139,6 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise :class:`~lipcli.train.errors.TrainUsageError` (one line, naming the setting as
         a field a front end spells its own way) for any out-of-range value."""
-        from lipcli.train.errors import TrainUsageError, literal
 
         def need(ok: bool, message: str) -> None:
             if not ok:
@@ -193,8 +194,7 @@ class TrainConfig:
         need(self.curvature_classes is None or self.curvature_classes >= 0, "curvature_classes must be >= 0 (0 = all classes)")
         need(self.workers is None or self.workers >= 0, "{workers} must be >= 0" + got("workers"))
         need(self.seed >= 0, "{seed} must be >= 0" + got("seed"))
-        from lipcli.host.cuda_graphs import GRAPH_MODES  # (imports torch: not at module level)
-        from lipcli.host.devices import check_device_name
+        from lipcli.train.cuda_graphs import GRAPH_MODES  # lazy: imports torch; this module is read by lip --help
 
         check_device_name(self.device)
         need(self.cuda_graphs in GRAPH_MODES,

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli.host.devices import resolve_device
+from lipcli._util.devices import resolve_device
 from lipcli.sdk.errors import LipError
 from lipcli.train.config import LAUNCHER_ENV
 from lipcli.train.errors import TrainUsageError, literal
@@ -58,7 +58,7 @@ class DistContext:
         )
 
     def resolve_device(self, name: str) -> torch.device:
-        """The ``device`` setting as :func:`lipcli.host.devices.resolve_device`, except that a bare ``cuda``
+        """The ``device`` setting as :func:`lipcli._util.devices.resolve_device`, except that a bare ``cuda``
         (also ``auto`` on a GPU machine) is this process's GPU: its local rank under torchrun,
         else the current CUDA device."""
         dev = resolve_device(name)

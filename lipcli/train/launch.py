@@ -63,7 +63,7 @@ def report_to_launcher(message: str, code: int) -> None:
     rank = os.environ.get("RANK")
     if not directory or rank is None or not rank.strip().isdigit():
         return
-    from lipcli.host.modelfile import atomic_write_bytes
+    from lipcli.host.modelfile import atomic_write_bytes  # lazy: looked up at call time (tests replace it on its module)
 
     record = {"rank": int(rank), "code": int(code), "message": message, "time": time.time()}
     try:

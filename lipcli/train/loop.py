@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli.host.locks import check_run_unlocked
+from lipcli.train.locks import check_run_unlocked
 from lipcli.sdk.errors import LipError
 from lipcli.train.checkpoint import read_checkpoint
 from lipcli.train.config import (CHECKPOINT_NAME, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, MODEL_NAME,
@@ -24,6 +24,10 @@ from lipcli.train.paths import RunPaths, _check_writable_dir, check_replaceable,
 from lipcli.train.reporting import Reporter
 from lipcli.train.results import TrainSummary
 from lipcli.train.run import TrainingRun
+from lipcli.data.loaders import check_data_dir, load_data, resolve_dataset
+from lipcli.host.models import ComponentParameterError, build_model, make_config
+from lipcli.host.plugins import get_registry, parse_component_choice
+from lipcli.train.extradata import check_compatible, open_extra_data
 
 
 def _component_names(cfg: TrainConfig) -> dict[str, str]:
@@ -57,8 +61,6 @@ def _arch_component(cfg: TrainConfig, reg: Any) -> Any:
     """The architecture with the ``width`` setting applied; the same width given twice (in
     ``arch``, ``NAME:width=W``, and as ``width``) is fine, two different widths are a usage
     error."""
-    from lipcli.host.plugins import parse_component_choice
-
     inline = parse_component_choice(cfg.arch)[1]
     if cfg.width is None:
         return reg.component("arch", cfg.arch)
@@ -106,8 +108,6 @@ def _configure(config: TrainConfig | None, ctx: DistContext, reg: Any, *, run_di
                overwrite: bool) -> _Setup:
     """Step 1 of :func:`train` for the process ``ctx``: the settings, components, data
     directory, device, global batch, paths and locks, all validated; no side effects."""
-    from lipcli.host.data import check_data_dir, resolve_dataset
-
     ckpt_tensors: dict[str, torch.Tensor] | None = None
     ckpt_meta: dict[str, Any] | None = None
     paths: RunPaths | None = None  # for a new run: decided after validation, below
@@ -142,9 +142,6 @@ def _configure(config: TrainConfig | None, ctx: DistContext, reg: Any, *, run_di
 def _data_and_model(setup: _Setup, reg: Any, *, download: bool) -> tuple[Any, Any, dict[str, Any], nn.Module]:
     """Step 2 of :func:`train`: the data (downloaded first when ``download``), the extra
     data, the model configuration and the model (seeded, on the CPU)."""
-    from lipcli.host.data import load_data
-    from lipcli.host.models import ComponentParameterError, build_model, make_config
-
     cfg, comps = setup.cfg, setup.comps
     data = load_data(
         setup.data_comp, setup.root, download=download, augment=cfg.augment,
@@ -185,8 +182,6 @@ def check_train(
     dropped again.  Nothing is written except a requested download.  Returns the run
     directory and model file that :func:`train` would use (a new timestamped run directory
     is decided here; pass it on as ``run_dir``).  Raises what :func:`train` would raise."""
-    from lipcli.host.plugins import get_registry
-
     if processes < 1:
         raise TrainUsageError(f"processes must be at least 1 (got {processes})")
     reg = registry or get_registry()
@@ -220,8 +215,6 @@ def train(
     Every argument is validated before anything is written (:func:`check_train` does the same
     validation alone, e.g. before worker processes are started).
     """
-    from lipcli.host.plugins import get_registry
-
     reg = registry or get_registry()
     ctx = DistContext.from_env()
 
@@ -293,7 +286,6 @@ def _open_extra_data(cfg: TrainConfig, data: Any) -> Any:
     """The ``extra_data`` arrays, memory-mapped and checked against the data (or None)."""
     if cfg.extra_data is None:
         return None
-    from lipcli.host.extradata import check_compatible, open_extra_data
 
     extra = open_extra_data(cfg.extra_data)
     check_compatible(extra, image_shape=data.image_shape, num_classes=data.num_classes)

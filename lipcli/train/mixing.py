@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, DistributedSampler, Subset
 
-from lipcli.host.data import epoch_seed
+from lipcli.data.loaders import epoch_seed
 from lipcli.sdk.errors import LipUsageError
-from lipcli.host.extradata import ExtraData
+from lipcli.train.extradata import ExtraData
 
 
 class ExtraImageDataset(Dataset):
@@ -91,7 +91,7 @@ def mixed_train_loader(train: Dataset, extra: ExtraData, *, ratio: float, batch_
                        rank: int = 0, world_size: int = 1, workers: int = 0,
                        pin_memory: bool = False) -> tuple[DataLoader, MixedBatchSampler]:
     """The training loader with extra images mixed into every batch; ``sampler.set_epoch(e)``
-    every epoch, as for :func:`lipcli.host.data.train_loader`."""
+    every epoch, as for :func:`lipcli.data.loaders.train_loader`."""
     extra_set = ExtraImageDataset(extra, training_transform(train))
     real = DistributedSampler(train, num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
                               drop_last=False)

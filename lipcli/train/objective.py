@@ -21,6 +21,7 @@ from lipcli.sdk.losses import LossContext, LossOutput, has_trainable_parameters,
 from lipcli.sdk.specs import Component
 from lipcli.train.config import LOSS_SHORTHANDS, TrainConfig
 from lipcli.train.errors import TrainUsageError, literal
+from lipcli.host.plugins import parse_component_choice
 
 
 def _choice_text(name: str, params: dict[str, Any]) -> str:
@@ -33,8 +34,6 @@ def _choice_text(name: str, params: dict[str, Any]) -> str:
 def resolve_loss(cfg: TrainConfig, head: Component, dataset_name: str, reg: Any) -> tuple[TrainConfig, Component]:
     """The loss component of a run and the config with ``loss`` (every parameter written out)
     and ``grad_clip`` resolved; the shorthand settings are folded into ``loss`` (and cleared)."""
-    from lipcli.host.plugins import parse_component_choice
-
     default_loss = getattr(head.spec, "loss", "ce")
     choice = cfg.loss or default_loss
     name, inline = parse_component_choice(choice)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli import __version__
+from lipcli.version import __version__
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.train.checkpoint import (_prefixed, flatten_state, rng_state, set_rng_state, unflatten_state,
                                      write_checkpoint)
@@ -26,6 +26,10 @@ from lipcli.train.optim import optimization_record
 from lipcli.train.paths import RunPaths, check_replaceable
 from lipcli.train.reporting import Reporter
 from lipcli.train.results import Evaluation, TrainSummary
+from lipcli._util.safetext import clean
+from lipcli.host.modelfile import read_model_file
+from lipcli.host.models import save_model
+from lipcli.lipschitz.promises import capture_inputs
 
 
 @dataclass
@@ -162,11 +166,8 @@ class RunOutputs:
         cfg, state = self.cfg, self.state
         self.ctx.check_consistent(self.model)
         if cfg.keep_best and state.best is not None:
-            from lipcli.host.modelfile import read_model_file
-
             self.model.load_state_dict(read_model_file(self.paths.best).tensors)
         self.model.eval()
-        from lipcli.host.promises import capture_inputs
 
         with capture_inputs(self.model) as inputs:  # for the promise check
             test = evaluate(self.model, self.test_loader, self.ctx)
@@ -220,12 +221,9 @@ class RunOutputs:
     def _write_model(self, test: Evaluation, results: dict[str, Any]) -> TrainSummary:
         """Rank 0: write the model file and the final checkpoint, print the result; returns the
         summary."""
-        from lipcli.host.models import save_model
-
         lipschitz = lipschitz_record(self.model, estimate=self.cfg.lipschitz_estimate,
                                      inputs=self.promise_inputs)
         if lipschitz.get("promise_broken"):  # the weights are kept, without a guaranteed bound
-            from lipcli.host.safetext import clean  # printed even with quiet: it is a warning
 
             print(clean(f"warning: {lipschitz['promise_broken']}; the model file records no "
                         "Lipschitz bound"), file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from lipcli._util.safetext import clean
 
 
 class Reporter:
@@ -20,7 +21,6 @@ class Reporter:
 
     def print(self, text: str) -> None:
         if self.enabled:  # no control characters (paths and names may come from a checkpoint)
-            from lipcli.host.safetext import clean
 
             self.console.print(clean(text), highlight=False, markup=False, soft_wrap=True)
 

@@ -2,7 +2,7 @@
 (:class:`TrainSummary`) and what its evaluations measure (:class:`Evaluation`).
 
 ``summary.to_json()`` is the JSON that ``lip train --json`` prints (keys in field order; see
-:mod:`lipcli.host.records`).  The records a run stores in its model file and checkpoint
+:mod:`lipcli._util.records`).  The records a run stores in its model file and checkpoint
 (``training``, ``results``, ``lipschitz``, the epoch log) stay JSON dicts: they are the
 files' serialisation format, read back by :mod:`lipcli.host.modelfile`, not driver results.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lipcli.host.records import JsonRecord
+from lipcli._util.records import JsonRecord
 
 
 @dataclass(frozen=True)

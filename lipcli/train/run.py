@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli.host.cuda_graphs import GraphedStep, graph_unsupported_reason
-from lipcli.host.locks import run_locks
+from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
+from lipcli.train.locks import run_locks
 from lipcli.sdk.errors import LipError
 from lipcli.train.config import INTERRUPT_ENV, TrainConfig
 from lipcli.train.distributed import DistContext
@@ -27,6 +27,10 @@ from lipcli.train.outputs import RunOutputs
 from lipcli.train.paths import RunPaths
 from lipcli.train.reporting import Reporter
 from lipcli.train.results import TrainSummary
+from lipcli.data.loaders import epoch_seed, eval_loader, train_loader
+from lipcli.host.models import save_model
+from lipcli.sdk.losses import LossContext
+from lipcli.train.mixing import extra_loader_or_none
 
 
 def _interrupt_point() -> tuple[int, int] | None:
@@ -42,9 +46,6 @@ def _make_loaders(cfg: TrainConfig, ctx: DistContext, device: torch.device, data
                   workers: int, extra: Any = None) -> tuple[Any, Any, Any, Any]:
     """This rank's training loader and sampler (with ``extra`` images mixed in where given),
     validation loader (or None) and test loader."""
-    from lipcli.host.data import eval_loader, train_loader
-    from lipcli.train.mixing import extra_loader_or_none
-
     pin = device.type == "cuda"
     per_rank_batch = cfg.batch_size // ctx.world_size
     loader, sampler = extra_loader_or_none(
@@ -76,8 +77,6 @@ def _make_scaler(cfg: TrainConfig, device: torch.device) -> tuple[torch.dtype, t
 def _make_loss(cfg: TrainConfig, device: torch.device, data: Any, model: nn.Module,
                component: Any) -> nn.Module:
     """The run's training loss, built by its component's factory (see :mod:`lipcli.sdk.losses`)."""
-    from lipcli.sdk.losses import LossContext
-
     context = LossContext(model=model, num_classes=data.num_classes, dataset=data.component.name,
                           mean=tuple(data.mean), std=tuple(data.std), seed=cfg.seed, device=device,
                           refresh_steps=cfg.power_iter_steps)
@@ -116,7 +115,7 @@ class TrainingRun(RunOutputs):
         if ckpt_tensors is not None:
             self.restore_checkpoint(ckpt_tensors, ckpt_meta)
         self.make_dirs()
-        # one writer per run directory and model file for the whole run (lipcli.host.locks)
+        # one writer per run directory and model file for the whole run (lipcli.train.locks)
         with run_locks(self.paths.run_dir, self.paths.out, enabled=self.ctx.is_main):
             self.create_run_dir()
             self.announce()
@@ -146,7 +145,7 @@ class TrainingRun(RunOutputs):
                 for stale in (paths.log, paths.best):
                     if stale.exists():
                         stale.unlink()
-                from lipcli.host.modelfile import atomic_write_bytes
+                from lipcli.host.modelfile import atomic_write_bytes  # lazy: looked up at call time (tests replace it on its module)
 
                 atomic_write_bytes(paths.config, (json.dumps(self.cfg.to_json(), indent=2) + "\n").encode())
                 self.save_checkpoint()
@@ -182,7 +181,7 @@ class TrainingRun(RunOutputs):
                    **{sync: True})
 
     def _make_graphed_step(self, forward: nn.Module) -> None:
-        """Set :attr:`graphed` (``cuda_graphs``, :mod:`lipcli.host.cuda_graphs`) or the reason why not."""
+        """Set :attr:`graphed` (``cuda_graphs``, :mod:`lipcli.train.cuda_graphs`) or the reason why not."""
         mode = self.cfg.cuda_graphs
         if mode == "off":
             self.graph_reason = "off (--cuda-graphs off)"
@@ -361,7 +360,6 @@ class TrainingRun(RunOutputs):
         with ``keep_best``, rank 0 saves a new best model."""
         if self.val_loader is None:
             return
-        from lipcli.host.models import save_model
 
         val = evaluate(self.model, self.val_loader, self.ctx)
         record["val_loss"], record["val_accuracy"] = val.loss, val.accuracy
@@ -406,6 +404,4 @@ class TrainingRun(RunOutputs):
 
 
 def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    from lipcli.host.data import epoch_seed
-
     return epoch_seed(seed, epoch, rank)

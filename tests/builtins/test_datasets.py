@@ -1,4 +1,4 @@
-"""Built-in data sets (lipcli.builtins.datasets) and data plumbing (lipcli.host.data), on tiny
+"""Built-in data sets (lipcli.builtins.datasets) and data plumbing (lipcli.data.loaders), on tiny
 folders written in the real on-disk layouts by the fixtures of conftest.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from lipcli.builtins import datasets as D
 from lipcli.builtins.datasets.plugin import lip_datasets
-from lipcli.host.data import (
+from lipcli.data.loaders import (
     epoch_seed, eval_loader, limit_indices, load_data, resolve_dataset, split_indices, train_loader,
 )
 from lipcli.sdk.errors import LipUsageError, SettingError

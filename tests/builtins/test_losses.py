@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.builtins.crc.head import MLPHead
 from lipcli.builtins.lln.head import LLNHead
 from lipcli.sdk.errors import LipUsageError
@@ -213,7 +213,7 @@ class _CountingLoss(nn.Module):
 
 
 class SmoothPlugin:
-    @lipcli.hookimpl
+    @hookimpl
     def lip_losses(self):
         return [LossSpec(name="smooth-ce", description="label-smoothed CE",
                          factory=lambda context, *, smoothing=0.1: _CountingLoss(smoothing),

@@ -130,7 +130,7 @@ def test_attack_finds_no_violation_on_certified_points(model_file: Path, baselin
 def test_wrong_lipschitz_bound_is_caught_as_a_soundness_violation(model_file: Path, monkeypatch) -> None:
     """Negative control: with Lip(g) under-stated 1000x the certificates over-claim, PGD must
     break some of them, and the command must fail loudly with exit 1 and write nothing."""
-    import lipcli.host.lipschitz as lipschitz_mod
+    import lipcli.lipschitz.bound as lipschitz_mod
 
     real = lipschitz_mod.guaranteed_upper_bound
 
@@ -349,7 +349,7 @@ def test_certification_runs_without_tf32():
     being certified; certification turns it off and restores the setting afterwards."""
     import lipcli.certify as certify_module
     from lipcli.numerics import precision
-    from lipcli.host.lipschitz import lipschitz_report
+    from lipcli.lipschitz.bound import lipschitz_report
 
     seen = []
 
@@ -384,7 +384,7 @@ def test_certification_runs_without_tf32():
             mp.setattr(certify_module.driver, "resolve_device", record)
             with pytest.raises(Seen):
                 certify_module.run_certification("unused.safetensors", certify_module.CertifyOptions(radii=[0.1]))
-            import lipcli.host.lipschitz as lipschitz_module
+            import lipcli.lipschitz.bound as lipschitz_module
 
             mp.setattr(lipschitz_module, "layer_input_shapes", record)
             with pytest.raises(Seen):
@@ -398,7 +398,7 @@ def test_machine_json_is_strict_even_with_infinite_radii(capsys):
     """An infinite certified radius (e.g. all other classes share the predicted class's
     weights) must not produce ``Infinity`` (invalid JSON) on stdout."""
     from lipcli.cli.common import print_json
-    from lipcli.host.strictjson import strict_json
+    from lipcli._util.strictjson import strict_json
 
     print_json({"radius": float("inf"), "rows": [1.0, float("-inf"), float("nan")], "n": 3})
     text = capsys.readouterr().out

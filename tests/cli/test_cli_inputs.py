@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from lipcli.host import plugins
 from lipcli.cli import app
 from lipcli.sdk.errors import LipUsageError
-from lipcli.host.lipschitz import BOUND_LABEL, ESTIMATE_LABEL, merge_stored_record
+from lipcli.lipschitz.bound import BOUND_LABEL, ESTIMATE_LABEL, merge_stored_record
 from lipcli.host.modelfile import read_metadata
 from lipcli.host.models import ComponentParameterError, create_model
 from lipcli.train import INTERRUPT_ENV, read_checkpoint
@@ -280,7 +280,7 @@ def test_a_directory_given_as_model_is_a_usage_error(tmp_path):
 def test_device_option_is_validated_the_same_way_everywhere(tmp_path, monkeypatch):
     """One parser for --device (lip train, certify, lipschitz, bench): names torch accepts
     but lipcli cannot run on (meta, mps) are usage errors too, with the same message."""
-    from lipcli.host.devices import check_device_name, resolve_device
+    from lipcli._util.devices import check_device_name, resolve_device
     from lipcli.train.distributed import DistContext
 
     assert str(resolve_device("CPU")) == "cpu"

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from lipcli.certify import CertifyOptions, RadiusRow, run_certification
 from lipcli.cli import app
-from lipcli.host.data import check_data_dir, resolve_dataset
-from lipcli.host.records import to_json
+from lipcli.data.loaders import check_data_dir, resolve_dataset
+from lipcli._util.records import to_json
 from lipcli.sdk.errors import SettingError
 
 runner = CliRunner()

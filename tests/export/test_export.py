@@ -82,7 +82,7 @@ def lipcli_reference(model_path: Path, images: torch.Tensor) -> dict:
     """lipcli's logits and ``lip certify``'s input-space radii (full certificate: LLN exact,
     CRC-Lip closed form AND dual, lazy curvature), as run_certification computes them."""
     from lipcli.certify import input_radii as _input_radii
-    from lipcli.host.lipschitz import guaranteed_upper_bound
+    from lipcli.lipschitz.bound import guaranteed_upper_bound
 
     model, _ = load_model(model_path)
     reg = get_registry()
@@ -144,10 +144,10 @@ def test_round_trip_matches_lipcli_without_lipcli(tmp_path, head, depth, fmt):
 
 def test_crc_closed_form_equals_lipcli_closed_form_with_the_same_bounds(tmp_path):
     """The exported CRC certificate is exactly lipcli's closed form (same float64 arithmetic)."""
-    from lipcli.builtins.crc.export import export_crc_certificate
+    from lipcli.builtins.crc.certifier import CRCCertifier
 
     model, _ = load_model(make_model(tmp_path / "m.safetensors", "mlp", classes=4))
-    exported = export_crc_certificate(model.head)
+    exported = CRCCertifier().export_certificate(model.head)
     y = model.features(torch.rand(16, 3, 32, 32, generator=torch.Generator().manual_seed(1))).detach()
     pred, radius = exported.module(y)
     # equal up to the last bit or two (the batched matrix products may round differently)

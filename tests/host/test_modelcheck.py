@@ -97,7 +97,7 @@ def test_forged_metadata_is_one_bad_model_file_line(tiny, tmp_path, case, comman
 MEASURE = r"""
 import json, resource, sys, time
 from lipcli.cli import app
-import lipcli.host.models, lipcli.host.plugins, lipcli.host.lipschitz
+import lipcli.host.models, lipcli.host.plugins, lipcli.lipschitz.bound
 lipcli.host.plugins.get_registry()
 results = {}
 for path in sys.argv[1:]:

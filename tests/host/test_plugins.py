@@ -13,6 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 import lipcli
+
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk import hookspecs
 from lipcli.host import plugins
 from lipcli.cli import app
@@ -39,39 +41,39 @@ def _factory(*args, **kwargs):
 class AllHooksPlugin:
     """Implements every lip_* hook once, so each hook is exercised through the host."""
 
-    @lipcli.hookimpl
+    @hookimpl
     def lip_convolutions(self):
         return [ConvSpec(name="t-conv", factory=_factory, description="test conv",
                          params=(Param(name="k", type=int, default=3),))]
 
-    @lipcli.hookimpl
+    @hookimpl
     def lip_activations(self):
         return [ActivationSpec(name="t-act", factory=_factory, description="test act")]
 
-    @lipcli.hookimpl
+    @hookimpl
     def lip_pools(self):
         return [PoolSpec(name="t-pool", factory=_factory, description="test pool",
                          promises=("1-lipschitz",))]
 
-    @lipcli.hookimpl
+    @hookimpl
     def lip_heads(self):
         return [HeadSpec(name="t-head", factory=_factory, description="test head",
                          certificate="t-cert")]
 
-    @lipcli.hookimpl
+    @hookimpl
     def lip_certificates(self):
         return [CertificateSpec(name="t-cert", factory=_factory, description="test cert")]
 
-    @lipcli.hookimpl
+    @hookimpl
     def lip_architectures(self):
         return [ArchSpec(name="t-arch", factory=_factory, description="test arch")]
 
-    @lipcli.hookimpl
+    @hookimpl
     def lip_datasets(self):
         return [DatasetSpec(name="t-data", factory=_factory, description="test data",
                             num_classes=3, needs_root=False)]
 
-    @lipcli.hookimpl
+    @hookimpl
     def lip_losses(self):
         return [LossSpec(name="t-loss", factory=_factory, description="test loss")]
 
@@ -125,7 +127,7 @@ def test_component_choice_errors(host):
 
 def test_duplicate_name_names_both_providers(host):
     class Dup:
-        @lipcli.hookimpl
+        @hookimpl
         def lip_pools(self):
             return [PoolSpec(name="max", factory=_factory, description="another max")]
 
@@ -138,7 +140,7 @@ def test_duplicate_name_names_both_providers(host):
 
 def test_misspelt_hook_is_an_error(host):
     class Typo:
-        @lipcli.hookimpl
+        @hookimpl
         def lip_pool(self):  # missing "s"
             return []
 
@@ -148,11 +150,11 @@ def test_misspelt_hook_is_an_error(host):
 
 def test_plugin_raising_in_hook_is_reported_and_others_work(host):
     class Broken:
-        @lipcli.hookimpl
+        @hookimpl
         def lip_pools(self):
             raise RuntimeError("kaboom")
 
-        @lipcli.hookimpl
+        @hookimpl
         def lip_activations(self):
             return [ActivationSpec(name="never-registered", factory=_factory, description="x")]
 
@@ -165,7 +167,7 @@ def test_plugin_raising_in_hook_is_reported_and_others_work(host):
 
 def test_wrong_return_type_is_reported(host):
     class Wrong:
-        @lipcli.hookimpl
+        @hookimpl
         def lip_pools(self):
             return [ActivationSpec(name="oops", factory=_factory, description="x")]
 
@@ -212,13 +214,13 @@ def _run_lip(args, env_extra):
 
 def test_entry_point_plugin_is_discovered_and_broken_one_reported(tmp_path):
     good = """
-        import lipcli
+        from lipcli.sdk.hookspecs import hookimpl
         from lipcli.sdk.specs import PoolSpec
 
         def _f(channels):
             raise NotImplementedError
 
-        @lipcli.hookimpl
+        @hookimpl
         def lip_pools():
             return [PoolSpec(name="ep-pool", factory=_f, description="from an entry point")]
     """
@@ -267,13 +269,13 @@ def test_param_parsing():
 class _BracketPlugin:
     """A plugin whose hook fails with rich-markup-looking text, and one with parameters."""
 
-    @lipcli.hookimpl
+    @hookimpl
     def lip_pools(self):
         raise RuntimeError("needs extra [gpu] installed [/red]")
 
 
 class _DuplicateMaxPlugin:
-    @lipcli.hookimpl
+    @hookimpl
     def lip_pools(self):
         return [PoolSpec(name="max", factory=_factory, description="a second max")]
 
@@ -342,10 +344,10 @@ def test_two_distributions_with_the_same_plugin_name_are_both_reported(tmp_path)
     for dist, module, pool in (("lipcli-first", "first_mod", "first-pool"),
                                ("lipcli-second", "second_mod", "second-pool")):
         (site / f"{module}.py").write_text(textwrap.dedent(f"""
-            import lipcli
+            from lipcli.sdk.hookspecs import hookimpl
             from lipcli.sdk.specs import PoolSpec
 
-            @lipcli.hookimpl
+            @hookimpl
             def lip_pools():
                 return [PoolSpec(name="{pool}", factory=lambda channels: None,
                                  description="test")]

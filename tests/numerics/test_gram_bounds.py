@@ -90,7 +90,7 @@ def test_isometry_bound_covers_and_is_tight():
 
 def test_weights_fingerprint_accepts_scalar_parameters():
     """A 0-dim parameter (e.g. the Cayley plugin's learned scale) can be fingerprinted."""
-    from lipcli.host.lipschitz import weights_fingerprint
+    from lipcli.lipschitz.bound import weights_fingerprint
 
     m = torch.nn.Module()
     m.alpha = torch.nn.Parameter(torch.tensor(2.0))

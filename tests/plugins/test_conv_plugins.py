@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from lipcli.cli import app
 from lipcli.sdk.errors import MissingPluginError
-from lipcli.host.lipschitz import guaranteed_upper_bound
+from lipcli.lipschitz.bound import guaranteed_upper_bound
 from lipcli.host.models import create_model, load_model, save_model
 from lipcli.host.modelfile import read_metadata
 from lipcli.host.plugins import create_host, get_registry, register_plugin, unregister_plugin

@@ -33,7 +33,7 @@ def test_version_is_defined_once():
     import lipcli
 
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'dynamic = ["version"]' in text and 'version = {attr = "lipcli.__version__"}' in text
+    assert 'dynamic = ["version"]' in text and 'version = {attr = "lipcli.version.__version__"}' in text
     assert "\nversion =" not in text.split("[tool.setuptools.dynamic]")[0]
     from importlib.metadata import version
 

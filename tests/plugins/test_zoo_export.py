@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from plugin_export import run_exported_program  # tests/ helper shared with tests/export
 from lipcli.cli import app
-from lipcli.host.lipschitz import guaranteed_upper_bound
+from lipcli.lipschitz.bound import guaranteed_upper_bound
 from lipcli.host.models import create_model, load_model, save_model
 from lipcli.host.plugins import get_registry, register_plugin, unregister_plugin
 

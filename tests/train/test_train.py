@@ -232,7 +232,7 @@ def test_one_epoch_writes_a_loadable_model_with_its_record(tmp_path, monkeypatch
     assert ck["status"] == "complete" and ck["epoch"] == 1
     # the stored accuracy is the accuracy of the stored model on the stored test subset
     model, _ = load_model(out)
-    from lipcli.host.data import load_data, resolve_dataset
+    from lipcli.data.loaders import load_data, resolve_dataset
 
     bundle = load_data(resolve_dataset("digits"), None, augment=False, limit_train=64, limit_test=32)
     xs = torch.stack([bundle.test[i][0] for i in range(32)])

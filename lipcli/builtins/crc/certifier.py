@@ -44,6 +44,7 @@ from torch import nn
 from lipcli.builtins.crc.bounds import CurvatureBounds
 from lipcli.builtins.crc.closed_form import closed_form_radius, pair_margins
 from lipcli.builtins.crc.dual import solve_dual
+from lipcli.builtins.crc.export import export_crc_certificate
 from lipcli.builtins.crc.settings import CRCSettings
 from lipcli.builtins.crc.weights import MLPWeights, mlp_weights
 from lipcli.sdk.certificates import (
@@ -182,9 +183,9 @@ class CRCCertifier:
     def export_certificate(self, head: nn.Module):
         """``lip export --certify``: the closed-form certificate with freshly computed
         guaranteed curvature bounds (:mod:`lipcli.builtins.crc.export`)."""
-        from lipcli.builtins.crc.export import export_crc_certificate
-
-        return export_crc_certificate(head)
+        return export_crc_certificate(
+            head, lambda: CRCCertifier(curvature="global", dual=False, trust_cache=True)
+        )
 
     def _sync_cache(self) -> None:
         if self.bounds is not None:

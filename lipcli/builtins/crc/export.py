@@ -25,15 +25,16 @@ the ``8u(σ + 1)`` per-unit allowance of the bounds).
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from lipcli.builtins.crc.bounds import CurvatureBounds
-from lipcli.builtins.crc.certifier import CRCCertifier
 from lipcli.builtins.crc.closed_form import closed_form_radius, pair_margins
 from lipcli.builtins.crc.weights import mlp_weights
 from lipcli.sdk.certificates import make_cache
+from lipcli.sdk.export import ExportedCertificate
 
 #: heads with at most this many classes get exact per-pair curvature bounds at export
 EXACT_PAIRS_MAX_CLASSES = 10
@@ -70,10 +71,11 @@ class CRCClosedForm(nn.Module):
         return t.pred, radius.clamp_min(0.0)
 
 
-def export_crc_certificate(head: nn.Module):
-    """The :class:`~lipcli.export.lowering.ExportedCertificate` of a CRC-Lip head."""
-    from lipcli.export.lowering import ExportedCertificate
-
+def export_crc_certificate(head: nn.Module, closed_form_certifier: Callable[[], Any]) -> ExportedCertificate:
+    """The :class:`~lipcli.sdk.export.ExportedCertificate` of a CRC-Lip head;
+    ``closed_form_certifier()`` makes lipcli's own closed-form certifier (``CRCCertifier(
+    curvature="global", dual=False, trust_cache=True)``, passed in by the certifier so that
+    this module does not import it back), the reference the exported one is compared with."""
     weights = mlp_weights(head)
     w1_sq = CurvatureBounds.compute_w1_sq_bound(weights)
     weights.w1_sq_bound = w1_sq
@@ -91,7 +93,7 @@ def export_crc_certificate(head: nn.Module):
 
     def reference(features: torch.Tensor) -> torch.Tensor:
         # lipcli's own closed form with exactly these (just computed, so trusted) bounds
-        certifier = CRCCertifier(curvature="global", dual=False, trust_cache=True)
+        certifier = closed_form_certifier()
         certifier.prepare(head, dict(cache))
         return certifier.certify(head, features).radius
 

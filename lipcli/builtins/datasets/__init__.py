@@ -19,7 +19,7 @@ training driver makes them reproducible by seeding per epoch.
 
 Modules: :mod:`.common` (the contract's pieces: splits, augmentation, the in-memory data set),
 :mod:`.cifar` (``cifar10``, ``cifar100``; the CIFAR normalisation every LipConvnet defaults to
-is in :mod:`lipcli.host.constants`), :mod:`.imagefolder`, :mod:`.digits`, :mod:`.plugin` (the
+is in :mod:`lipcli._util.constants`), :mod:`.imagefolder`, :mod:`.digits`, :mod:`.plugin` (the
 ``lip_datasets`` hook).  The names below are re-exported here.
 """
 
@@ -44,7 +44,7 @@ from lipcli.builtins.datasets.imagefolder import (
     load_imagefolder,
     pixel_statistics,
 )
-from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD
+from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD
 
 __all__ = [
     "CIFAR_MEAN",

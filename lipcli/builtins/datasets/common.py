@@ -1,6 +1,6 @@
 """What the built-in data sets share: the splits, the image size and training augmentation
 (random crop + flip) and the in-memory data set.  (The CIFAR normalisation, every
-LipConvnet's default, is a neutral constant of the host: :mod:`lipcli.host.constants`.)"""
+LipConvnet's default, is a neutral constant of the host: :mod:`lipcli._util.constants`.)"""
 
 from __future__ import annotations
 

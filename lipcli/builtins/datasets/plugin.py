@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lipcli.builtins.datasets.cifar import _cifar10_factory, _cifar100_factory
 from lipcli.builtins.datasets.common import IMAGE_SIZE
-from lipcli.host.constants import CIFAR_MEAN, CIFAR_STD  # the paper's statistics (SPEC §2)
+from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the paper's statistics (SPEC §2)
 from lipcli.builtins.datasets.digits import DIGITS_MEAN, DIGITS_STD, _digits_factory
 from lipcli.builtins.datasets.imagefolder import IMAGEFOLDER_SIZES, _imagefolder_factory
 from lipcli.sdk.hookspecs import hookimpl

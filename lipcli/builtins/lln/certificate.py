@@ -32,6 +32,7 @@ from lipcli.sdk.certificates import (
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.numerics.rounding import UNIT_ROUNDOFF as _U64  # float64
 from lipcli.sdk.specs import SOUND, CertificateSpec
+from lipcli.sdk.export import ExportedCertificate
 
 
 
@@ -145,8 +146,6 @@ class LLNCertifier:
         """``lip export --certify``: this certificate as plain float64 torch operations
         (:class:`LLNRadius`, the same arithmetic as :func:`lln_radius` over all classes, with
         ``Ŵ``, ``b`` and the rounding-safe row distances as constants)."""
-        from lipcli.export.lowering import ExportedCertificate
-
         weight, bias = linear_head_weights(head)
         module = LLNRadius(weight.cpu(), bias.cpu(), pairwise_row_distances(weight).cpu())
         return ExportedCertificate(

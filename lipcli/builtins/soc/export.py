@@ -186,7 +186,7 @@ def operator_matrix(layer: nn.Module, input_shape: tuple[int, ...]) -> Tensor:
 
 def lower_soc(layer: nn.Module, context: Any = None) -> nn.Module:
     """The export stand-in of a SOC layer: :class:`DenseSOC` when ``context`` (an
-    :class:`~lipcli.export.lowering.ExportContext`) gives the input shape, the float32
+    :class:`~lipcli.sdk.export.ExportContext`) gives the input shape, the float32
     matrix fits ``context.dense_max_bytes`` and one matrix product costs at most
     ``1/DENSE_MIN_GAIN`` of the series' operations; else :class:`ExportedSOC`.  The choice is described in the returned
     module's ``export_lowering``."""

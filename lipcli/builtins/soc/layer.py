@@ -43,6 +43,7 @@ from lipcli.builtins.soc.filters import (
 from lipcli.builtins.soc.series import _working_format, soc_series, soc_series_fast, truncated_exp_norm_bound
 from lipcli.numerics.conv import CONV_RESHAPES, conv_reshape_shape, conv_spectral_norm_upper_bound
 from lipcli.sdk.loading import tensors_will_be_loaded
+from lipcli.builtins.soc.export import lower_soc
 
 __all__ = ["SOC", "INIT_POWER_STEPS", "MAX_TERMS", "MAX_POWER_ITERS"]
 
@@ -398,10 +399,8 @@ class SOC(nn.Module):
     def export_module(self, context: Any = None) -> nn.Module:
         """``lip export``: the eval-mode layer as its fixed series of plain convolutions with
         the current filter, or, on the fixed input shape of ``context``
-        (:class:`lipcli.export.lowering.ExportContext`), as one dense matrix when that fits
+        (:class:`lipcli.sdk.export.ExportContext`), as one dense matrix when that fits
         the export's cap and is cheaper (:func:`lipcli.builtins.soc.export.lower_soc`)."""
-        from lipcli.builtins.soc.export import lower_soc
-
         return lower_soc(self, context)
 
     def extra_repr(self) -> str:

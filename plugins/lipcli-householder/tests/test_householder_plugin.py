@@ -74,7 +74,7 @@ def test_model_file_roundtrip_and_network_bound(tmp_path, choice):
     report = check_model_roundtrip(activation=choice, registry=reg, directory=tmp_path)
     assert report.config["activation"]["name"] == "householder"
     from lipcli import create_model
-    from lipcli.host.lipschitz import guaranteed_upper_bound
+    from lipcli.lipschitz.bound import guaranteed_upper_bound
 
     torch.manual_seed(0)
     model = create_model("lipconvnet-5", activation=choice, width=4, registry=reg)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 import lipcli_ortho_head.plugin as ortho_plugin
 from lipcli.cli import app
 from lipcli.host import plugins
@@ -39,7 +39,7 @@ class PaddedHead(nn.Module):
 @pytest.fixture
 def scaled_head_plugin():
     module = types.ModuleType("scaled_head_plugin")
-    module.lip_heads = lipcli.hookimpl(lambda: [HeadSpec(
+    module.lip_heads = hookimpl(lambda: [HeadSpec(
         name="scaledhead", factory=PaddedHead, promises=(ONE_LIPSCHITZ,), certificate="margin",
         description="padded features times a learnable scale (a FALSE promise)")])
     module.lip_heads.__name__ = "lip_heads"

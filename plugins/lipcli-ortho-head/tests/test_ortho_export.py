@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from lipcli.export.lowering import ExportError
+from lipcli.sdk.export import ExportError
 from lipcli.sdk.errors import LipError
 from lipcli_ortho_head import MarginCertifier, OrthoHead
 from lipcli_ortho_head.margin import MarginRadius

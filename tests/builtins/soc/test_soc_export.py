@@ -40,7 +40,7 @@ def test_exported_layer_is_orthogonal_on_1x1_images():
 
 # ------------------------------------------------------------------ dense lowering
 from lipcli.builtins.soc.export import DenseSOC, conv_matrix, lower_soc, operator_matrix  # noqa: E402
-from lipcli.export.lowering import ExportContext  # noqa: E402
+from lipcli.sdk.export import ExportContext  # noqa: E402
 
 
 def _jacobian(layer: SOC, shape: tuple[int, int, int]) -> torch.Tensor:

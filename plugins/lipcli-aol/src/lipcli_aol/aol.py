@@ -89,7 +89,7 @@ class AOLConv(LipConvBase):
         return conv_gram_norm_upper_bound(op, schur_weights=d.sqrt())
 
     def export_module(self) -> nn.Module:
-        """``lip export`` (:mod:`lipcli.export.lowering`): the eval filter ``K·D`` (the cached
+        """``lip export`` (:mod:`lipcli.sdk.export`): the eval filter ``K·D`` (the cached
         one the layer applies) and the bias baked into one plain convolution."""
         from .export import ExportedAOL
 

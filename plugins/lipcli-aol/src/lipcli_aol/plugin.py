@@ -5,7 +5,7 @@ Provides one convolution component, ``aol``: ``lip train --conv aol``.
 
 from __future__ import annotations
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ConvSpec
 
 from .aol import AOLConv
@@ -23,6 +23,6 @@ def aol_spec() -> ConvSpec:
     )
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [aol_spec()]

@@ -158,7 +158,7 @@ class BCOPConv(LipConvBase):
         return super().extra_repr() + f", bjorck_iters={self.bjorck_iters}"
 
     def export_module(self) -> nn.Module:
-        """``lip export`` (:mod:`lipcli.export.lowering`): the eval filter (Björck converged,
+        """``lip export`` (:mod:`lipcli.sdk.export`): the eval filter (Björck converged,
         the cached one the layer applies and is bounded for) baked into a plain circular
         convolution."""
         from .export import ExportedBCOP

@@ -5,7 +5,7 @@ Provides one convolution component, ``bcop``: ``lip train --conv bcop``.
 
 from __future__ import annotations
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ConvSpec, Param
 
 from .bcop import BCOPConv
@@ -26,6 +26,6 @@ def bcop_spec() -> ConvSpec:
     )
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [bcop_spec()]

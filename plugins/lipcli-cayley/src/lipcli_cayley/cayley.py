@@ -153,7 +153,7 @@ class CayleyConv(LipConvBase):
         return isometry_norm_upper_bound(op)
 
     def export_module(self) -> nn.Module:
-        """``lip export`` (:mod:`lipcli.export.lowering`): the eval matrices ``Q(f)`` for the
+        """``lip export`` (:mod:`lipcli.sdk.export`): the eval matrices ``Q(f)`` for the
         recorded image size (the cached ones the layer applies and is bounded for) baked into
         real matrix products (:mod:`lipcli_cayley.export`; runs in torch and onnxruntime)."""
         from .export import ExportedCayley

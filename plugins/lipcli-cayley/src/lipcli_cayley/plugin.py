@@ -5,7 +5,7 @@ Provides one convolution component, ``cayley``: ``lip train --conv cayley``.
 
 from __future__ import annotations
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ORTHOGONAL, ConvSpec
 
 from .cayley import CayleyConv
@@ -23,6 +23,6 @@ def cayley_spec() -> ConvSpec:
     )
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [cayley_spec()]

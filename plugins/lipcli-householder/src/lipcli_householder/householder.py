@@ -180,7 +180,7 @@ class HouseHolder(nn.Module):
         return f"channels={self.channels}, order={self.order}"
 
     def export_module(self) -> nn.Module:
-        """``lip export`` (:mod:`lipcli.export.lowering`): the per-pair constants (sines,
+        """``lip export`` (:mod:`lipcli.sdk.export`): the per-pair constants (sines,
         cosines, sector limits) computed once from the current angles, applied by the same
         plain torch code as the forward pass."""
         with torch.no_grad():

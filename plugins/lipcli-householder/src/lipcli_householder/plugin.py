@@ -6,7 +6,7 @@ the paper's ``hh1``) or ``--activation householder:order=2`` (``hh2``).
 
 from __future__ import annotations
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec, Param
 
 from .householder import ORDERS, HouseHolder
@@ -31,6 +31,6 @@ def householder_spec() -> ActivationSpec:
     )
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_activations() -> list[ActivationSpec]:
     return [householder_spec()]

@@ -45,6 +45,7 @@ from lipcli.sdk.certificates import (
     make_cache,
 )
 from lipcli.sdk.errors import LipError
+from lipcli.sdk.export import ExportedCertificate, lower_module
 from lipcli.numerics.rounding import UNIT_ROUNDOFF as _U64
 from lipcli.sdk.specs import ONE_LIPSCHITZ, SOUND
 
@@ -162,11 +163,9 @@ class MarginCertifier:
         )
 
     def export_certificate(self, head: nn.Module):
-        """``lip export --certify`` (:mod:`lipcli.export.lowering`): :class:`MarginRadius`,
+        """``lip export --certify`` (:mod:`lipcli.sdk.export`): :class:`MarginRadius`,
         the same float64 arithmetic over all classes with ``L`` computed now (never read from
         the model file) and the head lowered in float64 through the export protocol."""
-        from lipcli.export.lowering import ExportedCertificate, lower_module
-
         lipschitz, source = head_lipschitz_bound(head)
         with torch.no_grad():
             head64 = lower_module(self._float64_head(head), "the head (float64 copy)")

@@ -84,7 +84,7 @@ class OrthoHead(nn.Module):
         return f"in_features={self.in_features}, num_classes={self.num_classes}"
 
     def export_module(self) -> nn.Module:
-        """``lip export`` (:mod:`lipcli.export.lowering`): a plain linear map with the
+        """``lip export`` (:mod:`lipcli.sdk.export`): a plain linear map with the
         orthonormalised float32 ``W`` computed once (the matrix the forward pass applies, in
         the module's dtype) and the bias."""
         with torch.no_grad():

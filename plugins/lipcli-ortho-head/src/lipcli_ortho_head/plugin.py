@@ -7,7 +7,7 @@ bound: such a head's spec just names ``certificate="margin"``.
 
 from __future__ import annotations
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import SOUND, CertificateSpec, HeadSpec
 
 from .margin import NAME as MARGIN, MarginCertifier
@@ -42,11 +42,11 @@ def margin_spec() -> CertificateSpec:
     )
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_heads() -> list[HeadSpec]:
     return [ortho_spec()]
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_certificates() -> list[CertificateSpec]:
     return [margin_spec()]

@@ -1,13 +1,13 @@
 """The lipcli plugin module (entry point ``polygon`` in the ``lipcli`` group).
 
-lipcli imports this module and calls its ``@lipcli.hookimpl`` functions; it provides one
+lipcli imports this module and calls its ``@hookimpl`` functions; it provides one
 pool component, ``polygon``, used as ``lip train --pool polygon`` or
 ``lip train --pool polygon:vertices=8,radius=1.5``.
 """
 
 from __future__ import annotations
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Param, PoolSpec
 
 from .polygon import MAX_VERTICES, MIN_VERTICES, PolygonPool
@@ -41,6 +41,6 @@ def polygon_spec() -> PoolSpec:
     )
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_pools() -> list[PoolSpec]:
     return [polygon_spec()]

@@ -304,7 +304,7 @@ class PolygonPool(nn.Module):
         return f"channels={self.channels}, vertices={self.vertices}, radius={self.radius}"
 
     def export_module(self) -> nn.Module:
-        """``lip export`` (:mod:`lipcli.export.lowering`): the vertices computed once from
+        """``lip export`` (:mod:`lipcli.sdk.export`): the vertices computed once from
         the current radii and centres, the distance by the same plain torch code as the
         forward pass."""
         with torch.no_grad():

@@ -1,4 +1,4 @@
-"""lipcli.host.cuda_graphs: the graphed training step's bookkeeping (on CPU, with a backend that
+"""lipcli.train.cuda_graphs: the graphed training step's bookkeeping (on CPU, with a backend that
 emulates capture and replay), the fallbacks, ``lip train --cuda-graphs``, and (``cuda``
 marker) the real CUDA graph against the eager step."""
 
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from lipcli.bench import build_model, recipe_optimizer, synthetic_batch
 from lipcli.cli import app
-from lipcli.host.cuda_graphs import GraphedStep, check_graph_mode, graph_unsupported_reason
+from lipcli.train.cuda_graphs import GraphedStep, check_graph_mode, graph_unsupported_reason
 from lipcli.host.modelfile import read_metadata
 from lipcli.train import TrainConfig
 

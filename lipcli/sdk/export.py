@@ -1,4 +1,4 @@
-"""The lowering protocol: how a component takes part in ``lip export``.
+"""The lowering protocol (plugin SDK): how a component takes part in ``lip export``.
 
 The exported program is built from the model's **eval-mode** network, one child at a time,
 without the export driver knowing any component:
@@ -36,7 +36,6 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from lipcli.export.options import DENSE_MAX_MIB
 from lipcli.sdk.errors import LipError
 
 #: name of the method a module implements to take part in export
@@ -56,11 +55,13 @@ class ExportContext:
             (fixed in the exported program).
         dense_max_bytes: the largest float32 matrix (bytes) a linear layer may store as its
             dense operator instead of its literal form (0: never); a layer goes dense only
-            when that also costs fewer floating-point operations.
+            when that also costs fewer floating-point operations.  The export driver sets it
+            from ``lip export --dense-max-mib`` (default
+            :data:`lipcli.export.options.DENSE_MAX_MIB`).
     """
 
     input_shape: tuple[int, ...]
-    dense_max_bytes: int = int(DENSE_MAX_MIB * 2**20)
+    dense_max_bytes: int
 
 
 class ExportError(LipError):
@@ -155,7 +156,7 @@ def lower_module(module: nn.Module, where: str, context: ExportContext | None = 
         return module
     raise ExportError(
         f"{where} ({describe_origin(module)}) cannot be exported: {type(module).__name__} has "
-        f"no {EXPORT_METHOD}() method (see lipcli.export.lowering for the protocol)"
+        f"no {EXPORT_METHOD}() method (see lipcli.sdk.export for the protocol)"
     )
 
 

@@ -38,7 +38,7 @@ from torch import nn
 
 from lipcli.sdk.errors import LipError
 from lipcli.numerics.precision import in_full_float32_precision
-from lipcli.host.records import JsonRecord
+from lipcli._util.records import JsonRecord
 from lipcli.sdk.specs import ONE_LIPSCHITZ
 
 #: names used in reports
@@ -277,7 +277,7 @@ class LipschitzReport(JsonRecord):
     includes_normalization: bool
     weights_sha256: str
     time_s: dict[str, float] = field(default_factory=dict)
-    promises: Any = None  # lipcli.host.promises.PromiseCheck, when checked
+    promises: Any = None  # lipcli.lipschitz.promises.PromiseCheck, when checked
     model: str | None = None
     written: bool | None = None
     carried_over: list[str] | None = None

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from lipcli.host.attacks import margins, pgd_l2
+from lipcli.certify.pgd import margins, pgd_l2
 
 
 def _linear(num_classes: int, dim: int, seed: int) -> nn.Linear:

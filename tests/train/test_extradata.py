@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from lipcli.cli import app
 from lipcli.sdk.errors import LipUsageError
-from lipcli.host.extradata import check_compatible, open_extra_data
+from lipcli.train.extradata import check_compatible, open_extra_data
 from lipcli.host.modelfile import read_metadata
 from lipcli.train.mixing import ExtraImageDataset, MixedBatchSampler
 

@@ -1,4 +1,4 @@
-"""lipcli.host.records: typed results -> the JSON the commands print (keys in field order,
+"""lipcli._util.records: typed results -> the JSON the commands print (keys in field order,
 omitted ``None`` fields, inline parts)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from lipcli.host.records import INLINE, JsonRecord, to_json
+from lipcli._util.records import INLINE, JsonRecord, to_json
 
 
 @dataclass

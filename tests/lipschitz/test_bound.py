@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from lipcli.builtins.lipconvnet import Normalize
 from lipcli.cli import app
 from lipcli.sdk.errors import LipError
-from lipcli.host.lipschitz import (
+from lipcli.lipschitz.bound import (
     empirical_lower_bound,
     guaranteed_upper_bound,
     layer_input_shapes,

@@ -40,8 +40,9 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from lipcli.host.records import JsonRecord
+from lipcli._util.records import JsonRecord
 from lipcli.sdk.errors import LipError
+from lipcli.lipschitz.bound import _layer_kind, body_of, model_input_shape
 
 #: a ratio above 1 + PROMISE_TOL breaks the promise (float64 evaluation of float32 parameters:
 #: exact 1-Lipschitz layers measure 1 up to ~1e-15, float32 unit vectors up to ~1e-7)
@@ -162,8 +163,6 @@ def promised_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The body children whose factor in the guaranteed bound is 1 because of a promise,
     then the head (as :data:`HEAD`) when it promises 1 without a ``lipschitz_upper_bound()``
     (a head certificate such as ``margin`` counts it as 1)."""
-    from lipcli.host.lipschitz import _layer_kind, body_of
-
     layers = [(name, child) for name, child in body_of(model).named_children()
               if _layer_kind(child) == "promise"]
     head = getattr(model, "head", None)
@@ -174,8 +173,6 @@ def promised_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 @torch.no_grad()
 def _layer_inputs(model: nn.Module, x: torch.Tensor, names: set[str]) -> dict[str, torch.Tensor]:
-    from lipcli.host.lipschitz import body_of
-
     inputs: dict[str, torch.Tensor] = {}
     h = x
     for name, child in body_of(model).named_children():
@@ -218,8 +215,6 @@ def verify_promises(
     the module docstring) at the first ``points`` images of ``data`` (``(N, C, H, W)`` in [0, 1]) or at
     random images, or at the layer ``inputs`` recorded by :func:`capture_inputs`; raise
     :class:`BrokenPromiseError` on a ratio above ``1 + tol``.  The model is left in eval mode."""
-    from lipcli.host.lipschitz import model_input_shape
-
     t0 = time.perf_counter()
     model.eval()
     layers = promised_layers(model)

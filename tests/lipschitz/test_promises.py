@@ -16,11 +16,12 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-import lipcli
+
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.host import plugins
 from lipcli.cli import app
 from lipcli.host.models import create_model, save_model
-from lipcli.host.promises import (
+from lipcli.lipschitz.promises import (
     PROMISE_TOL, BrokenPromiseError, capture_inputs, layer_ratio, perturbed_copies, verify_promises,
 )
 from lipcli.sdk.specs import ONE_LIPSCHITZ, PoolSpec
@@ -54,7 +55,7 @@ def scalar_spec() -> PoolSpec:
 @pytest.fixture
 def scaled_plugin():
     module = types.ModuleType("scaled_pool_plugin")
-    module.lip_pools = lipcli.hookimpl(lambda: [scaled_spec(), scalar_spec()])
+    module.lip_pools = hookimpl(lambda: [scaled_spec(), scalar_spec()])
     module.lip_pools.__name__ = "lip_pools"
     plugins.register_plugin(module, "scaledpool")
     yield

@@ -17,7 +17,7 @@ from lipcli.cli import app
 from lipcli.sdk.errors import MissingPluginError
 from lipcli.host.models import load_model
 from lipcli.host.plugins import create_host
-from lipcli.host.safetext import clean, clean_tree, install_hint, is_distribution_name
+from lipcli._util.safetext import clean, clean_tree, install_hint, is_distribution_name
 
 from conftest import save_tiny_model
 from test_modelcheck import forge
