@@ -30,7 +30,9 @@ with every rounding of that computation covered
 ``x ↦ c2r(Q̂ · DFT(x))`` exactly: with ``E`` the Hermitian completion of the half-plane
 products ``Z(f) = Q̂(f)x̂(f)``, ``y = Re IDFT(E)``, so ``‖y‖² ≤ ‖E‖²/(HW) ≤ max‖Q̂‖²·‖x̂‖²/(HW)
 = max‖Q̂‖²·‖x‖²`` (Parseval), whether or not ``Q̂(−f) = conj Q̂(f)`` holds exactly in floating
-point.  The rounding of the FFTs inside a forward pass is not part of the bound (as SOC's
+point.  Every solve is checked by its residual (:func:`checked_solve`) and the eval forward
+applies exactly the cached operator the bound is computed from (:meth:`CayleyConv.linear`).
+The rounding of the FFTs inside a forward pass is not part of the bound (as SOC's
 series rounding is not).  The matrices depend on the image size, so the layer records the
 size it is first used with (buffer ``spatial_size``, saved with the model) and refuses other
 sizes: its bound is for that size.
