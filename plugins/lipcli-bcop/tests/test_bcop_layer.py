@@ -166,3 +166,10 @@ def test_training_start_keeps_singular_values_in_the_convergence_region():
     for A in (M, spiky, torch.zeros(4, 4, dtype=torch.float64)):
         assert float(torch.linalg.matrix_norm(_spectral_start(A), ord=2)) < 3**0.5
     assert abs(float(torch.linalg.matrix_norm(_spectral_start(M), ord=2)) - 1) < 1e-2  # not 0.53
+
+
+def test_module_docstring_has_no_unfinished_sentence():
+    """Issue 26 item 13: "complete for ``k`` up to …" was left unfinished."""
+    import lipcli_bcop.bcop as module
+
+    assert "…" not in module.__doc__ and "..." not in module.__doc__
