@@ -61,9 +61,8 @@ block Krylov estimate) and ``p³/3`` per Cholesky attempt (usually one).
 
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -214,10 +213,15 @@ def _tridiag_max(alphas: list[float], betas: list[float]) -> float:
 def krylov_lambda_max_estimate(sym: Tensor, block: int = 8, steps: int = 40) -> float:
     """Estimate of ``λ_max`` of a symmetric matrix (a Ritz value, so typically a hair low).
 
-    Small matrices: float64 ``eigvalsh``.  Large ones: Rayleigh-Ritz on a block Krylov space
-    ``span{V, AV, ..., A^steps V}`` (``V`` random ``n×block``, fixed seed) in float32 -- a
-    few GEMMs instead of a dense float32 ``eigvalsh`` (10-50× slower on a 2-core CPU for
-    n = 2048).  Only an estimate: :func:`certify_lambda_max` proves the bound.
+    Small matrices: float64 ``eigvalsh``.  Large ones: Rayleigh-Ritz on the block Krylov
+    space ``span{V, AV, ..., A^steps V}`` (``V`` random ``n×block``, fixed seed), products
+    with ``A`` in float32 -- a few GEMMs instead of a dense float32 ``eigvalsh`` (10-50×
+    slower on a 2-core CPU for n = 2048).  Each new block is orthogonalised against the
+    previous ones by block Gram-Schmidt (twice, in float64 GEMMs) and then by a thin QR of
+    the ``n×block`` block alone: no QR of the whole ``n × (steps+1)·block`` basis, whose
+    multi-threaded LAPACK was slow on a loaded CPU (lipcli never changes the process's
+    thread count to work around that).  Only an estimate: :func:`certify_lambda_max`
+    proves the bound, whatever this returns.
     """
     n = sym.shape[0]
     if n <= _DENSE_ESTIMATE_MAX:
@@ -225,38 +229,21 @@ def krylov_lambda_max_estimate(sym: Tensor, block: int = 8, steps: int = 40) -> 
     a = sym.to(torch.float32)
     gen = torch.Generator(device="cpu").manual_seed(0)
     v = torch.randn(n, block, generator=gen, dtype=torch.float64).to(a.device)
-    blocks = []
-    for _ in range(steps + 1):
-        # thin QR in float64 (LAPACK's float32 QR is far slower here)
-        with _small_lapack(v):
-            v, _ = torch.linalg.qr(v.to(torch.float64))
-        blocks.append(v)
-        v = a @ v.to(torch.float32)
-    basis = torch.cat(blocks, dim=1)
-    with _small_lapack(basis):
-        q, _ = torch.linalg.qr(basis)
-    q32 = q.to(torch.float32)
+    cols = min(n, (steps + 1) * block)
+    basis = torch.empty(n, cols, dtype=torch.float64, device=a.device)
+    filled = 0
+    while filled < cols:
+        prev = basis[:, :filled]
+        for _ in range(2):  # "twice is enough"
+            v = v - prev @ (prev.T @ v)
+        v, _ = torch.linalg.qr(v)  # thin n×block QR (cheap)
+        take = min(block, cols - filled)
+        basis[:, filled : filled + take] = v[:, :take]
+        filled += take
+        v = (a @ v.to(torch.float32)).to(torch.float64)
+    q32 = basis.to(torch.float32)
     t = (q32.T @ (a @ q32)).to(torch.float64)
-    with _small_lapack(t):
-        return float(torch.linalg.eigvalsh(0.5 * (t + t.T)).max())
-
-
-@contextlib.contextmanager
-def _small_lapack(x: Tensor) -> Iterator[None]:
-    """Run thin/small CPU LAPACK calls on one thread.
-
-    On a 2-core CPU whose other core is busy, multi-threaded LAPACK on thin matrices spends
-    its time in barriers: a 2048×104 QR took 0.5 s with 2 threads and 7 ms with 1.
-    """
-    if x.device.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return float(torch.linalg.eigvalsh(0.5 * (t + t.T)).max())
 
 
 # --------------------------------------------------------------------------------------

@@ -192,3 +192,38 @@ def test_rounding_model():
     assert rounding.round_up(-1.0) > -1.0 and rounding.round_up(1.0) > 1.0
     for value in (3.0, 1e-300, 1e300):
         assert 0.5 <= value * rounding.pow2_scale(value) < 1.0
+
+
+def test_block_krylov_estimate_never_changes_the_process_thread_count(monkeypatch):
+    """Issue 26 item 4: the estimator used to switch torch to one thread around its QRs and
+    back, and a changed thread count made later batched complex64 solves (the Cayley layer's)
+    return wrong matrices or crash on MKL.  It must not touch the setting at all."""
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n))
+    gen = torch.Generator().manual_seed(3)
+    b = torch.randn(303, 300, generator=gen, dtype=torch.float64)
+    a = b.T @ b
+    exact = top(a)
+    bound = symmetric_lambda_max_upper_bound(a, rtol=KRYLOV_RTOL, estimator="krylov")
+    assert exact <= bound <= exact * (1 + 1e-5)
+    assert calls == []
+
+
+def test_library_code_never_sets_the_thread_count():
+    """``torch.set_num_threads`` is process-global: only ``lip bench --threads`` (the user's
+    explicit request, applied once before any computation) may call it."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    allowed = {Path("lipcli/cli/bench_cmd.py")}
+    offenders = []
+    for base in (root / "lipcli", root / "plugins"):
+        for path in base.rglob("*.py"):
+            rel = path.relative_to(root)
+            if "tests" in rel.parts or rel in allowed:
+                continue
+            for line in path.read_text(encoding="utf-8").splitlines():
+                code = line.split("#", 1)[0]
+                if "set_num_threads(" in code:
+                    offenders.append(f"{rel}: {line.strip()}")
+    assert offenders == []

@@ -135,3 +135,24 @@ def test_a_layer_without_the_rescaling_is_caught(cls, promises):
         check_conv_spec(wrong)
     # the real layer with the same random filters passes
     check_conv_spec(ConvSpec(name="aol-random", factory=_randomising(AOLConv), description="AOL"))
+
+
+@pytest.mark.parametrize("init", ["fresh", "random"])
+def test_documented_float64_bound_figure_covers_the_measured_bounds(init):
+    """Issue 26 item 13: the module docstring said ``1 + 1e-15`` in float64 (measured up to
+    1 + 2e-10): the figure it states must cover what the bound returns."""
+    import re
+
+    import lipcli_aol.aol as aol_module
+
+    doc = " ".join(aol_module.__doc__.split())
+    figures = re.findall(r"``1 \+ ([0-9.e-]+)`` in float64", doc)
+    assert figures, "the docstring states no float64 figure"
+    stated = float(figures[-1])
+    for cin, cout, k, s in [(16, 16, 3, 1), (128, 128, 3, 1), (16, 16, 3, 2)]:
+        torch.manual_seed(cin + cout)
+        layer = AOLConv(cin, cout, k, s).double().eval()
+        if init == "random":
+            with torch.no_grad():
+                layer.weight.normal_()
+        assert layer.lipschitz_upper_bound() - 1 <= stated

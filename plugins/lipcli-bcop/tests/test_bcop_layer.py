@@ -10,6 +10,7 @@ import lipcli_bcop.plugin as plugin
 from lipcli.sdk.specs import ConvSpec
 from lipcli.testing import affine_matrix, check_conv_spec
 from lipcli_bcop import BCOPConv, bcop_kernel, bjorck
+import lipcli_bcop.bcop as bcop_module
 from lipcli_bcop.bcop import bjorck_converged
 
 
@@ -75,12 +76,13 @@ def test_dense_jacobian_singular_values_are_all_one_at_convergence(cin, cout, k,
     assert float(svals.max()) <= layer.lipschitz_upper_bound() < 1 + 1e-10
 
 
-def test_training_filter_before_convergence_is_bounded():
+def test_training_filter_before_convergence_is_bounded(monkeypatch):
     """One Björck step (far from orthogonal): sigma_max <= 1 (exact arithmetic) and <= the
     verified bound of that filter."""
     from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
 
     layer = perturbed(BCOPConv(4, 4, 3, 1, bjorck_iters=1), seed=5).train()
+    monkeypatch.setattr(bcop_module, "TRAIN_MAX_ITERS", 1)  # stop after one step
     with torch.no_grad():
         op = layer.compute_operator(None)
     dense = affine_matrix(lambda z: layer.apply_operator(z, op), (4, 6, 6))
@@ -130,3 +132,44 @@ def test_the_bound_is_for_the_eval_filter_in_either_mode():
     layer.train()
     assert layer.lipschitz_upper_bound() == eval_bound
     assert torch.equal(layer.eval_operator(), layer.eval().eval_operator())
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+def test_training_filter_converges_to_the_eval_filter(dtype, tol):
+    """Issue 26 item 12: from M/||M||_F, 20 steps left a Gaussian 64x64 matrix 0.16 from
+    orthogonal (Frobenius), so training used another filter than the one eval certifies.
+    Now training converges: defect at rounding level, and the eval filter within 1e-5/1e-12."""
+    layer = BCOPConv(64, 64, 3).to(dtype).train()
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for p in (layer.ortho, layer.proj_x, layer.proj_y):
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
+    with torch.no_grad():
+        train_op = layer.compute_operator(None)
+        H = train_op.sum(dim=(2, 3))  # the symbol at z = 1: the product of H and I's
+    eye = torch.eye(64, dtype=dtype)
+    assert float(torch.linalg.matrix_norm(H.mT @ H - eye)) <= tol
+    eval_op = layer.eval().eval_operator()
+    assert float((train_op - eval_op).abs().max()) <= tol
+
+
+def test_training_start_keeps_singular_values_in_the_convergence_region():
+    """The spectral start divides by max(power estimate, ||M||_F/1.7): every singular value
+    stays below sqrt(3) even for a power estimate far too low (a rank-one-ish matrix whose top
+    singular vector the start misses), so the unconverged iterates never expand."""
+    from lipcli_bcop.bcop import _spectral_start
+
+    gen = torch.Generator().manual_seed(7)
+    M = torch.randn(32, 32, generator=gen, dtype=torch.float64)
+    u, _, vh = torch.linalg.svd(M)
+    spiky = u @ torch.diag(torch.tensor([1e6] + [1.0] * 31, dtype=torch.float64)) @ vh
+    for A in (M, spiky, torch.zeros(4, 4, dtype=torch.float64)):
+        assert float(torch.linalg.matrix_norm(_spectral_start(A), ord=2)) < 3**0.5
+    assert abs(float(torch.linalg.matrix_norm(_spectral_start(M), ord=2)) - 1) < 1e-2  # not 0.53
+
+
+def test_module_docstring_has_no_unfinished_sentence():
+    """Issue 26 item 13: "complete for ``k`` up to …" was left unfinished."""
+    import lipcli_bcop.bcop as module
+
+    assert "…" not in module.__doc__ and "..." not in module.__doc__

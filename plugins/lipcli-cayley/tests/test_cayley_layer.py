@@ -123,3 +123,102 @@ def test_a_wrong_layer_is_caught():
                      promises=plugin.cayley_spec().promises)
     with pytest.raises(AssertionError, match="declared bound|orthogonal"):
         check_conv_spec(wrong)
+
+
+# ---------------------------------------------------------------- issue 26 item 4: the solve
+def _corrupting_solve(real_solve, *, batched_only: bool, raise_instead: bool = False):
+    """torch.linalg.solve as a broken batched LAPACK call behaved: wrong (rows of the result
+    swapped, as a misapplied pivot does) or raising, for batched inputs only (or always)."""
+
+    def solve(S, B, *, left=True, **kw):
+        X = real_solve(S, B, left=left, **kw)
+        if batched_only and S.dim() < 3:
+            return X
+        if raise_instead:
+            raise RuntimeError("Pivots given to lu_solve must all be greater or equal to 1")
+        return X.flip(-2) * 3.0
+    return solve
+
+
+def _random_complex(seed: int, shape=(24, 6, 6), dtype=torch.complex64):
+    gen = torch.Generator().manual_seed(seed)
+    return (0.5 * torch.randn(shape, generator=gen, dtype=torch.complex128)).to(dtype)
+
+
+@pytest.mark.parametrize("raise_instead", [False, True])
+def test_a_wrong_or_failing_batched_solve_is_detected_and_redone(monkeypatch, raise_instead):
+    A = _random_complex(1, (24, 8, 6))
+    want = cayley(A)
+    monkeypatch.setattr(torch.linalg, "solve", _corrupting_solve(torch.linalg.solve, batched_only=True,
+                                                                 raise_instead=raise_instead))
+    Q = cayley(A)
+    assert Q.dtype == torch.complex64
+    torch.testing.assert_close(Q, want, rtol=0, atol=1e-5)
+    eye = torch.eye(6, dtype=Q.dtype)
+    assert float((Q.mH @ Q - eye).abs().max()) < 1e-5
+
+
+def test_a_solve_wrong_even_per_matrix_raises_rather_than_certifying(monkeypatch):
+    layer = CayleyConv(4, 4, 3).eval()
+    monkeypatch.setattr(torch.linalg, "solve", _corrupting_solve(torch.linalg.solve, batched_only=False))
+    with pytest.raises(LipError, match="Cayley transform: the linear solve"):
+        layer(torch.randn(1, 4, 6, 6))
+
+
+def test_the_residual_check_accepts_correct_solves_in_both_precisions():
+    from lipcli_cayley.cayley import solve_residual_ok
+
+    for dtype in (torch.complex64, torch.complex128, torch.float32):
+        S = torch.eye(16, dtype=dtype) + _random_complex(2, (40, 16, 16), torch.complex128) * 3
+        B = _random_complex(3, (40, 20, 16), torch.complex128)
+        S, B = (S.real, B.real) if not dtype.is_complex else (S, B)
+        S, B = S.to(dtype), B.to(dtype)
+        X = torch.linalg.solve(S, B, left=False)
+        assert solve_residual_ok(S, B, X)
+        eps = torch.finfo(X.real.dtype if X.is_complex() else X.dtype).eps
+        assert not solve_residual_ok(S, B, X * (1 + 1e6 * eps))  # 0.12 (single), 2e-10 (double)
+        assert not solve_residual_ok(S, B, X.flip(-2))
+
+
+def test_eval_forward_applies_exactly_the_operator_whose_bound_is_recorded(monkeypatch):
+    """With gradients to the parameters in eval mode the operator is recomputed (for the
+    graph); the values applied must still be the cached operator's, the one the bound is
+    for, even when the recomputation rounds differently (here: perturbed by 1e-3)."""
+    from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
+
+    torch.manual_seed(0)
+    layer = CayleyConv(4, 4, 3).eval()
+    x = torch.randn(2, 4, 6, 6)
+    with torch.no_grad():
+        layer(x)
+    recorded = layer.lipschitz_upper_bound()
+    used: list[torch.Tensor] = []
+    real_apply, real_compute = layer.apply_operator, layer.compute_operator
+    monkeypatch.setattr(layer, "apply_operator", lambda z, op: (used.append(op.detach()), real_apply(z, op))[1])
+    monkeypatch.setattr(layer, "compute_operator", lambda size: real_compute(size) * (1 + 1e-3))
+    y = layer(x)
+    y.sum().backward()  # gradients still reach the parameters
+    assert layer.weight.grad is not None and float(layer.weight.grad.abs().sum()) > 0
+    assert torch.equal(used[-1], layer.eval_operator((6, 6)))
+    assert isometry_norm_upper_bound(used[-1]) == recorded
+    with torch.no_grad():
+        torch.testing.assert_close(y, layer(x), rtol=0, atol=0)
+
+
+def test_changing_the_thread_count_does_not_change_the_operator():
+    """The reported trigger: a changed process thread count before the batched solve."""
+    before = torch.get_num_threads()
+    layer = CayleyConv(16, 16, 3).eval()
+    x = torch.randn(1, 16, 8, 8)
+    with torch.no_grad():
+        layer(x)
+    first = layer.eval_operator((8, 8)).clone()
+    try:
+        torch.set_num_threads(1)
+        torch.set_num_threads(max(2, before))
+        layer.invalidate()
+        with torch.no_grad():
+            layer(x)
+        torch.testing.assert_close(layer.eval_operator((8, 8)), first, rtol=0, atol=1e-6)
+    finally:
+        torch.set_num_threads(before)

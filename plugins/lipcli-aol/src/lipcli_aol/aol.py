@@ -20,8 +20,10 @@ taps 0, so a fresh layer with ``out ≥ 4·in`` (or ``out ≥ in``) is an isomet
 
 Bound: in exact arithmetic the rescaled filter has norm ``≤ 1``; the float32 filter actually
 used is rounded, so ``lipschitz_upper_bound()`` certifies the filter *as used* with the
-verified Gram bound :func:`lipcli.numerics.gram_bounds.conv_gram_norm_upper_bound` (about
-``1 + 1e-7`` in float32, ``1 + 1e-15`` in float64).
+verified Gram bound :func:`lipcli.numerics.gram_bounds.conv_gram_norm_upper_bound`
+(measured for 8 to 512 channels, fresh and random filters: up to ``1 + 3e-7`` in float32,
+``1 + 2e-12`` to ``1 + 3e-10`` in float64; the larger values for the isometric initialisation
+of wide layers).
 """
 
 from __future__ import annotations

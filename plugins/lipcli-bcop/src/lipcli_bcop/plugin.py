@@ -20,7 +20,7 @@ def bcop_spec() -> ConvSpec:
         description="BCOP: block convolution orthogonal parametrisation (Li et al., NeurIPS 2019)",
         params=(
             Param(name="bjorck_iters", type=int, default=20,
-                  help="Bjorck orthogonalisation steps per training step (eval: to convergence)"),
+                  help="Minimum Bjorck orthogonalisation steps per training step (then on to convergence; eval: to convergence)"),
         ),
         promises=(),
     )

@@ -30,7 +30,9 @@ with every rounding of that computation covered
 ``x ↦ c2r(Q̂ · DFT(x))`` exactly: with ``E`` the Hermitian completion of the half-plane
 products ``Z(f) = Q̂(f)x̂(f)``, ``y = Re IDFT(E)``, so ``‖y‖² ≤ ‖E‖²/(HW) ≤ max‖Q̂‖²·‖x̂‖²/(HW)
 = max‖Q̂‖²·‖x‖²`` (Parseval), whether or not ``Q̂(−f) = conj Q̂(f)`` holds exactly in floating
-point.  The rounding of the FFTs inside a forward pass is not part of the bound (as SOC's
+point.  Every solve is checked by its residual (:func:`checked_solve`) and the eval forward
+applies exactly the cached operator the bound is computed from (:meth:`CayleyConv.linear`).
+The rounding of the FFTs inside a forward pass is not part of the bound (as SOC's
 series rounding is not).  The matrices depend on the image size, so the layer records the
 size it is first used with (buffer ``spatial_size``, saved with the model) and refuses other
 sizes: its bound is for that size.
@@ -59,7 +61,58 @@ def cayley(A: Tensor) -> Tensor:
     M = U - U.mH + V.mH @ V
     eye = torch.eye(n, dtype=A.dtype, device=A.device)
     B = torch.cat([eye - M, -2.0 * V], dim=-2)
-    return torch.linalg.solve(eye + M, B, left=False)  # B (I + M)⁻¹
+    return checked_solve(eye + M, B)  # B (I + M)⁻¹
+
+
+#: a solve whose residual exceeds this many ``n·u·‖X‖_F‖S‖_F`` is rejected (LU with partial
+#: pivoting is backward stable: correct results measured at about 0.03 of one unit)
+RESIDUAL_FACTOR = 64.0
+_WIDER = {torch.float32: torch.float64, torch.complex64: torch.complex128}
+
+
+def solve_residual_ok(S: Tensor, B: Tensor, X: Tensor) -> bool:
+    """Whether ``X`` solves ``X S = B`` (batched) to within ``RESIDUAL_FACTOR·n·u·‖X‖‖S‖``
+    (Frobenius norms, per matrix, ``u`` of ``X``'s precision) and is finite."""
+    with torch.no_grad():
+        X, S, B = X.detach(), S.detach(), B.detach()
+        if not bool(torch.isfinite(X).all()):
+            return False
+        n = S.shape[-1]
+        eps = torch.finfo(X.real.dtype if X.is_complex() else X.dtype).eps
+        res = torch.linalg.matrix_norm(X @ S - B)
+        scale = torch.linalg.matrix_norm(X) * torch.linalg.matrix_norm(S)
+        return bool((res <= RESIDUAL_FACTOR * n * eps * scale).all())
+
+
+def checked_solve(S: Tensor, B: Tensor) -> Tensor:
+    """``B S⁻¹`` (batched), verified by its residual.
+
+    The batched (complex64) LAPACK solve has returned wrong matrices or raised (MKL
+    ``?LASWP`` parameter errors, "Pivots given to lu_solve") in a process whose thread count
+    had been changed (issue 26 item 4); a wrong ``Q`` is then evaluated and certified
+    without being the layer's operator.  So the result is checked
+    (:func:`solve_residual_ok`); if the check fails or the solve raises, every matrix is
+    solved again one at a time in double precision (rounded back to ``B``'s dtype) and
+    checked again; if that fails too a :class:`LipError` is raised rather than a wrong
+    operator used.  Differentiable; a correct first solve is returned unchanged."""
+    try:
+        X = torch.linalg.solve(S, B, left=False)
+        if solve_residual_ok(S, B, X):
+            return X
+    except RuntimeError:
+        pass
+    wide = _WIDER.get(B.dtype, B.dtype)
+    n, r = S.shape[-1], B.shape[-2]
+    Sw = S.to(wide).reshape(-1, n, n)
+    Bw = torch.broadcast_to(B.to(wide), (*S.shape[:-2], r, n)).reshape(-1, r, n)
+    Xw = torch.stack([torch.linalg.solve(Sw[i], Bw[i], left=False) for i in range(Sw.shape[0])])
+    if not solve_residual_ok(Sw, Bw, Xw):
+        raise LipError(
+            "Cayley transform: the linear solve returned a wrong result even one matrix at "
+            "a time in double precision (residual check failed); the layer's operator "
+            "cannot be trusted"
+        )
+    return Xw.reshape(*S.shape[:-2], r, n).to(B.dtype)
 
 
 def _phases(size: int, k: int, bins: int, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -140,6 +193,25 @@ class CayleyConv(LipConvBase):
         A = torch.einsum("oiab,ya,xb->yxoi", self.weight.to(cdtype), ey, ex)
         A = A.reshape(-1, self.out_channels, self.conv_in_channels) * scale
         return cayley(A)
+
+    def linear(self, x: Tensor) -> Tensor:
+        """As :meth:`LipConvBase.linear`, except that in eval mode the values applied are
+        always those of the cached :meth:`eval_operator`, the very tensor
+        :meth:`lipschitz_upper_bound` certifies: when gradients to the parameters are asked
+        for, the recomputed operator only carries them (``cached + (live − live)``, exactly
+        the cached values), so evaluation and bound cannot diverge even if a recomputation
+        rounded differently."""
+        if self.training:
+            return super().linear(x)
+        z = self.rearrange(x)
+        size = self.operator_size((int(z.shape[-2]), int(z.shape[-1])))
+        op = self.eval_operator(size)
+        if self.eval_grad_to_params and torch.is_grad_enabled() and any(
+            p.requires_grad for p in self.parameters()
+        ):
+            live = self.compute_operator(size)
+            op = op + (live - live.detach())
+        return self.apply_operator(z, op)
 
     def apply_operator(self, x: Tensor, op: Tensor) -> Tensor:
         N, C, H, W = x.shape
