@@ -31,12 +31,15 @@ Every helper is deterministic in its ``seed``.
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pytest
+from safetensors import safe_open
+from safetensors.torch import save
 
 CIFAR10_LABEL_NAMES = [
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
@@ -218,3 +221,17 @@ def tiny_model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
                       limit_test=32, device="cpu", lipschitz_estimate=False)
     train(cfg, out=str(out), quiet=True)
     return out
+
+
+def forge(src: Path, dst: Path, edit=None, **raw: str) -> Path:
+    """Copy ``src`` to ``dst`` with the config edited by ``edit(cfg)`` and raw metadata values."""
+    with safe_open(str(src), "pt") as fh:
+        meta = dict(fh.metadata())
+        tensors = {k: fh.get_tensor(k).clone() for k in fh.keys()}
+    if edit is not None:
+        cfg = json.loads(meta["lipcli.config"])
+        edit(cfg)
+        meta["lipcli.config"] = json.dumps(cfg)
+    meta.update({f"lipcli.{k}": v for k, v in raw.items()})
+    dst.write_bytes(save(tensors, metadata=meta))
+    return dst

@@ -20,7 +20,7 @@ from lipcli.host.plugins import create_host
 from lipcli._util.safetext import clean, clean_tree, install_hint, is_distribution_name
 
 from conftest import save_tiny_model
-from test_modelcheck import forge
+from conftest import forge
 
 runner = CliRunner()
 ESC = "\x1b"

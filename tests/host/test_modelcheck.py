@@ -17,14 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from safetensors import safe_open
-from safetensors.torch import save
 from typer.testing import CliRunner
 
 from lipcli.cli import app
 from lipcli.host.modelfile import MAX_JSON_DEPTH, json_depth
 
-from conftest import save_tiny_model
+from conftest import forge, save_tiny_model
 
 runner = CliRunner()
 
@@ -32,20 +30,6 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("m") / "m.safetensors", dataset={"name": "digits", "params": {}})
-
-
-def forge(src: Path, dst: Path, edit=None, **raw: str) -> Path:
-    """Copy ``src`` to ``dst`` with the config edited by ``edit(cfg)`` and raw metadata values."""
-    with safe_open(str(src), "pt") as fh:
-        meta = dict(fh.metadata())
-        tensors = {k: fh.get_tensor(k).clone() for k in fh.keys()}
-    if edit is not None:
-        cfg = json.loads(meta["lipcli.config"])
-        edit(cfg)
-        meta["lipcli.config"] = json.dumps(cfg)
-    meta.update({f"lipcli.{k}": v for k, v in raw.items()})
-    dst.write_bytes(save(tensors, metadata=meta))
-    return dst
 
 
 def _width(cfg):
