@@ -82,7 +82,7 @@ def _batched_cg(
         n_live = int(live.sum())
         if n_live == 0:
             break
-        if n_live < 0.5 * live.numel():  # compact the working set (a copy) only now and then
+        if n_live < live.numel():  # compact the working set: finished rows cost no products
             done = ~live
             x_out[idx[done]] = x[done]
             idx, r, dg, et, x, p, rs, target = (
@@ -180,7 +180,7 @@ def solve_dual(
         n_live = int(live.sum())
         if n_live == 0:
             break
-        if n_live < 0.5 * live.numel():
+        if n_live < live.numel():  # drop finished columns (copies are cheap next to the products)
             flush(~live)
             ws = {k: v[live] for k, v in ws.items()}
             live = ~ws["done"]
