@@ -22,7 +22,11 @@ verified by lipcli's one ``λ_max`` engine :mod:`lipcli.numerics.eigen`).  Two s
 Per pair the certificate is ``max(r_fast, r_dual)``; per input the minimum over the competing
 classes (all ``c - 1`` by default).  Dual solves are skipped for pairs whose ``r_fast``
 already reaches the input's current minimum (they cannot lower it), processed in rounds of
-increasing ``r_fast``, batched over inputs and pairs.  With ``curvature="lazy"`` (default)
+increasing ``r_fast``, batched over inputs and pairs; exact gradient norms (one ``H × D``
+product per pair) are only computed where a cheap guaranteed bound cannot exclude the pair
+(:mod:`lipcli.builtins.crc.search`, :mod:`lipcli.builtins.crc.pruning`), and a dual solve
+stops once its sound value exceeds the input's current minimum.  The radii are those of the
+exhaustive search.  With ``curvature="lazy"`` (default)
 only the global bounds exist at first; when the pair that decides an input's radius has a
 non-exact bound and its certificate is not already exact (dual optimum interior), its
 class-split bounds, and if still needed its exact bound, are computed, cached in memory and

@@ -153,7 +153,7 @@ def solve_dual(
     def zeros(dtype: torch.dtype = f64) -> torch.Tensor:
         return torch.zeros(n, dtype=dtype, device=dev)
 
-    # working set: every per-column tensor, compacted (rows dropped) when half are done
+    # working set: every per-column tensor, compacted (rows dropped) as columns finish
     ws = {
         "orig": torch.arange(n, device=dev),
         "z0": z0, "z0_err": z0_err, "a": a, "a_abs": a.abs(), "c0": c0, "m": m,
