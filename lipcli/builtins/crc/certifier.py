@@ -22,7 +22,11 @@ verified by lipcli's one ``λ_max`` engine :mod:`lipcli.numerics.eigen`).  Two s
 Per pair the certificate is ``max(r_fast, r_dual)``; per input the minimum over the competing
 classes (all ``c - 1`` by default).  Dual solves are skipped for pairs whose ``r_fast``
 already reaches the input's current minimum (they cannot lower it), processed in rounds of
-increasing ``r_fast``, batched over inputs and pairs.  With ``curvature="lazy"`` (default)
+increasing ``r_fast``, batched over inputs and pairs; exact gradient norms (one ``H × D``
+product per pair) are only computed where a cheap guaranteed bound cannot exclude the pair
+(:mod:`lipcli.builtins.crc.search`, :mod:`lipcli.builtins.crc.pruning`), and a dual solve
+stops once its sound value exceeds the input's current minimum.  The radii are those of the
+exhaustive search.  With ``curvature="lazy"`` (default)
 only the global bounds exist at first; when the pair that decides an input's radius has a
 non-exact bound and its certificate is not already exact (dual optimum interior), its
 class-split bounds, and if still needed its exact bound, are computed, cached in memory and
@@ -42,16 +46,14 @@ import torch
 from torch import nn
 
 from lipcli.builtins.crc.bounds import CurvatureBounds
-from lipcli.builtins.crc.closed_form import closed_form_radius, pair_margins
-from lipcli.builtins.crc.dual import solve_dual
 from lipcli.builtins.crc.export import export_crc_certificate
+from lipcli.builtins.crc.search import certify_chunk
 from lipcli.builtins.crc.settings import CRCSettings
 from lipcli.builtins.crc.weights import MLPWeights, mlp_weights
 from lipcli.sdk.certificates import (
     HEURISTIC_NOTE,
     CertifyResult,
     cache_matches,
-    competing_classes,
     make_cache,
 )
 from lipcli.sdk.hookspecs import hookimpl
@@ -124,6 +126,9 @@ class CRCCertifier:
         self.prepare_seconds = 0.0
         self._head_key: tuple | None = None
         self._notes: list[str] = []
+        #: prune pairs by cheap bounds before exact gradient norms and dual solves (same
+        #: radii); False runs the exhaustive search (a reference for tests)
+        self._prune = True
 
     # ---- per-model precomputation ----
 
@@ -205,12 +210,13 @@ class CRCCertifier:
         start = time.perf_counter()
         bounds_before, seconds_before = self.bounds.num_computed, self.bounds.seconds_exact
         stats = {"inputs": 0, "pairs": 0, "exact_radius_inputs": 0, "dual_solves": 0, "dual_tight": 0,
-                 "dual_boundary": 0, "dual_improved": 0, "hvps": 0, "newton_iters": 0, "rounds": 0}
+                 "dual_boundary": 0, "dual_improved": 0, "dual_stopped_early": 0, "hvps": 0,
+                 "newton_iters": 0, "rounds": 0, "exact_gradient_norms": 0}
         results = []
         with torch.no_grad():
             feats = features.detach()
             for s in range(0, feats.shape[0], self.chunk_size):
-                results.append(self._certify_chunk(feats[s : s + self.chunk_size], top_k, stats))
+                results.append(certify_chunk(self, feats[s : s + self.chunk_size], top_k, stats, self._prune))
         self._sync_cache()
         c = self.weights.num_classes
         pred = torch.cat([r[0] for r in results]) if results else torch.zeros(0, dtype=torch.long)
@@ -245,126 +251,6 @@ class CRCCertifier:
         if not exact:
             notes.append(HEURISTIC_NOTE.format(k=top_k, c=c - 1))
         return CertifyResult(pred.cpu(), radius.cpu(), exact_classes=exact, notes=notes, stats=stats)
-
-    def _pair_gradients(self, s1: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
-        """‖∇g_lj(y)‖ for every input and class ``(B, c)`` (float64)."""
-        w = self.weights
-        assert w is not None
-        batch, c = s1.shape[0], w.num_classes
-        out = torch.empty(batch, c, dtype=torch.float64, device=s1.device)
-        step = max(1, (1 << 23) // (c * w.hidden))
-        for s in range(0, batch, step):
-            sl = slice(s, s + step)
-            diff = (w.w2[pred[sl]].unsqueeze(1) - w.w2.unsqueeze(0)) * s1[sl].unsqueeze(1)  # (b, c, H)
-            out[sl] = (diff @ w.w1).norm(dim=2)
-        return out
-
-    def _certify_chunk(
-        self, feats: torch.Tensor, top_k: int | None, stats: dict
-    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        w, bounds = self.weights, self.bounds
-        assert w is not None and bounds is not None
-        dev = w.device
-        y = feats.to(device=dev, dtype=torch.float64)
-        batch, c = y.shape[0], w.num_classes
-        rows = torch.arange(batch, device=dev)
-
-        t = pair_margins(w, y, bounds.w1_sq_bound, self._pair_gradients)
-        z0, z0_err, s1, logits, pred, g, g_lo, gn_hi = (
-            t.z0, t.z0_err, t.s1, t.logits, t.pred, t.g, t.g_lo, t.gn_hi)
-        cand, exact_classes = competing_classes(logits, pred, top_k)
-
-        inf = math.inf
-        m, m_exact = bounds.lower_curvature(pred)
-        r_fast = closed_form_radius(g_lo, gn_hi, m).masked_fill(~cand, inf)
-        cert = r_fast.clone()  # per-pair certificate max(r_fast, r_dual) (r_fast if unsolved)
-        solved = torch.zeros_like(cand)
-        tight = torch.zeros_like(cand)
-        stats["inputs"] += batch
-        stats["pairs"] += int(cand.sum())
-
-        for _tighten in range(c * c + 2 * c + 1):  # each pass computes >= 1 new bound
-            if self.dual:
-                first = True
-                while True:
-                    # pairs that could lower the input's minimum: r_fast below the best solved value
-                    solved_min = cert.masked_fill(~solved, inf).amin(dim=1, keepdim=True)
-                    need = cand & ~solved & (g_lo > 0) & torch.isfinite(r_fast) & (r_fast < solved_min)
-                    if not bool(need.any()):
-                        break
-                    quota = 1 if first else 4
-                    first = False
-                    order = r_fast.masked_fill(~need, inf).argsort(dim=1)[:, :quota]
-                    pick = torch.zeros_like(need)
-                    pick.scatter_(1, order, True)
-                    pick &= need
-                    self._solve_pairs(pick, z0, z0_err, s1, pred, g, m, r_fast, cert, tight, stats)
-                    solved |= pick
-                    stats["rounds"] += 1
-            radius = cert.masked_fill(~cand, inf).amin(dim=1)
-            if self.curvature != "lazy":
-                break
-            # tighten the loose curvature bound of each input's deciding pair
-            jstar = cert.masked_fill(~cand, inf).argmin(dim=1)
-            improvable = (
-                ~m_exact[rows, jstar] & ~tight[rows, jstar] & (g_lo[rows, jstar] > 0) & torch.isfinite(radius)
-            )
-            if not bool(improvable.any()):
-                break
-            wanted = {(int(j), int(l)) for j, l in zip(jstar[improvable].tolist(), pred[improvable].tolist())}
-            for a_cls, b_cls in sorted(wanted):
-                bounds.tighten(a_cls, b_cls)  # class-split bounds first, then the exact one
-            m_new, m_exact = bounds.lower_curvature(pred)
-            changed = m_new < m
-            m = m_new
-            r_fast = torch.where(changed, closed_form_radius(g_lo, gn_hi, m).masked_fill(~cand, inf), r_fast)
-            cert = torch.where(changed, torch.maximum(cert, r_fast), cert)
-            # a smaller m can only raise the dual too: re-solve where the pair was solved
-            solved &= ~changed
-            tight &= ~changed
-        masked = cert.masked_fill(~cand, inf)
-        radius, jstar = masked.min(dim=1)
-        # the deciding pair's dual optimum is interior: the radius IS the distance to the
-        # decision boundary (up to the search tolerance), not just a lower bound
-        stats["exact_radius_inputs"] += int((tight[rows, jstar] & torch.isfinite(radius)).sum())
-        radius = torch.where(torch.isnan(radius), torch.zeros_like(radius), radius).clamp_min(0)
-        return pred.cpu(), radius.cpu(), exact_classes
-
-    def _solve_pairs(
-        self,
-        pick: torch.Tensor,
-        z0: torch.Tensor,
-        z0_err: torch.Tensor,
-        s1: torch.Tensor,
-        pred: torch.Tensor,
-        g: torch.Tensor,
-        m: torch.Tensor,
-        r_fast: torch.Tensor,
-        cert: torch.Tensor,
-        tight: torch.Tensor,
-        stats: dict,
-    ) -> None:
-        """Dual solves for the ``(input, class)`` pairs in ``pick``; updates ``cert``, ``tight``."""
-        w = self.weights
-        assert w is not None
-        bi, ji = pick.nonzero(as_tuple=True)
-        li = pred[bi]
-        a = w.w2[li] - w.w2[ji]
-        grad0 = (a * s1[bi]) @ w.w1
-        res = solve_dual(
-            w, z0[bi], z0_err[bi], a, w.b2[li] - w.b2[ji], g[bi, ji], grad0, m[bi, ji], self.settings
-        )
-        rf = r_fast[bi, ji]
-        # every value ever certified for the pair is sound: keep the best
-        cert[bi, ji] = torch.maximum(cert[bi, ji], torch.maximum(rf, res.radius))
-        tight[bi, ji] = res.tight & (res.radius >= rf)
-        stats["dual_solves"] += int(bi.numel())
-        stats["dual_tight"] += int(res.tight.sum())
-        stats["dual_boundary"] += int(res.at_boundary.sum())
-        stats["dual_improved"] += int((res.radius > rf).sum())
-        stats["hvps"] += res.hvps
-        stats["newton_iters"] += int(res.iterations.sum())
-
 
 @hookimpl
 def lip_certificates() -> list[CertificateSpec]:

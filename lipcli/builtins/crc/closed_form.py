@@ -46,18 +46,22 @@ class PairMargins:
     pred: torch.Tensor  # (B,) argmax
     g: torch.Tensor  # (B, c) margins h_l - h_j
     g_lo: torch.Tensor  # (B, c) lower bounds on the exact margins
-    gn_hi: torch.Tensor  # (B, c) upper bounds on ‖∇g_lj(y)‖
+    gn_hi: torch.Tensor | None  # (B, c) upper bounds on ‖∇g_lj(y)‖ (None: not computed)
 
 
-def pair_margins(w, y: torch.Tensor, w1_sq_bound: float, pair_gradients) -> PairMargins:
-    """Logits, predictions, margin lower bounds and gradient-norm upper bounds at ``y``
-    (float64, every rounding error bounded), the inputs of the closed form and the dual.
+def gradient_norm_error(w, w1_sq_bound: float, max_zerr, w2n_l, w2n_j, gn):
+    """Bound on ``|computed ‖∇g_lj(y)‖ - exact ‖∇g_lj(y)‖|`` (either sign) for a gradient
+    norm ``gn`` computed in float64 as ``‖((W₂[l] - W₂[j]) ⊙ σ'(z₀)) W₁‖`` from the rounded
+    ``z₀`` (elementwise error ``<= max_zerr``); ``w2n_l, w2n_j`` are ``‖W₂[l]‖, ‖W₂[j]‖``.
+    Broadcasts; used by :func:`pair_margins` and the certifier's pruned search."""
+    u = _U64
+    return ((w.hidden + 4) * u * w.w1_frob + math.sqrt(w1_sq_bound) * (0.25 * max_zerr + 8 * u)) * (
+        w2n_l + w2n_j
+    ) + 8 * u * gn
 
-    ``w`` has the fields of :class:`MLPWeights` (``w1, b1, w2, b2, w1_row_norm, w2_abs,
-    w2_row_norm, w1_frob, hidden, dim``): the certifier's weights, or the exported
-    certificate module holding them as buffers.  ``pair_gradients(s1, pred)`` gives
-    ``‖∇g_lj(y)‖`` ``(B, c)`` (its matrix-product rounding is covered by the bound below).
-    Written with ``gather``/``index_select`` so that ``torch.export`` and ONNX can trace it."""
+
+def point_margins(w, y: torch.Tensor) -> PairMargins:
+    """:func:`pair_margins` without the gradient norms (``gn_hi`` is ``None``)."""
     u, hidden = _U64, w.hidden
     z0 = y @ w.w1.T + w.b1
     y_norm = y.norm(dim=1, keepdim=True)
@@ -73,9 +77,23 @@ def pair_margins(w, y: torch.Tensor, w1_sq_bound: float, pair_gradients) -> Pair
     g = top - logits
     g_err = hid_err.gather(1, own) + hid_err + bias_err.index_select(0, pred).unsqueeze(1) + bias_err
     g_err = g_err + 4 * u * (top.abs() + logits.abs())
-    gn = pair_gradients(s1, pred)
-    max_zerr = z0_err.amax(dim=1, keepdim=True)
-    gn_err = ((hidden + 4) * u * w.w1_frob + math.sqrt(w1_sq_bound) * (0.25 * max_zerr + 8 * u)) * (
-        w.w2_row_norm.index_select(0, pred).unsqueeze(1) + w.w2_row_norm.unsqueeze(0)
-    ) + 8 * u * gn
-    return PairMargins(z0, z0_err, s1, logits, pred, g, g - g_err, gn + gn_err)
+    return PairMargins(z0, z0_err, s1, logits, pred, g, g - g_err, None)
+
+
+def pair_margins(w, y: torch.Tensor, w1_sq_bound: float, pair_gradients) -> PairMargins:
+    """Logits, predictions, margin lower bounds and gradient-norm upper bounds at ``y``
+    (float64, every rounding error bounded), the inputs of the closed form and the dual.
+
+    ``w`` has the fields of :class:`MLPWeights` (``w1, b1, w2, b2, w1_row_norm, w2_abs,
+    w2_row_norm, w1_frob, hidden, dim``): the certifier's weights, or the exported
+    certificate module holding them as buffers.  ``pair_gradients(s1, pred)`` gives
+    ``‖∇g_lj(y)‖`` ``(B, c)`` (its matrix-product rounding is covered by the bound below).
+    Written with ``gather``/``index_select`` so that ``torch.export`` and ONNX can trace it."""
+    t = point_margins(w, y)
+    gn = pair_gradients(t.s1, t.pred)
+    max_zerr = t.z0_err.amax(dim=1, keepdim=True)
+    gn_err = gradient_norm_error(
+        w, w1_sq_bound, max_zerr, w.w2_row_norm.index_select(0, t.pred).unsqueeze(1), w.w2_row_norm.unsqueeze(0), gn
+    )
+    t.gn_hi = gn + gn_err
+    return t

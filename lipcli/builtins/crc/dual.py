@@ -45,6 +45,7 @@ class DualResult:
     at_boundary: torch.Tensor  # η hit (1-τ)/m with d' > 0: a smaller m could help
     upper: torch.Tensor  # ‖δ‖ at an evaluated point with g(y+δ) < 0 (else inf)
     iterations: torch.Tensor
+    stopped: torch.Tensor  # stopped early: ``radius > stop`` (a sound value, not the optimum)
     hvps: int = 0  # Hessian-vector products (per column, summed)
 
 
@@ -81,7 +82,7 @@ def _batched_cg(
         n_live = int(live.sum())
         if n_live == 0:
             break
-        if n_live < 0.5 * live.numel():  # compact the working set (a copy) only now and then
+        if n_live < live.numel():  # compact the working set: finished rows cost no products
             done = ~live
             x_out[idx[done]] = x[done]
             idx, r, dg, et, x, p, rs, target = (
@@ -114,6 +115,7 @@ def solve_dual(
     grad0: torch.Tensor,
     m: torch.Tensor,
     settings: CRCSettings,
+    stop: torch.Tensor | None = None,
 ) -> DualResult:
     """Batched dual (CRC) certificates for ``N`` columns ``(y_i, d_i)``.
 
@@ -124,6 +126,8 @@ def solve_dual(
         g0, grad0: ``g(y) > 0`` and ``∇g(y)`` (starting point only).
         m: ``(N,)`` guaranteed upper bounds on the negative curvature of ``g``.
         settings: tolerances.
+        stop: ``(N,)`` optional: a column stops as soon as its sound radius exceeds
+            ``stop`` (the caller only needs to know that it is above; default: never).
     Returns:
         :class:`DualResult`.  ``radius`` is the best sound value over all evaluated points
         with ``‖∇F_η(δ)‖ <= grad_tol``: ``√(2(F - ‖∇F‖²/(2μ)))`` minus rounding bounds; 0
@@ -149,7 +153,7 @@ def solve_dual(
     def zeros(dtype: torch.dtype = f64) -> torch.Tensor:
         return torch.zeros(n, dtype=dtype, device=dev)
 
-    # working set: every per-column tensor, compacted (rows dropped) when half are done
+    # working set: every per-column tensor, compacted (rows dropped) as columns finish
     ws = {
         "orig": torch.arange(n, device=dev),
         "z0": z0, "z0_err": z0_err, "a": a, "a_abs": a.abs(), "c0": c0, "m": m,
@@ -160,8 +164,10 @@ def solve_dual(
         "iters": zeros(torch.long), "prev_delta": delta.clone(),
         "prev_f": torch.full((n,), math.inf, dtype=f64, device=dev), "prev_slope": zeros(),
         "check_armijo": zeros(torch.bool),
+        "stop": torch.full((n,), math.inf, dtype=f64, device=dev) if stop is None else stop.to(f64),
+        "stopped": zeros(torch.bool),
     }
-    outputs = ("best", "eta", "tight", "at_boundary", "upper", "iters", "done")
+    outputs = ("best", "eta", "tight", "at_boundary", "upper", "iters", "done", "stopped")
     out = {k: ws[k].clone() for k in outputs}
     hvps = 0
 
@@ -174,7 +180,7 @@ def solve_dual(
         n_live = int(live.sum())
         if n_live == 0:
             break
-        if n_live < 0.5 * live.numel():
+        if n_live < live.numel():  # drop finished columns (copies are cheap next to the products)
             flush(~live)
             ws = {k: v[live] for k, v in ws.items()}
             live = ~ws["done"]
@@ -208,6 +214,10 @@ def solve_dual(
             w["best"][k] = torch.maximum(w["best"][k], cert)
             crossed = gv_k + g_err < 0
             w["upper"][k] = torch.where(crossed, torch.minimum(w["upper"][k], dn_k), w["upper"][k])
+            early = ok & (w["best"] > w["stop"])  # already above what the caller needs
+            w["stopped"] |= early
+            w["done"] |= early
+            live = live & ~early
 
         # Armijo backtracking for pure inner (η frozen) Newton steps
         bad = live & w["check_armijo"] & (fval > w["prev_f"] - 1e-4 * w["prev_slope"] + 1e-13 * fval.abs())
@@ -274,5 +284,6 @@ def solve_dual(
         at_boundary=out["at_boundary"],
         upper=out["upper"],
         iterations=out["iters"],
+        stopped=out["stopped"],
         hvps=hvps,
     )
