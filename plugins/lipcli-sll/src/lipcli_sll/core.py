@@ -1,7 +1,8 @@
 """The SLL residual map, its normalisation ``T`` and a verified bound for float parameters.
 
 SLL (Araujo, Havens, Delattre, Allauzen & Hu, *A Unified Algebraic Perspective on Lipschitz
-Neural Networks*, ICLR 2023, Theorem 3 and its convolutional form, §4) is the residual map
+Neural Networks*, ICLR 2023, Theorem 3; convolutional form as in their experiments) is the
+residual map
 
     ``h(x) = x − 2 W T⁻¹ σ(Wᵀx + b)``
 
