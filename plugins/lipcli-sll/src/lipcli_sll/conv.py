@@ -87,6 +87,11 @@ class SLLConv(nn.Module):
             self._cache = (token, scale, None)
         return self._cache[1]
 
+    def invalidate(self) -> None:
+        """Drop the cached scales and bound (after writes that bypass version counters, such
+        as ``weight.data[...] = ...``)."""
+        self._cache = None
+
     def train(self, mode: bool = True) -> "SLLConv":
         self._cache = None
         return super().train(mode)

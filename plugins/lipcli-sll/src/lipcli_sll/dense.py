@@ -61,6 +61,11 @@ class SLLDense(nn.Module):
             self._cache = (token, scale, None)
         return self._cache[1]
 
+    def invalidate(self) -> None:
+        """Drop the cached scales and bound (after writes that bypass version counters, such
+        as ``weight.data[...] = ...``)."""
+        self._cache = None
+
     def train(self, mode: bool = True) -> "SLLDense":
         self._cache = None
         return super().train(mode)
