@@ -1,5 +1,6 @@
 """``lipcli.testing.check_conv_spec`` checks a ``"1-lipschitz"`` promise with every parameter
-perturbed, not only as built: a learnable scale that starts at 1 passes as built and fails."""
+perturbed, not only as built: a learnable scale that starts at 1 passes as built and fails;
+and a non-affine layer (``lip_affine = False``) against Jacobians at several points."""
 
 from __future__ import annotations
 
