@@ -1,4 +1,4 @@
-"""``lip export`` with the plugin zoo (plugins/lipcli-aol, -bcop, -cayley, -householder,
+"""``lip export`` with the plugin zoo (plugins/lipcli-aol, -bcop, -cayley, -sll, -householder,
 -polygon-pool, -ortho-head): a tiny LipConvnet-5 per convolution is exported through the CLI,
 the written program is run in a subprocess where lipcli and every plugin are unimportable,
 and its logits (and, with ``--certify``, the ``margin`` certificate's radii) are compared with
@@ -30,6 +30,7 @@ ZOO = {
     "aol": ("conv", "lipcli_aol.plugin"),
     "bcop": ("conv", "lipcli_bcop.plugin"),
     "cayley": ("conv", "lipcli_cayley.plugin"),
+    "sll": ("conv", "lipcli_sll.plugin"),
     "householder": ("activation", "lipcli_householder.plugin"),
     "polygon": ("pool", "lipcli_polygon_pool.plugin"),
     "ortho": ("head", "lipcli_ortho_head.plugin"),
@@ -41,7 +42,7 @@ runner = CliRunner()
 #: runs an exported file with lipcli and every plugin package made unimportable
 RUNNER_SCRIPT = r'''
 import json, sys
-for blocked in ("lipcli", "lipcli_aol", "lipcli_bcop", "lipcli_cayley", "lipcli_householder",
+for blocked in ("lipcli", "lipcli_aol", "lipcli_bcop", "lipcli_cayley", "lipcli_sll", "lipcli_householder",
                 "lipcli_polygon_pool", "lipcli_ortho_head"):
     sys.modules[blocked] = None          # any import of them now fails
 import numpy as np
@@ -114,6 +115,9 @@ def export(model_path: Path, fmt: str, *extra: str) -> dict:
     pytest.param("aol", "onnx", id="aol-onnx", marks=[pytest.mark.slow, needs_onnx]),
     pytest.param("bcop", "onnx", id="bcop-onnx", marks=[pytest.mark.slow, needs_onnx]),
     pytest.param("cayley", "torchscript", id="cayley-torchscript", marks=pytest.mark.slow),
+    pytest.param("sll", "pt2", id="sll-pt2"),
+    pytest.param("sll", "onnx", id="sll-onnx", marks=[pytest.mark.slow, needs_onnx]),
+    pytest.param("sll", "torchscript", id="sll-torchscript", marks=pytest.mark.slow),
 ])
 def test_conv_round_trip_without_lipcli(zoo, tmp_path, conv, fmt):
     model_path = make_model(tmp_path / "m.safetensors", conv=conv)
@@ -158,4 +162,32 @@ def test_householder_polygon_ortho_margin_round_trip(zoo, tmp_path, pool, fmt):
     ref_radius = (result.radius / guaranteed_upper_bound(model)[0]).numpy()
     assert np.abs(logits - ref_logits).max() <= 1e-5 * np.abs(ref_logits).max()
     assert radius.dtype == np.float64 and (radius >= 0).all() and (ref_radius > 0).any()
+    np.testing.assert_allclose(radius, ref_radius, rtol=0, atol=1e-5 * ref_radius.max())
+
+
+@pytest.mark.parametrize("fmt", [
+    pytest.param("pt2", id="sll-lln-pt2"),
+    pytest.param("onnx", id="sll-lln-onnx", marks=[pytest.mark.slow, needs_onnx]),
+])
+def test_sll_lln_certified_round_trip(zoo, tmp_path, fmt):
+    """The non-affine SLL convolution with the LLN certificate: exported logits equal lipcli's
+    to 1e-5 and exported radii are never above ``lip certify``'s (equal up to rounding)."""
+    from lipcli.certify import input_radii
+
+    model_path = make_model(tmp_path / "m.safetensors", conv="sll")
+    report = export(model_path, fmt, "--certify")
+    assert report["check"]["max_rel_radius_diff"] <= 1e-5
+    images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    logits, radius = run_isolated(tmp_path, fmt, Path(report["output"]), images.numpy())
+    model, _ = load_model(model_path)
+    certifier = get_registry().component("certificate", "lln").build()
+    with torch.no_grad():
+        y = model.features(images)
+        ref_logits = model.head(y).numpy()
+        certifier.prepare(model.head, None)
+        result = certifier.certify(model.head, y)
+    ref_radius = input_radii(result.radius, guaranteed_upper_bound(model)[0]).numpy()
+    assert np.abs(logits - ref_logits).max() <= 1e-5 * np.abs(ref_logits).max()
+    assert radius.dtype == np.float64 and (ref_radius > 0).any()
+    assert (radius <= ref_radius + 1e-5 * ref_radius.max()).all()
     np.testing.assert_allclose(radius, ref_radius, rtol=0, atol=1e-5 * ref_radius.max())
