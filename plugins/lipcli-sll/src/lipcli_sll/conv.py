@@ -154,7 +154,7 @@ class SLLConv(nn.Module):
         return estimate
 
     def export_module(self) -> nn.Module:
-        """``lip export`` (:mod:`lipcli.export.lowering`): the filter, bias and the cached eval
+        """``lip export`` (:mod:`lipcli.sdk.export`): the filter, bias and the cached eval
         scales baked into plain torch operations (:class:`lipcli_sll.export.ExportedSLL`)."""
         from .export import ExportedSLL
 

@@ -6,7 +6,7 @@ Provides one convolution component, ``sll``: ``lip train --conv sll`` (options
 
 from __future__ import annotations
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ConvSpec, Param
 
 from .conv import SLLConv
@@ -36,6 +36,6 @@ def sll_spec() -> ConvSpec:
     )
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [sll_spec()]
