@@ -1,4 +1,4 @@
-"""The convolution plugin distributions (plugins/lipcli-aol, -cayley, -bcop) through lipcli:
+"""The convolution plugin distributions (plugins/lipcli-aol, -cayley, -bcop, -bro, -lot) through lipcli:
 ``lip train --conv NAME`` in every LipConvnet depth, certification with their bounds, model
 files that record the providing distribution, and the message when it is missing.
 
@@ -30,6 +30,7 @@ CONV_PLUGINS = {
     "aol": ("lipcli-aol", "lipcli_aol.plugin"),
     "bcop": ("lipcli-bcop", "lipcli_bcop.plugin"),
     "cayley": ("lipcli-cayley", "lipcli_cayley.plugin"),
+    "bro": ("lipcli-bro", "lipcli_bro.plugin"),
 }
 
 runner = CliRunner()
