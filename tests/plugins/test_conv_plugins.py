@@ -31,6 +31,7 @@ CONV_PLUGINS = {
     "bcop": ("lipcli-bcop", "lipcli_bcop.plugin"),
     "cayley": ("lipcli-cayley", "lipcli_cayley.plugin"),
     "bro": ("lipcli-bro", "lipcli_bro.plugin"),
+    "lot": ("lipcli-lot", "lipcli_lot.plugin"),
 }
 
 runner = CliRunner()
