@@ -170,3 +170,30 @@ def test_a_wrong_layer_is_caught():
                      promises=plugin.bro_spec().promises)
     with pytest.raises(AssertionError, match="declared bound|orthogonal"):
         check_conv_spec(wrong)
+
+
+def circular_conv_matrix(kernel: torch.Tensor, size: int) -> torch.Tensor:
+    """Dense matrix of the circular convolution with ``kernel`` on ``size × size`` images,
+    built in the spatial domain (no FFT)."""
+    p = kernel.shape[-1] // 2
+
+    def conv(z):
+        return F.conv2d(F.pad(z, (p, p, p, p), mode="circular"), kernel) if size > 1 else (
+            F.conv2d(z, kernel.sum((2, 3), keepdim=True)))
+
+    return affine_matrix(conv, (kernel.shape[1], size, size))
+
+
+@pytest.mark.parametrize("cin, cout, size", [(4, 4, 5), (3, 6, 4), (6, 3, 4), (4, 4, 1)])
+def test_equals_an_independent_dense_computation(cin, cout, size):
+    """The paper's formula applied to the dense (spatial-domain) matrix of the low-rank
+    convolution, ``I − 2V(VᵀV)⁻¹Vᵀ`` restricted to the first ``out`` output and ``in`` input
+    channels, equals the layer's dense Jacobian to 1e-10 (float64): an implementation
+    without FFTs, QR or per-frequency matrices."""
+    layer = randomised(BROConv(cin, cout, 3).double().eval(), seed=cin * cout + size)
+    V = circular_conv_matrix(layer.weight, size)  # (c·HW, r·HW)
+    eye = torch.eye(V.shape[0], dtype=torch.float64)
+    W = eye - 2 * V @ torch.linalg.solve(V.T @ V, V.T)
+    hw = size * size
+    torch.testing.assert_close(affine_matrix(layer, (cin, size, size)), W[: cout * hw, : cin * hw],
+                               rtol=0, atol=1e-10)
