@@ -1,4 +1,4 @@
-"""The convolution plugin distributions (plugins/lipcli-aol, -cayley, -bcop, -sll) through lipcli:
+"""The convolution plugin distributions (plugins/lipcli-aol, -cayley, -bcop, -sll, -bro, -lot) through lipcli:
 ``lip train --conv NAME`` in every LipConvnet depth, certification with their bounds, model
 files that record the providing distribution, and the message when it is missing.
 
@@ -31,6 +31,8 @@ CONV_PLUGINS = {
     "bcop": ("lipcli-bcop", "lipcli_bcop.plugin"),
     "cayley": ("lipcli-cayley", "lipcli_cayley.plugin"),
     "sll": ("lipcli-sll", "lipcli_sll.plugin"),
+    "bro": ("lipcli-bro", "lipcli_bro.plugin"),
+    "lot": ("lipcli-lot", "lipcli_lot.plugin"),
 }
 
 runner = CliRunner()

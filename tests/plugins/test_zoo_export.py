@@ -1,5 +1,5 @@
-"""``lip export`` with the plugin zoo (plugins/lipcli-aol, -bcop, -cayley, -sll, -householder,
--polygon-pool, -ortho-head): a tiny LipConvnet-5 per convolution is exported through the CLI,
+"""``lip export`` with the plugin zoo (plugins/lipcli-aol, -bcop, -cayley, -sll, -bro, -lot,
+-householder, -polygon-pool, -ortho-head): a tiny LipConvnet-5 per convolution is exported through the CLI,
 the written program is run in a subprocess where lipcli and every plugin are unimportable,
 and its logits (and, with ``--certify``, the ``margin`` certificate's radii) are compared with
 lipcli's own.  The plugins are registered in-process (their source trees are on the test
@@ -31,6 +31,8 @@ ZOO = {
     "bcop": ("conv", "lipcli_bcop.plugin"),
     "cayley": ("conv", "lipcli_cayley.plugin"),
     "sll": ("conv", "lipcli_sll.plugin"),
+    "bro": ("conv", "lipcli_bro.plugin"),
+    "lot": ("conv", "lipcli_lot.plugin"),
     "householder": ("activation", "lipcli_householder.plugin"),
     "polygon": ("pool", "lipcli_polygon_pool.plugin"),
     "ortho": ("head", "lipcli_ortho_head.plugin"),
@@ -43,7 +45,7 @@ runner = CliRunner()
 RUNNER_SCRIPT = r'''
 import json, sys
 for blocked in ("lipcli", "lipcli_aol", "lipcli_bcop", "lipcli_cayley", "lipcli_sll", "lipcli_householder",
-                "lipcli_polygon_pool", "lipcli_ortho_head"):
+                "lipcli_polygon_pool", "lipcli_ortho_head", "lipcli_bro", "lipcli_lot"):
     sys.modules[blocked] = None          # any import of them now fails
 import numpy as np
 fmt, path, images, out = sys.argv[1:]
@@ -130,6 +132,37 @@ def test_conv_round_trip_without_lipcli(zoo, tmp_path, conv, fmt):
         ref = model(images).numpy()
     assert np.abs(logits - ref).max() <= 1e-5 * np.abs(ref).max()
     assert (logits.argmax(1) == ref.argmax(1)).all()
+
+
+@pytest.mark.parametrize("conv,fmt", [
+    pytest.param("bro", "pt2", id="bro-pt2"),
+    pytest.param("lot", "onnx", id="lot-onnx", marks=needs_onnx),
+    pytest.param("bro", "onnx", id="bro-onnx", marks=[pytest.mark.slow, needs_onnx]),
+    pytest.param("lot", "pt2", id="lot-pt2", marks=pytest.mark.slow),
+    pytest.param("bro", "torchscript", id="bro-torchscript", marks=pytest.mark.slow),
+    pytest.param("lot", "torchscript", id="lot-torchscript", marks=pytest.mark.slow),
+])
+def test_fourier_conv_certified_round_trip(zoo, tmp_path, conv, fmt):
+    """BRO and LOT exported with the head's certificate: logits equal lipcli's to 1e-5 and the
+    exported radii never exceed lipcli's own (head certificate divided by the guaranteed
+    network bound), which they equal to 1e-5."""
+    model_path = make_model(tmp_path / "m.safetensors", conv=conv)
+    report = export(model_path, fmt, "--certify")
+    assert report["record"]["config"]["conv"]["name"] == conv
+    images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    logits, radius = run_isolated(tmp_path, fmt, Path(report["output"]), images.numpy())
+    model, _ = load_model(model_path)
+    certifier = get_registry().component("certificate", report["certificate"]).build()
+    with torch.no_grad():
+        y = model.features(images)
+        ref_logits = model.head(y).numpy()
+        certifier.prepare(model.head, None)
+        result = certifier.certify(model.head, y)
+    ref_radius = (result.radius / guaranteed_upper_bound(model)[0]).numpy()
+    assert np.abs(logits - ref_logits).max() <= 1e-5 * np.abs(ref_logits).max()
+    assert (ref_radius > 0).any()
+    assert (radius <= ref_radius * (1 + 1e-6) + 1e-12).all()
+    np.testing.assert_allclose(radius, ref_radius, rtol=0, atol=1e-5 * ref_radius.max())
 
 
 @pytest.mark.parametrize("pool,fmt", [

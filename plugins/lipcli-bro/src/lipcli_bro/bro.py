@@ -1,0 +1,110 @@
+"""BRO convolution: an orthogonal block reflector at every spatial frequency (Lai et al.,
+*Enhancing Certified Robustness via Block Reflector Orthogonal Layers and Logit Annealing
+Loss*, ICML 2025 — "BRONet"; the BRO layer, their Eq. (2) and §3).
+
+Maths:
+
+* ``V`` is a learnable low-rank filter with ``c = max(in·s², out)`` output and ``r < c``
+  input channels (default ``r = ⌊c/2⌋``, as the authors' networks).  On the ``H × W`` torus
+  its matrix at frequency ``f`` is ``V̂(f) ∈ ℂ^{c×r}`` (:func:`lipcli_bro.fourier.kernel_spectrum`).
+* ``W(f) = I − 2 V̂ (V̂ᴴV̂)⁻¹ V̂ᴴ`` is the reflection through the orthogonal complement of
+  ``range V̂(f)``: with ``P = V̂(V̂ᴴV̂)⁻¹V̂ᴴ`` the orthogonal projector (``P = Pᴴ = P²``),
+  ``WᴴW = I − 4P + 4P² = I``: unitary, in exact arithmetic, no series or iteration.
+  ``V̂(−f) = conj V̂(f)`` gives ``W(−f) = conj W(f)``, so the circular convolution is real
+  and orthogonal.
+* Computed as ``W = I − 2 Q Qᴴ`` with ``V̂ = QR`` (reduced Householder QR): the same matrix
+  whenever ``V̂(f)`` has full column rank (``range Q = range V̂``), without forming
+  ``(V̂ᴴV̂)⁻¹`` (whose condition number is ``κ(V̂)²``), and still a reflector to rounding
+  when ``V̂(f)`` is ill conditioned (``Q`` is unitary to ``O(u)`` whatever ``R`` is).  The
+  authors' code solves with ``V̂ᴴV̂ + 10⁻⁵·mean(diag)·I`` instead; we do not regularise
+  (the result is then exactly the reflector of the paper's Eq.).
+* ``in ≠ out`` and stride 2 (as the authors' code): ``pixel_unshuffle(x, 2)`` (a
+  permutation) for stride 2, then the ``out × in·s²`` top-left block of the ``c × c`` unitary
+  ``W(f)``: its columns (``in·s² ≤ out``) or rows (``in·s² > out``) are orthonormal, so the
+  layer is semi-orthogonal.
+* ``1 × 1`` images: only the real DC bin, ``V̂ = Σ_taps V`` and ``W`` is a real orthogonal
+  (Householder-type) matrix.
+
+What is proven and what is bounded: orthogonal (semi-orthogonal for ``in ≠ out``) in exact
+arithmetic, hence the promise ``"orthogonal"``; ``lipschitz_upper_bound()`` is a *verified*
+bound for the float matrices actually used,
+``max_f ‖Ŵ(f)‖₂ ≤ √(1 + max_f ‖ŴᴴŴ − I‖_F)`` with every rounding of that computation covered
+(:func:`lipcli.numerics.gram_bounds.isometry_norm_upper_bound`), which bounds the layer's map
+(:mod:`lipcli_bro.fourier`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
+
+from .fourier import FourierConvBase, kernel_spectrum
+
+#: how the low-rank filter starts: the authors' default puts an identity on the centre tap
+#: (``V̂(f) = [I_r; 0]``, ``W = diag(−I_r, I)``); "random" is nn.Conv2d's initialisation
+INITS = ("identity", "random")
+
+
+def block_reflector(V: Tensor) -> Tensor:
+    """``I − 2 V (VᴴV)⁻¹ Vᴴ`` for a batch ``V`` of shape ``(..., c, r)``, ``r ≤ c`` (real or
+    complex), computed as ``I − 2QQᴴ`` from the reduced QR factorisation (module docstring)."""
+    c, r = V.shape[-2:]
+    if r > c:
+        raise ValueError(f"block_reflector needs rank r <= c, got V of shape {tuple(V.shape)}")
+    Q = torch.linalg.qr(V, mode="reduced").Q
+    eye = torch.eye(c, dtype=V.dtype, device=V.device)
+    return eye - 2.0 * (Q @ Q.mH)
+
+
+def resolve_rank(channels: int, rank: int, rank_ratio: float) -> int:
+    """The rank ``r`` of ``V``: ``rank`` when positive, else ``⌊rank_ratio·c⌋``, clipped to
+    ``[1, c]`` (``r = c`` gives ``W = −I``)."""
+    if rank < 0:
+        raise ValueError(f"BRO rank must be >= 0 (0: use rank_ratio), got {rank}")
+    if not 0.0 < rank_ratio <= 1.0:
+        raise ValueError(f"BRO rank_ratio must be in (0, 1], got {rank_ratio}")
+    r = rank if rank > 0 else int(math.floor(rank_ratio * channels))
+    return max(1, min(channels, r))
+
+
+class BROConv(FourierConvBase):
+    """BRO convolution ``(N, in, H, W) → (N, out, H/s, W/s)``, circular (FFT).
+
+    Parameters ``weight`` (the low-rank filter ``V``, ``c × r × k × k`` with
+    ``c = max(in·s², out)``) and ``bias``; buffer ``spatial_size``.
+    """
+
+    weight: Tensor
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
+                 rank: int = 0, rank_ratio: float = 0.5, init: str = "identity") -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride)
+        if init not in INITS:
+            raise ValueError(f"BRO init must be one of {', '.join(INITS)}, got {init!r}")
+        self.channels = max(self.conv_in_channels, self.out_channels)
+        self.rank = resolve_rank(self.channels, int(rank), float(rank_ratio))
+        k = self.kernel_size
+        weight = torch.zeros(self.channels, self.rank, k, k)
+        if init == "identity":
+            idx = torch.arange(self.rank)
+            weight[idx, idx, k // 2, k // 2] = 1.0
+        else:
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # nn.Conv2d's default
+        self.weight = nn.Parameter(weight)
+
+    def compute_operator(self, size: tuple[int, int] | None) -> Tensor:
+        """``W(f)[:out, :in·s²]`` for the half-plane bins, ``(H·(W//2+1), out, in·s²)``
+        (complex; real ``(1, out, in·s²)`` on a ``1 × 1`` image)."""
+        assert size is not None
+        reflector = block_reflector(kernel_spectrum(self.weight, size))
+        return reflector[:, : self.out_channels, : self.conv_in_channels]
+
+    def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
+        return isometry_norm_upper_bound(op)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, rank={self.rank} of {self.channels}"

@@ -1,0 +1,36 @@
+"""The lipcli plugin module (entry point ``bro`` in the ``lipcli`` group).
+
+Provides one convolution component, ``bro``: ``lip train --conv bro`` (parameters inline,
+e.g. ``--conv bro:rank_ratio=0.25``).
+"""
+
+from __future__ import annotations
+
+import lipcli
+from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param
+
+from .bro import INITS, BROConv
+
+
+def bro_spec() -> ConvSpec:
+    """The ``bro`` conv spec: orthogonal (semi-orthogonal for ``in ≠ out``) in exact
+    arithmetic; ``lipschitz_upper_bound()`` is a verified bound for the float matrices used."""
+    return ConvSpec(
+        name="bro",
+        factory=BROConv,
+        description="BRO: block reflector orthogonal convolution in the Fourier domain (Lai et al., ICML 2025)",
+        params=(
+            Param(name="rank", type=int, default=0,
+                  help="rank r of the low-rank filter V (0: rank_ratio times the channels)"),
+            Param(name="rank_ratio", type=float, default=0.5,
+                  help="r = floor(rank_ratio * c), c = max(in*stride^2, out), when rank is 0"),
+            Param(name="init", type=str, default="identity", choices=INITS,
+                  help="identity: centre tap of V is [I; 0] (the authors' default); random"),
+        ),
+        promises=(ORTHOGONAL,),
+    )
+
+
+@lipcli.hookimpl
+def lip_convolutions() -> list[ConvSpec]:
+    return [bro_spec()]

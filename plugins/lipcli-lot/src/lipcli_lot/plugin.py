@@ -1,0 +1,38 @@
+"""The lipcli plugin module (entry point ``lot`` in the ``lipcli`` group).
+
+Provides one convolution component, ``lot``: ``lip train --conv lot`` (parameters inline,
+e.g. ``--conv lot:iterations=20``).
+"""
+
+from __future__ import annotations
+
+import lipcli
+from lipcli.sdk.specs import ConvSpec, Param
+
+from .lot import INITS, LOTConv
+
+
+def lot_spec() -> ConvSpec:
+    """The ``lot`` conv spec: no promise (orthogonal only when the Newton–Schulz iteration has
+    converged; ``‖W(f)‖ ≤ 1`` for any count in exact arithmetic); the layer's
+    ``lipschitz_upper_bound()`` is a verified bound on the float matrices used, converged or
+    not, which the certificates divide by."""
+    return ConvSpec(
+        name="lot",
+        factory=LOTConv,
+        description="LOT: per-frequency polar factor by Newton-Schulz iterations (Xu et al., NeurIPS 2022)",
+        params=(
+            Param(name="iterations", type=int, default=10,
+                  help="Newton-Schulz iterations for (V^H V)^(-1/2), in training and eval (10: the authors')"),
+            Param(name="eps", type=float, default=1e-4,
+                  help="regulariser added to V^H V and its norm (the authors' 1e-4)"),
+            Param(name="init", type=str, default="identity", choices=INITS,
+                  help="identity: centre tap [I 0] (the authors' default); random"),
+        ),
+        promises=(),
+    )
+
+
+@lipcli.hookimpl
+def lip_convolutions() -> list[ConvSpec]:
+    return [lot_spec()]
