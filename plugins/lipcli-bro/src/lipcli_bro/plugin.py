@@ -6,7 +6,7 @@ e.g. ``--conv bro:rank_ratio=0.25``).
 
 from __future__ import annotations
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param
 
 from .bro import INITS, BROConv
@@ -31,6 +31,6 @@ def bro_spec() -> ConvSpec:
     )
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [bro_spec()]

@@ -6,7 +6,7 @@ e.g. ``--conv lot:iterations=20``).
 
 from __future__ import annotations
 
-import lipcli
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ConvSpec, Param
 
 from .lot import INITS, LOTConv
@@ -33,6 +33,6 @@ def lot_spec() -> ConvSpec:
     )
 
 
-@lipcli.hookimpl
+@hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [lot_spec()]
