@@ -46,14 +46,22 @@ def extract_features(
                     f"data set {dataset_name!r} has labels outside 0..{num_classes - 1}"
                 )
             y = model.features(images.to(device))
+            if not bool(torch.isfinite(y).all()):
+                raise _nonfinite_features(model, images.to(device))
             feats.append(y.float().cpu())
             fwd_preds.append(model.head(y).argmax(1).cpu())
             labels_list.append(labels)
             report("features", stop, n)
-    features = torch.cat(feats)
-    if not bool(torch.isfinite(features).all()):
-        raise LipError("the model produced non-finite features; cannot certify")
-    return Features(features, torch.cat(labels_list), torch.cat(fwd_preds))
+    return Features(torch.cat(feats), torch.cat(labels_list), torch.cat(fwd_preds))
+
+
+def _nonfinite_features(model: nn.Module, images: torch.Tensor) -> LipError:
+    """The error for non-finite features, naming the layer whose output first became non-finite."""
+    from lipcli.host.promises import locate_nonfinite
+
+    culprit = locate_nonfinite(model, images)
+    return LipError("the model produced non-finite features" + (f": {culprit}" if culprit else "")
+                    + "; cannot certify")
 
 
 @dataclass
