@@ -18,7 +18,8 @@ from lipcli.certify.results import ESTIMATE_WARNING, MeanCertifiedRadius, Radius
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.sdk.specs import SOUND
 
-#: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=...",
+#: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=..." (counted
+#: in PGD steps of single points),
 #: and with ``lipschitz="estimate"`` the power-method estimate's layers
 Progress = Callable[[str, int, int], None]
 

@@ -10,7 +10,8 @@ import typer
 
 from lipcli.cli.common import cli_errors, print_json
 from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, recipe_text
-from lipcli.cli.options import DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption
+from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption,
+                                ThreadsOption)
 from lipcli.train.config import (DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, OPTIMIZER_LR,
                                  SCHEDULES, TrainConfig)
 
@@ -109,6 +110,7 @@ def train(
         "--nproc-per-node N -m lipcli train ...` does.")] = DEFAULT_NPROC_PER_NODE,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Train a provably 1-Lipschitz network with the paper's recipe (resumable; DDP).
 
