@@ -106,3 +106,12 @@ def test_kill_9_of_the_launcher_stops_the_workers_with_the_resume_command(tmp_pa
     assert line.endswith("resume with: lip train --nproc-per-node 2 --resume m-run"), line
     assert not (tmp_path / "m-run" / ".lipcli.lock").exists()
     _resume_works(tmp_path, monkeypatch)
+
+
+def test_gloo_connection_errors_are_recognised_as_a_lost_process():
+    from lipcli.train.distributed import lost_connection
+
+    gloo = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error "
+                        "[127.0.0.1]:17307: Connection reset by peer")
+    assert lost_connection(gloo)
+    assert not lost_connection(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
