@@ -38,7 +38,10 @@ def attack_radii(
         target = (~broken) & (correct | (radius >= eps))
         idx = target.nonzero().squeeze(1).tolist()
         stage = f"attack eps={row.radius_units:g}"
-        report(stage, 0, len(idx))
+        # progress in PGD steps of single points: a bar with a useful ETA even for one batch
+        per_point = options.attack_steps * options.attack_restarts
+        total = len(idx) * per_point
+        report(stage, 0, total)
         for bstart, bstop in batches(len(idx), options.batch_size):
             chunk = idx[bstart:bstop]
             images, _ = stack(dataset, chunk)
@@ -47,6 +50,8 @@ def attack_radii(
             res = pgd_l2(
                 model, images, preds, eps, steps=options.attack_steps,
                 restarts=options.attack_restarts, seed=options.seed + bstart,
+                on_step=lambda k, base=bstart * per_point, size=bstop - bstart: report(
+                    stage, base + k * size, total),
             )
             success = res.success.cpu()
             dist = res.distance.cpu()
@@ -59,7 +64,7 @@ def attack_radii(
                         index=i, radius=eps, certified_radius=float(radius[i]),
                         attack_distance=float(dist[j]), margin=float(res.margin[j]),
                     ))
-            report(stage, bstop, len(idx))
+            report(stage, bstop * per_point, total)
         row.attacked = len(idx)
         row.empirical_robust_accuracy = int((correct & ~broken).sum()) / n
         row.violations = sum(1 for v in violations if v.radius == eps)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 from torch import nn
@@ -127,11 +127,14 @@ def pgd_l2(
     random_start: bool = True,
     clip: tuple[float, float] | None = (0.0, 1.0),
     seed: int = 0,
+    on_step: Callable[[int], None] | None = None,
 ) -> AttackResult:
     """l2 PGD on ``model`` (call it in eval mode) at radius ``eps`` (scalar or per input).
 
     ``step_max`` / ``step_min``: first and last step as fractions of ``eps`` (cosine schedule).
-    ``clip``: the image box (``None``: no box). Returns an :class:`AttackResult`.
+    ``clip``: the image box (``None``: no box).  ``on_step(done)``: called after every
+    gradient step with the steps taken so far, of ``restarts * steps`` (fewer when every
+    input is broken early), e.g. for a progress bar.  Returns an :class:`AttackResult`.
     """
     if steps < 1 or restarts < 1:
         raise ValueError("steps and restarts must be >= 1")
@@ -193,6 +196,8 @@ def pgd_l2(
                 frac = step_min + (step_max - step_min) * 0.5 * (1 + math.cos(math.pi * k / steps))
                 g = grad / _per_sample_norm(grad).clamp_min(1e-30)
                 delta = _project(xa, delta - (frac * ea).view(shape) * g, ea, clip)
+            if on_step is not None:
+                on_step(restart * steps + k + 1)
     distance = (best_adv.double() - x.double()).flatten(1).norm(dim=1)
     return AttackResult(
         success=best_margin < 0, adversarial=best_adv, margin=best_margin, distance=distance

@@ -18,8 +18,10 @@ from lipcli.certify.results import ESTIMATE_WARNING, MeanCertifiedRadius, Radius
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.sdk.specs import SOUND
 from lipcli.sdk.certificates import CertifyResult
+from lipcli.lipschitz.promises import locate_nonfinite
 
-#: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=...",
+#: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=..." (counted
+#: in PGD steps of single points),
 #: and with ``lipschitz="estimate"`` the power-method estimate's layers
 Progress = Callable[[str, int, int], None]
 
@@ -47,14 +49,21 @@ def extract_features(
                     f"data set {dataset_name!r} has labels outside 0..{num_classes - 1}"
                 )
             y = model.features(images.to(device))
+            if not bool(torch.isfinite(y).all()):
+                raise _nonfinite_features(model, images.to(device))
             feats.append(y.float().cpu())
             fwd_preds.append(model.head(y).argmax(1).cpu())
             labels_list.append(labels)
             report("features", stop, n)
-    features = torch.cat(feats)
-    if not bool(torch.isfinite(features).all()):
-        raise LipError("the model produced non-finite features; cannot certify")
-    return Features(features, torch.cat(labels_list), torch.cat(fwd_preds))
+    return Features(torch.cat(feats), torch.cat(labels_list), torch.cat(fwd_preds))
+
+
+def _nonfinite_features(model: nn.Module, images: torch.Tensor) -> LipError:
+    """The error for non-finite features, naming the layer whose output first became non-finite."""
+
+    culprit = locate_nonfinite(model, images)
+    return LipError("the model produced non-finite features" + (f": {culprit}" if culprit else "")
+                    + "; cannot certify")
 
 
 @dataclass

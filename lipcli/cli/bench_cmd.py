@@ -10,7 +10,7 @@ import typer
 
 from lipcli.cli import bench_tables as tables
 from lipcli.cli.common import cli_errors, dumps_json, fail, print_json, stderr_console
-from lipcli.cli.options import DeviceOption, JsonOption, QuietOption
+from lipcli.cli.options import DeviceOption, JsonOption, QuietOption, ThreadsOption
 from lipcli._util.devices import DEFAULT_DEVICE
 
 bench_app = typer.Typer(
@@ -28,7 +28,6 @@ _DEFAULT_ARCHS = "5,10,15,20,25,30,35,40"
 
 # options that two or three of the commands share (each defined once; --device, --json and
 # --quiet are every command's: lipcli.cli.options)
-Threads = Annotated[Optional[int], typer.Option("--threads", help="torch.set_num_threads.")]
 Output = Annotated[Optional[str], typer.Option(
     "--output", "-o", help="Also write the JSON report to this file.")]
 _CUDNN = "--cudnn-benchmark/--no-cudnn-benchmark"
@@ -44,16 +43,12 @@ Seed = Annotated[int, typer.Option("--seed", help="Seed for weights and inputs."
 
 
 def _setup(device: str, threads: Optional[int], cudnn_benchmark: bool = False):
-    """Apply ``--threads`` / ``--cudnn-benchmark`` and resolve ``--device`` (lazy torch)."""
+    """Apply ``--cudnn-benchmark`` and resolve ``--device`` (lazy torch); ``--threads`` was
+    applied while the command line was parsed (:data:`lipcli.cli.options.ThreadsOption`)."""
     import torch
 
     from lipcli.bench import resolve_device
-    from lipcli.sdk.errors import LipUsageError
 
-    if threads is not None:
-        if threads < 1:
-            raise LipUsageError(f"threads must be at least 1, got {threads}")
-        torch.set_num_threads(threads)
     dev = resolve_device(device)
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = cudnn_benchmark
@@ -170,7 +165,7 @@ def train(
     classes: Classes = 10,
     seed: Annotated[int, typer.Option(
         "--seed", help="Seed for weights and synthetic batches.")] = 0,
-    threads: Threads = None,
+    threads: ThreadsOption = None,
     cudnn_benchmark: StepCudnn = False,
     memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Measure peak memory.")] = True,
     cuda_graphs: Annotated[str, typer.Option(
@@ -263,7 +258,7 @@ def certify(
         "--refresh-steps", help="Power-iteration steps refreshing σ before evaluation.")] = 50,
     device: DeviceOption = DEFAULT_DEVICE,
     seed: Seed = 0,
-    threads: Threads = None,
+    threads: ThreadsOption = None,
     cudnn_benchmark: Annotated[bool, typer.Option(
         _CUDNN, help="CUDA: let cuDNN autotune convolution algorithms (lip certify does not).",
     )] = False,
@@ -329,7 +324,7 @@ def profile(
     target: Annotated[float, typer.Option(
         "--target", help="Convolution share to check against (%).")] = 90.0,
     seed: Seed = 0,
-    threads: Threads = None,
+    threads: ThreadsOption = None,
     cudnn_benchmark: StepCudnn = False,
     json_out: JsonOption = False, output: Output = None, quiet: QuietOption = False,
 ) -> None:

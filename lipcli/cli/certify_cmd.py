@@ -11,7 +11,7 @@ import typer
 from lipcli.certify.options import DEFAULT_RADII, CertifyOptions
 from lipcli.cli.common import ProgressBars, cli_errors, fail, print_json, stdout_console
 from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, ModelArgument,
-                                QuietOption)
+                                QuietOption, ThreadsOption)
 
 #: the defaults the options show (written once, in CertifyOptions)
 _C = CertifyOptions()
@@ -77,6 +77,7 @@ def certify(
         "(key 'certify') and certificate precomputations in its 'cache' slot (atomic rewrite).",
     )] = not _C.write,
     quiet: QuietOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Certify l2 robustness of MODEL: clean and certified accuracy at each radius.
 

@@ -7,6 +7,7 @@ Command modules import heavy libraries (torch, ...) inside their functions so th
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any, Callable, TypeVar
 
@@ -35,6 +36,30 @@ def stdout_console():
     from rich.console import Console
 
     return Console()
+
+
+def default_threads() -> int:
+    """``--threads``' default: half the cores this process may use, at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // 2)
+
+
+def apply_threads(threads: int | None) -> None:
+    """Set torch's CPU thread count for this process (``--threads``; ``None``: the default,
+    :func:`default_threads`, unless ``OMP_NUM_THREADS`` is set, as torchrun and ``lip train
+    --nproc-per-node`` set it for their workers).  ``OMP_WAIT_POLICY`` defaults to ``PASSIVE``
+    (read when torch loads OpenMP, so it only acts before the first ``import torch``): idle
+    OpenMP threads then sleep instead of spinning on cores that other processes need.  Only
+    the command line does this, at a command's start; library code never sets threads."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if threads is None and os.environ.get("OMP_NUM_THREADS"):
+        return
+    import torch
+
+    torch.set_num_threads(threads or default_threads())
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -192,13 +217,14 @@ class ProgressBars:
 
     def __enter__(self) -> "ProgressBars":
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
             console = stderr_console()
             if console.is_terminal:
                 self.progress = Progress(
                     TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=True,
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True,
                 )
                 self.progress.start()
         return self

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from lipcli.cli.common import ProgressBars, cli_errors, print_json, stdout_console
-from lipcli.cli.options import JsonOption, ModelArgument, QuietOption
+from lipcli.cli.options import JsonOption, ModelArgument, QuietOption, ThreadsOption
 from lipcli.export.options import ExportOptions
 
 
@@ -45,6 +45,7 @@ def export(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Export MODEL as a program that runs without lipcli.
 

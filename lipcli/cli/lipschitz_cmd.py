@@ -10,7 +10,7 @@ import typer
 
 from lipcli.certify.options import CertifyOptions
 from lipcli.cli.common import ProgressBars, cli_errors, print_json, stdout_console
-from lipcli.cli.options import DeviceOption, JsonOption, ModelArgument, QuietOption
+from lipcli.cli.options import DeviceOption, JsonOption, ModelArgument, QuietOption, ThreadsOption
 from lipcli._util.devices import DEFAULT_DEVICE
 
 
@@ -33,6 +33,7 @@ def lipschitz(
         "stored one when it belongs to the same weights.")] = False,
     device: DeviceOption = DEFAULT_DEVICE,
     quiet: QuietOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Lipschitz constant of MODEL's feature map (input normalisation included).
 

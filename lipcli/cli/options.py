@@ -1,6 +1,7 @@
 """Command-line options shared by every ``lip`` command, each defined once (``Annotated``
-aliases): ``--device``, ``--json``, ``--quiet`` and the optional MODEL argument; and the
-data-set options that ``lip train`` and ``lip certify`` share (``--data-dir``, ``--download``).
+aliases): ``--device``, ``--json``, ``--quiet``, ``--threads`` (every command that computes)
+and the optional MODEL argument; and the data-set options that ``lip train`` and ``lip
+certify`` share (``--data-dir``, ``--download``).
 
 Their defaults are the library's (:data:`lipcli._util.devices.DEFAULT_DEVICE`, a command's
 options dataclass), written where a command declares the parameter, e.g.
@@ -25,3 +26,19 @@ DataDirOption = Annotated[Optional[Path], typer.Option("--data-dir", help="Data 
                                                        "DIR/cifar-10-batches-py/...; imagefolder: DIR/train, DIR/test).")]
 DownloadOption = Annotated[bool, typer.Option("--download", help="Download the data set into --data-dir if "
                                               "missing.")]
+
+
+def _apply_threads(value: Optional[int]) -> Optional[int]:
+    # click calls this while parsing, given or not: the thread count is set at process start
+    from lipcli.cli.common import apply_threads
+
+    apply_threads(value)
+    return value
+
+
+THREADS_HELP = ("CPU threads for torch. Default: half the usable cores (at least 1), unless "
+                "OMP_NUM_THREADS is set; OMP_WAIT_POLICY=PASSIVE unless set. More threads than "
+                "free cores, with OpenMP's default busy waiting, made `lip certify --attack` 6-8x "
+                "slower on a loaded 2-core machine (docs/guide.md).")
+ThreadsOption = Annotated[Optional[int], typer.Option(
+    "--threads", min=1, metavar="N", callback=_apply_threads, show_default=False, help=THREADS_HELP)]

@@ -10,7 +10,8 @@ import typer
 
 from lipcli.cli.common import cli_errors, print_json
 from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, recipe_text
-from lipcli.cli.options import DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption
+from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption,
+                                ThreadsOption)
 from lipcli.train.config import (DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, OPTIMIZER_LR,
                                  SCHEDULES, TrainConfig)
 
@@ -109,6 +110,7 @@ def train(
         "--nproc-per-node N -m lipcli train ...` does.")] = DEFAULT_NPROC_PER_NODE,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Train a provably 1-Lipschitz network with the paper's recipe (resumable; DDP).
 
@@ -177,6 +179,11 @@ def _launch(ctx: typer.Context, processes: int, positional: list[Any], plan: dic
     result = launch_workers(processes, args)
     if result.ok:
         return
+    died = _died(result)
+    if died is not None:  # the cause; the others only lost their connection to it
+        resume = f"lip train --nproc-per-node {processes} --resume {paths.run_dir}"
+        fail(f"{died}; resume with: {resume}" if paths.checkpoint.is_file() else
+             f"{died} before the first checkpoint; the run directory is {paths.run_dir}", 1)
     error = result.message
     if error is not None:  # the workers' own line, printed once
         fail(error.message if error.rank == 0 else f"process {error.rank}: {error.message}", result.exit_code)
@@ -187,6 +194,17 @@ def _launch(ctx: typer.Context, processes: int, positional: list[Any], plan: dic
         f"{rank} with exit code {code}" for rank, code in sorted(result.exit_codes.items()))
     fail(f"worker processes ended without a message ({ended}); the run directory is {paths.run_dir}",
          result.exit_code)
+
+
+def _died(result: Any) -> str | None:
+    """"worker 1 died (signal 9, SIGKILL)" when a signal other than the launcher's own
+    (SIGTERM, SIGINT: sent to stop the others) ended a worker, else None."""
+    import signal
+
+    for rank, code in sorted(result.exit_codes.items()):
+        if code < 0 and -code not in (signal.SIGTERM, signal.SIGINT):
+            return f"worker {rank} died (signal {-code}, {result.killed[rank]})"
+    return None
 
 
 def command_line_args(ctx: typer.Context, exclude: Collection[str] = ()) -> list[str]:

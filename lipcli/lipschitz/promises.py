@@ -54,6 +54,11 @@ class BrokenPromiseError(LipError):
     """A layer measured a Lipschitz ratio above 1 although its component promises 1."""
 
 
+class NonFiniteModelError(LipError):
+    """A layer's output is non-finite for finite inputs with the model's parameters: no
+    promise can be measured (the next promised layer would be blamed) and no bound holds."""
+
+
 @dataclass
 class PromiseLayer(JsonRecord):
     """One promised layer as measured: the largest ratio found; the component and plugin
@@ -171,6 +176,59 @@ def promised_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return layers
 
 
+def _describe(name: str, module: nn.Module) -> str:
+    comp = _component_of(module)
+    what = f"{comp.get('kind', 'layer')} {comp['name']!r}" if comp.get("name") else type(module).__name__
+    plugin = f" (plugin {comp['provider']})" if comp.get("provider") else ""
+    return f"{what} at layer {name!r}{plugin}"
+
+
+def _suspects(module: nn.Module) -> str:
+    """The module's non-finite tensors, else its all-zero ones (e.g. a power-iteration vector)."""
+    tensors = [(n, t) for n, t in (*module.named_parameters(), *module.named_buffers())
+               if t.is_floating_point() and t.numel() > 0]
+    for label, test in (("non-finite", lambda t: not bool(torch.isfinite(t).all())),
+                        ("all-zero", lambda t: not bool(t.any()))):
+        names = [n for n, t in tensors if test(t)]
+        if names:
+            more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+            return f" ({label}: {', '.join(names[:4])}{more})"
+    return ""
+
+
+@torch.no_grad()
+def locate_nonfinite(model: nn.Module, x: torch.Tensor) -> str | None:
+    """The first body child (then the head) whose output is non-finite although its input
+    is finite, pushing ``x`` through the network: ``"conv 'soc' at layer 'block1_down'
+    (plugin ...) outputs non-finite values for finite inputs (all-zero: power_u0, ...)"``,
+    or None if every output is finite."""
+
+    head = getattr(model, "head", None)
+    stages = [*body_of(model).named_children(), *([(HEAD, head)] if isinstance(head, nn.Module) else [])]
+    h = x
+    for name, child in stages:
+        out = child(h)
+        if not bool(torch.isfinite(out).all()):
+            if not bool(torch.isfinite(h).all()):
+                return None  # non-finite already at the input: not a layer's doing
+            return f"{_describe(name, child)} outputs non-finite values for finite inputs{_suspects(child)}"
+        h = out
+    return None
+
+
+def _nonfinite_error(model: nn.Module, data: torch.Tensor | None, points: int, seed: int,
+                     at: str) -> NonFiniteModelError:
+    """The error for a non-finite input of the promised layer ``at``: names the layer whose
+    output first becomes non-finite (at ``data``, else at random images)."""
+
+    param = next(model.parameters())
+    if data is None:
+        data = torch.rand((points, *model_input_shape(model)), generator=torch.Generator().manual_seed(seed))
+    culprit = locate_nonfinite(model, data[:points].to(device=param.device, dtype=param.dtype))
+    where = culprit or f"the input of layer {at!r} is non-finite"
+    return NonFiniteModelError(f"{where} with this model's parameters; no certificate or bound is given")
+
+
 @torch.no_grad()
 def _layer_inputs(model: nn.Module, x: torch.Tensor, names: set[str]) -> dict[str, torch.Tensor]:
     inputs: dict[str, torch.Tensor] = {}
@@ -214,7 +272,9 @@ def verify_promises(
     """Measure every layer counted as 1 because of its promise (:func:`promised_layers`; see
     the module docstring) at the first ``points`` images of ``data`` (``(N, C, H, W)`` in [0, 1]) or at
     random images, or at the layer ``inputs`` recorded by :func:`capture_inputs`; raise
-    :class:`BrokenPromiseError` on a ratio above ``1 + tol``.  The model is left in eval mode."""
+    :class:`BrokenPromiseError` on a ratio above ``1 + tol``, :class:`NonFiniteModelError`
+    (naming the layer at fault, :func:`locate_nonfinite`) when a promised layer's input is
+    non-finite.  The model is left in eval mode."""
     t0 = time.perf_counter()
     model.eval()
     layers = promised_layers(model)
@@ -230,6 +290,8 @@ def verify_promises(
         inputs = _layer_inputs(model, x, {name for name, _ in layers})
     check.points = min(int(t.shape[0]) for t in inputs.values())
     for name, layer in layers:
+        if not bool(torch.isfinite(inputs[name]).all()):  # blame the cause, not this layer
+            raise _nonfinite_error(model, data, points, seed, name)
         r = layer_ratio(layer, inputs[name], iters=iters, seed=seed)
         comp = _component_of(layer)
         check.layers.append(PromiseLayer(layer=name, type=type(layer).__name__, max_ratio=r,

@@ -52,6 +52,9 @@ LAUNCHER_ENV = "LIPCLI_LAUNCHER"
 #: set by :mod:`lipcli.train.launch` for its workers: the directory where a failing worker
 #: leaves its one-line error (the launcher prints it, once)
 LAUNCH_ERRORS_ENV = "LIPCLI_LAUNCH_ERRORS"
+#: set by :mod:`lipcli.train.launch` for its workers: the launching process's id (a worker
+#: whose parent is no longer that process stops: :func:`lipcli.train.launch.follow_launcher`)
+LAUNCHER_PID_ENV = "LIPCLI_LAUNCHER_PID"
 
 
 @dataclass

@@ -16,6 +16,20 @@ from lipcli.train.config import LAUNCHER_ENV
 from lipcli.train.errors import TrainUsageError, literal
 
 
+#: what torch's communication libraries say when another process of the job went away
+_LOST_PEER = ("connection reset by peer", "connection closed by peer", "broken pipe",
+              "connection refused", "[gloo", "nccl communicator was aborted")
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a collective of a multi-process run, means that another
+    process of the run stopped (a gloo/NCCL connection error)."""
+    import torch.distributed as dist
+
+    text = str(exc).lower()
+    return isinstance(exc, getattr(dist, "DistError", ())) or any(s in text for s in _LOST_PEER)
+
+
 @dataclass
 class DistContext:
     """This process's place in a (possibly single-process) run."""
@@ -73,6 +87,10 @@ class DistContext:
         return dev
 
     def init(self, device: torch.device) -> None:
+        if self.launcher == "lipcli":  # stop when lip train --nproc-per-node's process dies
+            from lipcli.train.launch import follow_launcher
+
+            follow_launcher()
         self.device = device
         if device.type == "cuda":
             torch.cuda.set_device(device)

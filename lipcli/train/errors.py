@@ -90,3 +90,8 @@ class TrainingInterrupted(TrainError):
     """Ctrl-C: the last checkpoint is kept and the message says how to resume."""
 
     exit_code = 130
+
+
+class WorkerLost(TrainError):
+    """Another process of a multi-process run stopped (its connection was lost): the last
+    checkpoint is kept and the message says how to resume."""

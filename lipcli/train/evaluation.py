@@ -45,18 +45,23 @@ def lipschitz_record(model: nn.Module, *, estimate: bool = True,
     ``None``, ``upper_bound_label`` says why and ``promise_broken`` holds the error line.
     """
     from lipcli.lipschitz.bound import lipschitz_report  # lazy: looked up at call time (tests replace it on its module)
+    from lipcli.lipschitz.promises import BrokenPromiseError, NonFiniteModelError, verify_promises
 
-    broken = None
+    broken = label = None
     try:
         verify_promises(model, inputs=inputs)
     except BrokenPromiseError as exc:
-        broken = str(exc)
+        broken, label = str(exc), BROKEN_PROMISE_LABEL
+    except NonFiniteModelError as exc:
+        broken, label = str(exc), NON_FINITE_LABEL
     report = lipschitz_report(model, estimate=estimate, iters=50)
     record = json.loads(json.dumps(report.record(), default=float))
     if broken is not None:
-        record.update(upper_bound=None, upper_bound_label=BROKEN_PROMISE_LABEL, promise_broken=broken)
+        record.update(upper_bound=None, upper_bound_label=label, promise_broken=broken)
     return record
 
 
 #: the stored ``upper_bound_label`` when a promise was broken at the end of training
 BROKEN_PROMISE_LABEL = "no guaranteed bound: a 1-Lipschitz promise is broken (see promise_broken)"
+#: ... and when a layer's output was non-finite (the error line is stored the same way)
+NON_FINITE_LABEL = "no guaranteed bound: the model produces non-finite values (see promise_broken)"

@@ -16,6 +16,9 @@ compressed ``.npz`` cannot be mapped; it is refused with the command that conver
 Only the labels are read completely (to check their range), and the file's SHA-256 is
 computed once (streamed) for the model file's record.
 
+Nothing in the file is trusted: each ``.npy`` header's shape must be non-negative and its
+exact byte count must fit in the bytes stored (so a shape whose product wraps around in 64
+bits is caught), and an archive member's recorded offset and size must lie inside the file.
 Errors are :class:`~lipcli.sdk.errors.LipUsageError` with one line naming the file and what is
 wrong; they are raised before anything is trained or written.
 """
@@ -36,6 +39,7 @@ from lipcli.sdk.errors import LipUsageError
 IMAGE_KEY = "image"
 LABEL_KEY = "label"
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # zip local file header (30 bytes)
+_ZIP64 = 0xFFFFFFFF
 _CONVERT_HINT = ("re-save it uncompressed: python -c \"import numpy as np; d = np.load('IN.npz'); "
                  "np.savez('OUT.npz', image=d['image'], label=d['label'])\"")
 
@@ -69,39 +73,72 @@ def _fail(path: Path, message: str) -> LipUsageError:
     return LipUsageError(f"extra data {path}: {message}")
 
 
-def _map_npz_member(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
-    """Memory-map the ``.npy`` member ``member`` of an uncompressed ``.npz``."""
-    info = archive.getinfo(member)
-    if info.compress_type != zipfile.ZIP_STORED:
-        raise _fail(path, f"{member} is compressed and cannot be memory-mapped; {_CONVERT_HINT}")
-    with open(path, "rb") as fh:
-        fh.seek(info.header_offset)
-        fields = _LOCAL_HEADER.unpack(fh.read(_LOCAL_HEADER.size))
-        if fields[0] != b"PK\x03\x04":
-            raise _fail(path, f"damaged zip archive (no local header for {member})")
-        fh.seek(info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10])
-        start = fh.tell()
+def _map_array(path: Path, file: Path, member: str, start: int, limit: int) -> np.ndarray:
+    """Memory-map the ``.npy`` array stored in ``file`` from byte ``start`` up to ``limit``.
+
+    The header is checked before anything is mapped: a known format version, no Python
+    objects, a shape of non-negative integers whose byte count (computed exactly, so a shape
+    whose product overflows 64 bits is caught) fits between the header's end and ``limit``.
+    """
+    with open(file, "rb") as fh:
+        fh.seek(start)
+        if fh.read(4) == b"PK\x03\x04":
+            raise _fail(path, f"{member} is a zip archive (.npz), not a .npy array")
+        fh.seek(start)
         try:
             version = np.lib.format.read_magic(fh)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
             reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                       else np.lib.format.read_array_header_2_0)
             shape, fortran, dtype = reader(fh)
-        except (ValueError, OSError) as exc:
-            raise _fail(path, f"{member} is not a .npy array ({exc})") from None
+        except (ValueError, OSError, SyntaxError, TypeError) as exc:
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise _fail(path, f"{member} is not a .npy array ({reason})") from None
         offset = fh.tell()
     if dtype.hasobject:
         raise _fail(path, f"{member} holds Python objects; only numeric arrays are read")
-    if offset - start + dtype.itemsize * int(np.prod(shape)) > info.file_size:
-        raise _fail(path, f"{member} is truncated")
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape),
+    if any(int(d) < 0 for d in shape):
+        raise _fail(path, f"{member} declares a negative dimension {tuple(shape)}")
+    nbytes = dtype.itemsize
+    for d in shape:
+        nbytes *= int(d)  # Python integers: no overflow
+    if offset + nbytes > limit:
+        raise _fail(path, f"{member} is truncated: shape {tuple(shape)} needs {nbytes} bytes, "
+                          f"{max(limit - offset, 0)} are stored")
+    return np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=tuple(int(d) for d in shape),
                      order="F" if fortran else "C")
 
 
+def _map_npz_member(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
+    """Memory-map the ``.npy`` member ``member`` of an uncompressed ``.npz``.
+
+    The zip directory's sizes and offsets are not trusted: the member's bytes must lie inside
+    the file, and the array inside the member's bytes.
+    """
+    info = archive.getinfo(member)
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise _fail(path, f"{member} is compressed and cannot be memory-mapped; {_CONVERT_HINT}")
+    file_size = path.stat().st_size
+    if info.compress_size != info.file_size or info.header_offset + _LOCAL_HEADER.size > file_size:
+        raise _fail(path, f"damaged zip archive (inconsistent sizes or offset for {member})")
+    with open(path, "rb") as fh:
+        fh.seek(info.header_offset)
+        fields = _LOCAL_HEADER.unpack(fh.read(_LOCAL_HEADER.size))
+    if fields[0] != b"PK\x03\x04":
+        raise _fail(path, f"damaged zip archive (no local header for {member})")
+    local_sizes = (fields[7], fields[8])  # 0xFFFFFFFF: in the zip64 extra field (numpy.savez)
+    if not fields[2] & 0x8 and _ZIP64 not in local_sizes and local_sizes != (info.compress_size, info.file_size):
+        raise _fail(path, f"damaged zip archive (local and central sizes of {member} differ)")
+    start = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
+    end = start + info.file_size
+    if end > file_size:
+        raise _fail(path, f"damaged zip archive ({member} runs past the end of the file)")
+    return _map_array(path, path, member, start, end)
+
+
 def _load_npy(path: Path, file: Path) -> np.ndarray:
-    try:
-        return np.load(file, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise _fail(path, f"{file.name} is not a .npy array ({str(exc).splitlines()[0]})") from None
+    return _map_array(path, file, file.name, 0, file.stat().st_size)
 
 
 def _digest(files: list[Path]) -> tuple[str, int]:

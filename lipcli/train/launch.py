@@ -18,6 +18,11 @@ otherwise cut rank 0 off before it printed, and a worker ending normally after a
 abort in its communication library's teardown.  Ctrl-C (SIGINT) or SIGTERM reaching this
 process is passed to the workers, which stop as a single process does (the message says how
 to resume); the workers run in their own sessions, so a terminal's Ctrl-C reaches them once.
+If this process dies without passing anything on (``kill -9``), the workers stop by
+themselves (:func:`follow_launcher`) and rank 0 prints the interruption line with the resume
+command.  A worker that dies (``kill -9``, the OOM killer) is named by the launcher with the
+resume command (the others, cut off in a collective, report a lost connection: see
+:func:`lipcli.train.distributed.lost_connection`).
 
 As ``torchrun`` does, ``OMP_NUM_THREADS`` is set to 1 for the workers when it is not set and
 ``N > 1`` (N processes each using every core would slow each other down).
@@ -38,7 +43,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from lipcli.train.config import LAUNCH_ERRORS_ENV, LAUNCHER_ENV
+from lipcli.train.config import LAUNCH_ERRORS_ENV, LAUNCHER_ENV, LAUNCHER_PID_ENV
 
 #: the loggers of torch's launcher (the elastic agent, its rendezvous and process handling)
 _TORCH_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
@@ -55,13 +60,67 @@ class WorkerError:
     time: float
 
 
+#: set in a worker when the launching process died (the signal of follow_launcher arrived)
+_LAUNCHER_DIED = False
+#: the signal a worker receives when the launching process dies (handled as Ctrl-C)
+LAUNCHER_DEATH_SIGNAL = signal.SIGUSR1
+
+
+def launcher_gone() -> bool:
+    """In a worker started by :func:`launch_workers`: whether the launching process has
+    ended (its death signal arrived, or this process's parent is no longer it); elsewhere
+    False."""
+    pid = os.environ.get(LAUNCHER_PID_ENV, "")
+    return _LAUNCHER_DIED or (pid.isdigit() and os.getppid() != int(pid))
+
+
+def _launcher_died(_signum: int, _frame: object) -> None:
+    global _LAUNCHER_DIED
+    _LAUNCHER_DIED = True
+    raise KeyboardInterrupt
+
+
+#: seconds between two looks of the watchdog at the parent process (follow_launcher)
+WATCHDOG_PERIOD_S = 0.5
+
+
+def follow_launcher() -> None:
+    """In a worker started by :func:`launch_workers` (call from the main thread): stop as on
+    Ctrl-C (the checkpoint is kept, rank 0 prints the resume command itself) when the
+    launching process dies, even by ``kill -9``, instead of training on as an orphan.  On
+    Linux the kernel sends :data:`LAUNCHER_DEATH_SIGNAL` (``prctl(PR_SET_PDEATHSIG)``; the
+    parent id can still read as the launcher's then, while its other threads exit, hence a
+    signal of its own); everywhere a daemon thread compares the parent process id with the
+    launcher's every :data:`WATCHDOG_PERIOD_S` seconds and sends the same signal.
+    Elsewhere nothing."""
+    if not os.environ.get(LAUNCHER_PID_ENV, "").isdigit():
+        return
+    signal.signal(LAUNCHER_DEATH_SIGNAL, _launcher_died)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(LAUNCHER_DEATH_SIGNAL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    import threading
+
+    def watch() -> None:
+        while not launcher_gone():
+            time.sleep(WATCHDOG_PERIOD_S)
+        if not _LAUNCHER_DIED:
+            os.kill(os.getpid(), LAUNCHER_DEATH_SIGNAL)
+
+    threading.Thread(target=watch, name="lipcli-launcher-watchdog", daemon=True).start()
+
+
 def report_to_launcher(message: str, code: int) -> None:
     """In a worker started by :func:`launch_workers`: leave ``message`` (one line, the
     command line's spelling) for the launcher to print and end this process now with
-    ``code`` (no teardown: see the module docstring).  Elsewhere: return and do nothing."""
+    ``code`` (no teardown: see the module docstring).  Elsewhere, or when the launcher has
+    died (:func:`launcher_gone`: the caller prints the line itself), return and do nothing."""
     directory = os.environ.get(LAUNCH_ERRORS_ENV)
     rank = os.environ.get("RANK")
-    if not directory or rank is None or not rank.strip().isdigit():
+    if not directory or rank is None or not rank.strip().isdigit() or launcher_gone():
         return
     from lipcli.host.modelfile import atomic_write_bytes  # lazy: looked up at call time (tests replace it on its module)
 
@@ -187,7 +246,7 @@ def launch_workers(processes: int, args: Sequence[str]) -> LaunchResult:
     with tempfile.TemporaryDirectory(prefix="lipcli-launch-") as tmp:
         errors = Path(tmp) / "errors"
         errors.mkdir()
-        env = {LAUNCHER_ENV: "lipcli", LAUNCH_ERRORS_ENV: str(errors)}
+        env = {LAUNCHER_ENV: "lipcli", LAUNCH_ERRORS_ENV: str(errors), LAUNCHER_PID_ENV: str(os.getpid())}
         if processes > 1 and "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = "1"
         config = LaunchConfig(

@@ -18,8 +18,8 @@ from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
 from lipcli.train.locks import run_locks
 from lipcli.sdk.errors import LipError
 from lipcli.train.config import INTERRUPT_ENV, TrainConfig
-from lipcli.train.distributed import DistContext
-from lipcli.train.errors import TrainingDiverged, TrainingInterrupted, literal
+from lipcli.train.distributed import DistContext, lost_connection
+from lipcli.train.errors import TrainingDiverged, TrainingInterrupted, WorkerLost, literal
 from lipcli.train.evaluation import evaluate
 from lipcli.train.objective import TrainStep, build_loss
 from lipcli.train.optim import build_optimization
@@ -119,11 +119,17 @@ class TrainingRun(RunOutputs):
         with run_locks(self.paths.run_dir, self.paths.out, enabled=self.ctx.is_main):
             self.create_run_dir()
             self.announce()
-            self.train_epochs()
             try:
-                return self.finish()
-            except KeyboardInterrupt:
-                raise self._interrupted(self.state.epoch, "after the last epoch") from None
+                self.train_epochs()
+                try:
+                    return self.finish()
+                except KeyboardInterrupt:
+                    raise self._interrupted(self.state.epoch, "after the last epoch") from None
+            except RuntimeError as exc:  # a collective failed: another process is gone
+                if not (self.ctx.initialized and lost_connection(exc)):
+                    raise
+                self.reporter.stop()
+                raise self._interrupted(self.state.epoch, "", lost=True) from None
 
     # ---- before training --------------------------------------------------------------------
     def make_dirs(self) -> None:
@@ -389,18 +395,20 @@ class TrainingRun(RunOutputs):
             + f"  lr {record['lr']:.3g}  {record['images_per_s']:.0f} img/s  {train_time:.1f}s"
         )
 
-    def _interrupted(self, done: int, when: str) -> TrainingInterrupted:
+    def _interrupted(self, done: int, when: str, lost: bool = False) -> TrainingInterrupted | WorkerLost:
         """The error for a Ctrl-C ``when`` (e.g. "during epoch 3") with ``done`` epochs
-        checkpointed, with the resume command (:mod:`lipcli.train.errors`)."""
+        checkpointed, with the resume command (:mod:`lipcli.train.errors`); ``lost``: for a
+        lost connection to another process of the run instead (exit 1)."""
         ctx = self.ctx
         run_dir = literal(self.paths.run_dir)
-        interrupted = TrainingInterrupted(
-            f"interrupted {when}; the checkpoint after epoch {done} is in {run_dir}; resume "
+        what = "another process of the run stopped (connection lost)" if lost else f"interrupted {when}"
+        error = (WorkerLost if lost else TrainingInterrupted)(
+            f"{what}; the checkpoint after epoch {done} is in {run_dir}; resume "
             f"with: {{command}} {{resume}} {run_dir}",
             launch=None if ctx.world_size == 1 else ctx.local_world_size, launcher=ctx.launcher,
         )
-        interrupted.silent = not ctx.is_main  # one message per run, from rank 0
-        return interrupted
+        error.silent = not ctx.is_main  # one message per run, from rank 0 (or the launcher)
+        return error
 
 
 def _epoch_seed(seed: int, epoch: int, rank: int) -> int:

@@ -137,3 +137,77 @@ def test_corrupt_or_mismatched_extra_data_fails_before_training_and_writes_nothi
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: extra data ") and message in lines[0], r.stderr
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def _npy(arr: np.ndarray, shape: tuple[int, ...] | None = None) -> bytes:
+    """``arr`` as ``.npy`` bytes; ``shape`` replaces the header's shape (the data stays)."""
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    data = buf.getvalue()
+    if shape is None:
+        return data
+    header_len = int.from_bytes(data[8:10], "little")
+    header = data[10:10 + header_len].replace(repr(arr.shape).encode(), repr(shape).encode()).rstrip()
+    header += b" " * ((64 - (10 + len(header) + 1) % 64) % 64) + b"\n"
+    return data[:8] + len(header).to_bytes(2, "little") + header + data[10 + header_len:]
+
+
+def _zip(path: Path, image: bytes, label: bytes) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("image.npy", image)
+        z.writestr("label.npy", label)
+
+
+def _lying_directory(path: Path) -> None:
+    """The header claims 600 images, the zip directory (central and local) claims room for them."""
+    import struct
+
+    img, lab = arrays()
+    _zip(path, _npy(img, (600, 32, 32, 3)), _npy(lab))
+    data = bytearray(path.read_bytes())
+    stored = len(_npy(img))
+    for sig, at in ((b"PK\x01\x02", 20), (b"PK\x03\x04", 18)):
+        pos = data.find(sig)
+        struct.pack_into("<II", data, pos + at, stored + 2_000_000, stored + 2_000_000)
+    path.write_bytes(bytes(data))
+
+
+def _directory(path: Path, image: bytes) -> None:
+    path.mkdir()
+    (path / "image.npy").write_bytes(image)
+    (path / "label.npy").write_bytes(_npy(arrays()[1]))
+
+
+def _npz_bytes() -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, image=arrays()[0], label=arrays()[1])
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("make, message", [
+    # a shape whose product wraps to 0 in 64 bits (2**64 * 96 bytes)
+    (lambda p: _zip(p, _npy(arrays()[0], (2**32, 2**32, 32, 3)), _npy(arrays()[1])), "image.npy is truncated"),
+    (lambda p: _directory(p, _npy(arrays()[0], (2**32, 2**32, 32, 3))), "image.npy is truncated"),
+    (lambda p: _lying_directory(p), "damaged zip archive (image.npy runs past the end of the file)"),
+    (lambda p: _zip(p, _npy(arrays()[0], (-6, 32, 32, 3)), _npy(arrays()[1])), "negative dimension (-6, 32, 32, 3)"),
+    (lambda p: _directory(p, _npy(arrays()[0], (6, -32, 32, 3))), "negative dimension (6, -32, 32, 3)"),
+    (lambda p: _directory(p, _npz_bytes()), "image.npy is a zip archive (.npz), not a .npy array"),
+], ids=["overflow-npz", "overflow-dir", "lying-zip-directory", "negative-npz", "negative-dir", "npz-in-npy"])
+def test_malformed_headers_are_one_line_usage_errors_before_anything_is_written(tmp_path, monkeypatch, make, message):
+    """Issue 26 item 6: these raised ValueError/OverflowError/AttributeError ("internal error", exit 1)."""
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path / "bad")
+    config = _config(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    r = runner.invoke(app, ["train", *TINY, "--config", config, "--extra-data", "bad",
+                            "--out", "out/m.safetensors"])
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: extra data ") and message in lines[0], r.stderr
+    assert sorted(tmp_path.rglob("*")) == before

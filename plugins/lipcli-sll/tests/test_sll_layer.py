@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lipcli_sll.plugin as plugin
-from lipcli.host.promises import perturbed_copies
+from lipcli.lipschitz.promises import perturbed_copies
 from lipcli.sdk.specs import ConvSpec
 from lipcli.testing import check_conv_spec
 from lipcli.testing.conv import jacobian_singular_values, pair_ratio
