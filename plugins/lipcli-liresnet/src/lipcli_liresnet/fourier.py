@@ -16,26 +16,31 @@ continuous symbol, no estimate.
 
 Verification (rounding model: :mod:`lipcli.numerics.rounding`, ``u = 2⁻⁵³``):
 
-1. ``K̂(f)`` is formed in float64 from phases ``2π·m/N`` with the integer ``m = ⟨f, δ⟩ mod N``
-   reduced exactly; each computed ``cos``/``sin`` is within ``64u`` of the exact value (argument
-   rounding ``≤ 3u·2π`` plus a 1-ulp ``cos``/``sin``, with a factor 2 of safety), and each
-   entry is a length-``T = kh·kw`` sum, so its real and imaginary parts are off by at most
-   ``(γ_T + 64u)·A`` with ``A_oi = Σ_δ |K_{δ,oi}|``.  Hence ``‖K̂ − K̂_computed‖₂ ≤
-   ‖error‖_F ≤ δ₁ = 2(γ_T + 64u)(1 + γ_T)·‖A‖_F`` (enlarged for its own rounding).
+1. ``K̂(f)`` is formed in float64 from the angle ``2π·m₁/N + 2π·m₂/M`` with the integers
+   ``m₁ = f₁·δ_y mod N``, ``m₂ = f₂·δ_x mod M`` reduced exactly; the angle (at most ``4π``) is
+   off by at most ``16πu ≈ 50u`` and a 1-ulp ``cos``/``sin`` adds ``2u``, so each computed
+   ``cos``/``sin`` is within ``256u`` of the exact value (a factor of about 5 of safety), and
+   each entry is a length-``T = kh·kw`` sum, so its real and imaginary parts are off by at most
+   ``(γ_T + 256u)·A`` with ``A_oi = Σ_δ |K_{δ,oi}|``.  Hence ``‖K̂ − K̂_computed‖₂ ≤
+   ‖error‖_F ≤ δ₁ = 2(γ_T + 256u)(1 + γ_T)·‖A‖_F`` (enlarged for its own rounding).
 2. The Gram ``H = K̂ᴴK̂`` (the smaller side) in complex128: each entry a complex dot product of
    length ``q``, error ``≤ 16γ_{q+2}·Σ|a||b|`` (as in :mod:`lipcli.numerics.gram_bounds`), so
-   ``‖ΔH‖₂ ≤ 16γ_{q+2}‖K̂‖_F²``; its Hermitian part ``H_s = ½(H + Hᴴ)`` adds ``≤ 2u‖H‖_F``
+   ``‖ΔH‖₂ ≤ 16γ_{q+2}‖K̂‖_F²``; the Hermitian part ``H_s = ½(Ĥ + Ĥᴴ)`` is within
+   ``2‖ΔH‖₂ + 2u‖Ĥ‖_F = 32γ_{q+2}‖K̂‖_F² + 2u‖Ĥ‖_F`` of the exact Gram (which is Hermitian,
+   so ``‖½(Ĥ − Ĥᴴ)‖₂ ≤ ‖ΔH‖₂``; the sum rounds by ``u`` per entry)
    (and its real/imaginary parts are exactly symmetric/antisymmetric, so the real matrix
    ``R = [[Re H_s, −Im H_s], [Im H_s, Re H_s]]`` is exactly the real form of ``H_s``, with the
    same eigenvalues, each twice).
-3. ``λ_max(R)`` is certified by :func:`lipcli.numerics.eigen.certify_lambda_max` (Rump's
-   shifted Cholesky) at a candidate from a batched power iteration (exact ``eigvalsh`` on the
-   top frequencies); a frequency that fails gets its own larger candidate, and the Frobenius
-   norm when nothing certifies.  Then ``‖K̂(f)‖₂ ≤ √(λ̄ + errors of 2) + δ₁``.
+3. ``λ_max(R)`` is certified by Rump's shifted Cholesky, the test (and constants) of
+   :func:`lipcli.numerics.eigen.certify_lambda_max`, run batched over the frequencies
+   (:func:`_certified_lambda_max`) at one candidate from a batched power iteration (exact
+   ``eigvalsh`` on the top frequencies); a frequency that fails is retried with a gap four
+   times larger, and gets ``‖Ĥ‖_F ≥ ‖H_s‖_F ≥ λ_max(H_s)`` when nothing certifies.  Then
+   ``‖K̂(f)‖₂ ≤ √(λ̄ + errors of 2) + δ₁``.
 
 Cost: ``N·(M/2 + 1)`` Gram products and Cholesky factorisations of order ``2·min(o, i)``
-(1,156/2 frequencies of order 256 for width 128 on 32 × 32 images: a few seconds on two CPU
-cores); the result is cached by the caller.
+(612 frequencies of order 256 for width 128 on 32 × 32 images: about 10 s on two CPU cores
+shared with other jobs); the result is cached by the caller.
 """
 
 from __future__ import annotations
@@ -107,13 +112,14 @@ def zero_padded_conv_norm_upper_bound(kernel: Tensor, image_size: tuple[int, int
         q, side = Khat.shape[1], Khat.shape[2]  # dot length, Gram order
         T = kh * kw
         A = kernel.detach().to(torch.float64).abs().sum(dim=(2, 3))
-        delta1 = round_up(2.0 * (gamma(T) + 64.0 * U) * (1.0 + gamma(T)) * float(torch.linalg.vector_norm(A))
+        delta1 = round_up(2.0 * (gamma(T) + 256.0 * U) * (1.0 + gamma(T)) * float(torch.linalg.vector_norm(A))
                           * (1.0 + 2.0 * gamma(A.numel() + 1)))
         H = Khat.conj().transpose(1, 2) @ Khat  # (F, side, side)
         Hs = 0.5 * (H + H.conj().transpose(1, 2))
         fro_k = torch.linalg.vector_norm(Khat.flatten(1), dim=1) * (1.0 + 2.0 * gamma(q * side + 2))
         fro_h = torch.linalg.vector_norm(H.flatten(1), dim=1) * (1.0 + 2.0 * gamma(side * side + 2))
-        gram_err = 16.0 * gamma(q + 2) * fro_k**2 + 2.0 * U * fro_h  # (F,), ‖H_exact − H_s‖₂
+        # (F,): ‖H_exact − H_s‖₂ ≤ ‖H_exact − Ĥ‖ + ‖(Ĥ − Ĥᴴ)/2‖ + rounding ≤ 2·16γ‖K̂‖_F² + 2u‖Ĥ‖_F
+        gram_err = 32.0 * gamma(q + 2) * fro_k**2 + 2.0 * U * fro_h
         est = torch.cat([_power_lambda(h, _POWER_STEPS) for h in Hs.split(_CHUNK)])
         top = torch.topk(est, min(_EXACT_TOP, est.numel())).indices
         est[top] = torch.linalg.eigvalsh(Hs[top]).amax(dim=1)
