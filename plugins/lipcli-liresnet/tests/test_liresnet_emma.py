@@ -138,3 +138,10 @@ def test_cli_refuses_bad_parameters_in_one_line(registered, tmp_path, spec, mess
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
+
+
+def test_specs_conform():
+    from lipcli.testing import check_component_spec
+
+    check_component_spec(liresnet_plugin.liresnet_spec())
+    check_component_spec(liresnet_plugin.emma_spec())

@@ -95,3 +95,9 @@ def test_cli_refuses_bad_parameters_in_one_line(registered, tmp_path, spec, mess
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
+
+
+def test_spec_conforms():
+    from lipcli.testing import check_component_spec
+
+    check_component_spec(la_plugin.la_spec())
