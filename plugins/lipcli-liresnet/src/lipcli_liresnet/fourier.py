@@ -39,8 +39,9 @@ Verification (rounding model: :mod:`lipcli.numerics.rounding`, ``u = 2⁻⁵³``
    ``‖K̂(f)‖₂ ≤ √(λ̄ + errors of 2) + δ₁``.
 
 Cost: ``N·(M/2 + 1)`` Gram products and Cholesky factorisations of order ``2·min(o, i)``
-(612 frequencies of order 256 for width 128 on 32 × 32 images: about 10 s on two CPU cores
-shared with other jobs); the result is cached by the caller.
+(180 frequencies of order 256 for width 128 on LiResNet's 16 × 16 images, 612 on 32 × 32:
+about 10 s for the latter on two CPU cores shared with other jobs); the result is cached by
+the caller.
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ dense layers, ``D = 16 w``; "conv" is the ``--conv`` component, "act" the ``--ac
 stage           layers (body children, in order)                             output
 ==============  ===========================================================  ==============
 normalise       ``normalize``: ``(x − mean) / std``                          in @ S²
-stem            ``stem_conv`` conv(in → w, 3×3) + ``stem_act``; then k ×     w @ 32²
-                [``stem_down{j}`` conv(w → w, 3×3, stride 2) + act]
-backbone        ``depth`` × block + ``block{i}_act``; block ``residual``:    w @ 32²
+stem            ``stem_conv`` conv(in → w, 3×3, stride 2) + ``stem_act``;    w @ 16²
+                then k × [``stem_down{j}`` conv(w → w, 3×3, stride 2) + act]
+backbone        ``depth`` × block + ``block{i}_act``; block ``residual``:    w @ 16²
                 ``block{i}_res`` = x + W ∗ x + b (LiResNet, free 3×3 W);
                 block ``conv``: ``block{i}_conv`` = conv(w → w, 3×3)
-neck            ``neck_down1..3`` conv(w → w, 3×3, stride 2) (32 → 4), then  D @ 1²
+neck            ``neck_down1..2`` conv(w → w, 3×3, stride 2) (16 → 4), then  D @ 1²
                 ``to_vector`` (reshape to ``(N, D, 1, 1)``)
 dense           ``dense`` × [``dense{j}`` conv(D → D, 1×1) on 1×1 images:    D @ 1²
                 a dense layer] with act after each but the last
@@ -47,10 +47,13 @@ from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 
 from .residual import ResidualConv
 
-#: the backbone's spatial size (the stem brings every 32·2^k input down to it)
-BACKBONE_SIZE = 32
-#: stride-2 convolutions of the neck (32 → 4)
-NECK_DOWNS = 3
+#: inputs are 32·2^k pixels square
+INPUT_BASE = 32
+#: the backbone's spatial size (the stem brings every 32·2^k input down to it, as the
+#: authors' stride-2 stem does for CIFAR: 32 → 16)
+BACKBONE_SIZE = 16
+#: stride-2 convolutions of the neck (16 → 4)
+NECK_DOWNS = 2
 BLOCKS = ("residual", "conv")
 MAX_DEPTH, MAX_WIDTH, MAX_DENSE = 256, 4096, 64
 
@@ -58,8 +61,8 @@ MAX_DEPTH, MAX_WIDTH, MAX_DENSE = 256, 4096, 64
 def extra_downs(image_size: Sequence[int]) -> int:
     """``k`` for a square ``32·2^k`` input; ``ValueError`` for any other size."""
     h, w = (int(v) for v in image_size)
-    k = (h // BACKBONE_SIZE).bit_length() - 1
-    if h != w or h < BACKBONE_SIZE or h != BACKBONE_SIZE << k:
+    k = (h // INPUT_BASE).bit_length() - 1
+    if h != w or h < INPUT_BASE or h != INPUT_BASE << k:
         raise ValueError(f"liresnet needs square inputs of 32·2^k pixels (32, 64, 128, ...); got {h}x{w}")
     return k
 
@@ -155,7 +158,7 @@ class LiResNet(nn.Module):
             layers[name] = _mark(component.build(*args), component)
 
         layers["normalize"] = Normalize(mean, std)
-        add("stem_conv", conv, in_channels, width, 3, 1)
+        add("stem_conv", conv, in_channels, width, 3, 2)
         add("stem_act", activation, width)
         for j in range(1, k + 1):
             add(f"stem_down{j}", conv, width, width, 3, 2)
