@@ -109,3 +109,75 @@ def resolved_loss_params(loss: Any, given: dict[str, Any]) -> dict[str, Any]:
 
 def has_trainable_parameters(loss: nn.Module) -> bool:
     return any(p.requires_grad for p in loss.parameters())
+
+
+# ---------------------------------------------------------------------------------------------
+# Lipschitz constants of logit differences, for margin losses (EMMA, logit annealing)
+# ---------------------------------------------------------------------------------------------
+#: relative tolerance of :func:`check_affine_head`
+AFFINE_RTOL = 1e-4
+
+
+def feature_lipschitz(model: nn.Module, context: LossContext) -> torch.Tensor | float:
+    """``Lip(g)`` of the feature map as a training loss sees it: the architecture's
+    ``lipschitz_training_estimate()`` (a differentiable ESTIMATE, e.g. power iteration on
+    residual blocks) when it has one, else ``context.input_lipschitz`` (every layer after the
+    normalisation 1-Lipschitz, as in LipConvnet).  Never a certificate."""
+    estimate = getattr(model, "lipschitz_training_estimate", None)
+    return estimate() if callable(estimate) else context.input_lipschitz
+
+
+def affine_head_rows(head: nn.Module, dim: int, *, like: torch.Tensor) -> torch.Tensor:
+    """``A`` (``(c, dim)``) of an affine head ``h(y) = A y + b``, read off the head as
+    ``h(I) − h(0)`` (differentiable in the head's parameters); meaningful only for affine
+    heads (:func:`check_affine_head`)."""
+    eye = torch.eye(dim, dtype=like.dtype, device=like.device)
+    basis = head(torch.cat([eye, torch.zeros_like(eye[:1])]))
+    return (basis[:-1] - basis[-1:]).t()
+
+
+def check_affine_head(head: nn.Module, features: torch.Tensor, loss_name: str) -> None:
+    """Raise :class:`~lipcli.sdk.errors.LipUsageError` unless ``h(a) + h(b) = h(a + b) + h(0)``
+    on the batch (an affine head such as ``lln``)."""
+    from lipcli.sdk.errors import LipUsageError
+
+    with torch.no_grad():
+        a = at_least_float32(features.detach())
+        b = a.roll(1, dims=0)
+        zero = torch.zeros_like(a[:1])
+        lhs = head(a) + head(b)
+        rhs = head(a + b) + head(zero)
+        scale = lhs.abs().max().clamp_min(1.0)
+        if not bool(((lhs - rhs).abs().max() <= AFFINE_RTOL * scale).item()):
+            raise LipUsageError(
+                f"loss {loss_name!r} needs an affine head (such as lln); {type(head).__name__} is not affine"
+            )
+
+
+def logit_difference_lipschitz(model: nn.Module, features: torch.Tensor, context: LossContext) -> torch.Tensor:
+    """``K[k, j] = ‖a_k − a_j‖₂ · Lip(g)`` (``(c, c)``, differentiable): the Lipschitz constant
+    in input space of the logit difference ``f_k − f_j`` of an affine head on a feature map
+    with Lipschitz constant ``Lip(g)`` (:func:`feature_lipschitz`: an ESTIMATE during
+    training).  ``a_k`` are the head's rows (:func:`affine_head_rows`; for LLN the normalised
+    weights).  The diagonal is 0 (its gradient is kept finite)."""
+    rows = affine_head_rows(model.head, features.shape[1], like=features)
+    sq = (rows * rows).sum(dim=1)
+    gram = sq[:, None] + sq[None, :] - 2.0 * rows @ rows.t()
+    distance = gram.clamp_min(1e-24).sqrt() * (1.0 - torch.eye(rows.shape[0], dtype=rows.dtype,
+                                                                 device=rows.device))
+    return distance * feature_lipschitz(model, context)
+
+
+def emma_logits(logits: torch.Tensor, labels: torch.Tensor, pair_lipschitz: torch.Tensor,
+                eps: float, min_ratio: float) -> torch.Tensor:
+    """The EMMA logits of Hu et al. (NeurIPS 2023): ``f_j − f_l + ρ_j · ε · K_lj`` with
+    ``ρ_j = clip((f_l − f_j) / (K_lj ε), min_ratio, 1)`` computed without gradient (``K``: the
+    ``(c, c)`` :func:`logit_difference_lipschitz`; the entry of the label ``l`` is 0).  Every
+    competing logit is raised by the margin that certification at the radius
+    ``ρ_j ε`` needs, i.e. the current certified radius against ``j`` clipped to
+    ``[min_ratio·ε, ε]``; the cross-entropy of these logits is the EMMA loss."""
+    shifted = logits - logits.gather(1, labels[:, None])
+    margin = pair_lipschitz[labels]  # (N, c): K_lj
+    with torch.no_grad():
+        ratio = (-shifted / (margin * eps).clamp_min(1e-8)).clamp(min_ratio, 1.0)
+    return shifted + ratio * eps * margin

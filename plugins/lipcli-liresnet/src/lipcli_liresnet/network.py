@@ -1,0 +1,222 @@
+"""LiResNet (Hu et al., NeurIPS 2023) / BRONet-shaped (Lai et al., ICLR 2025) networks from
+lipcli components: a stem, a constant-width backbone, a neck to a vector, dense layers and
+the head.
+
+Layout for an ``S = 32·2^k`` square input, width ``w``, ``depth`` backbone blocks, ``dense``
+dense layers, ``D = 16 w``; "conv" is the ``--conv`` component, "act" the ``--activation``
+(MaxMin), "pool" the ``--pool``:
+
+==============  ===========================================================  ==============
+stage           layers (body children, in order)                             output
+==============  ===========================================================  ==============
+normalise       ``normalize``: ``(x − mean) / std``                          in @ S²
+stem            ``stem_conv`` conv(in → w, 3×3, stride 2) + ``stem_act``;    w @ 16²
+                then k × [``stem_down{j}`` conv(w → w, 3×3, stride 2) + act]
+backbone        ``depth`` × block + ``block{i}_act``; block ``residual``:    w @ 16²
+                ``block{i}_res`` = x + W ∗ x + b (LiResNet, free 3×3 W);
+                block ``conv``: ``block{i}_conv`` = conv(w → w, 3×3)
+neck            ``neck_down1..2`` conv(w → w, 3×3, stride 2) (16 → 4), then  D @ 1²
+                ``to_vector`` (reshape to ``(N, D, 1, 1)``)
+dense           ``dense`` × [``dense{j}`` conv(D → D, 1×1) on 1×1 images:    D @ 1²
+                a dense layer] with act after each but the last
+features        ``features_pool`` pool (head features ``"pool"``: D/2) or    D/2 or D
+                ``features_act`` act (``"activation"``, the CRC-Lip MLP);
+                ``flatten``
+head            the ``--head`` component on ``(N, D/2)`` or ``(N, D)``       classes
+==============  ===========================================================  ==============
+
+Guaranteed bound (SPEC §5): ``Lip(features) ≤ Π_children U_child`` with ``U = 1/min std``
+for the normalisation, the residual block's proven ``‖I + W‖₂`` bound
+(:class:`~lipcli_liresnet.residual.ResidualConv`), the component's own
+``lipschitz_upper_bound()`` where it has one (SOC), and 1 for every child that promises
+``"1-lipschitz"`` (the other convolutions, MaxMin, pools, reshapes).  lipcli's host multiplies
+them (rounded up) for ``lip certify``, ``lip lipschitz`` and ``lip export --certify``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
+
+from .residual import ResidualConv
+
+#: inputs are 32·2^k pixels square
+INPUT_BASE = 32
+#: the backbone's spatial size (the stem brings every 32·2^k input down to it, as the
+#: authors' stride-2 stem does for CIFAR: 32 → 16)
+BACKBONE_SIZE = 16
+#: stride-2 convolutions of the neck (16 → 4)
+NECK_DOWNS = 2
+BLOCKS = ("residual", "conv")
+MAX_DEPTH, MAX_WIDTH, MAX_DENSE = 256, 4096, 64
+
+
+def extra_downs(image_size: Sequence[int]) -> int:
+    """``k`` for a square ``32·2^k`` input; ``ValueError`` for any other size."""
+    h, w = (int(v) for v in image_size)
+    k = (h // INPUT_BASE).bit_length() - 1
+    if h != w or h < INPUT_BASE or h != INPUT_BASE << k:
+        raise ValueError(f"liresnet needs square inputs of 32·2^k pixels (32, 64, 128, ...); got {h}x{w}")
+    return k
+
+
+class Normalize(nn.Module):
+    """``(x − mean) / std`` per channel; Lipschitz ``1 / min std`` (exact)."""
+
+    lip_promises: tuple[str, ...] = ()
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(tuple(mean), dtype=torch.float32))
+        self.register_buffer("std", torch.tensor(tuple(std), dtype=torch.float32))
+        if not bool((self.std > 0).all()):
+            raise ValueError(f"std must be positive, got {tuple(std)}")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (x - self.mean.to(x.dtype).view(1, -1, 1, 1)) / self.std.to(x.dtype).view(1, -1, 1, 1)
+
+    def lipschitz_upper_bound(self) -> float:
+        return 1.0 / float(self.std.double().min())
+
+    def export_module(self) -> nn.Module:
+        return self
+
+
+class ToVector(nn.Module):
+    """``(N, C, H, W) → (N, C·H·W, 1, 1)``: a reshape (an isometry)."""
+
+    lip_promises = (ONE_LIPSCHITZ,)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.reshape(x.shape[0], -1, 1, 1)
+
+    def export_module(self) -> nn.Module:
+        return self
+
+
+class Flatten(nn.Flatten):
+    lip_promises = (ONE_LIPSCHITZ,)
+
+    def __init__(self) -> None:
+        super().__init__(1)
+
+    def export_module(self) -> nn.Module:
+        return self
+
+
+def _mark(module: nn.Module, component: Component) -> nn.Module:
+    """Record the component's promises and who built the module (named in promise checks)."""
+    module.lip_promises = tuple(component.spec.promises)
+    module.lip_component = {"kind": component.spec.kind, "name": component.name,
+                            "provider": component.provider, "distribution": component.distribution}
+    return module
+
+
+class LiResNet(nn.Module):
+    """The network of the module docstring; the architecture protocol of lipcli (``body``,
+    ``head``, ``features``, ``forward``, ``refresh_power_iteration``)."""
+
+    def __init__(self, *, conv: Component, activation: Component, pool: Component, head: Component,
+                 num_classes: int, in_channels: int = 3, mean: Sequence[float] = (0.5,),
+                 std: Sequence[float] = (1.0,), image_size: Sequence[int] = (32, 32),
+                 depth: int = 12, width: int = 128, block: str = "residual", dense: int = 8) -> None:
+        super().__init__()
+        if not 1 <= depth <= MAX_DEPTH:
+            raise ValueError(f"depth must be in 1..{MAX_DEPTH}, got {depth}")
+        if not 1 <= width <= MAX_WIDTH:
+            raise ValueError(f"width must be in 1..{MAX_WIDTH}, got {width}")
+        if not 0 <= dense <= MAX_DENSE:
+            raise ValueError(f"dense must be in 0..{MAX_DENSE}, got {dense}")
+        if block not in BLOCKS:
+            raise ValueError(f"block must be one of {', '.join(BLOCKS)}, got {block!r}")
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+        k = extra_downs(image_size)
+        mean, std = tuple(mean), tuple(std)
+        mean = mean * in_channels if len(mean) == 1 else mean
+        std = std * in_channels if len(std) == 1 else std
+        if len(mean) != in_channels or len(std) != in_channels:
+            raise ValueError(f"mean/std need {in_channels} entries, got {len(mean)} and {len(std)}")
+        features = getattr(head.spec, "features", "pool")
+        self.depth, self.width, self.block, self.dense = depth, width, block, dense
+        self.num_classes, self.in_channels = num_classes, in_channels
+        self.image_size = (int(image_size[0]), int(image_size[1]))
+        self.head_features = features
+        D = width * (BACKBONE_SIZE >> NECK_DOWNS) ** 2
+
+        layers: OrderedDict[str, nn.Module] = OrderedDict()
+        size = (BACKBONE_SIZE, BACKBONE_SIZE)
+
+        def add(name: str, component: Component, *args: Any) -> None:
+            layers[name] = _mark(component.build(*args), component)
+
+        layers["normalize"] = Normalize(mean, std)
+        add("stem_conv", conv, in_channels, width, 3, 2)
+        add("stem_act", activation, width)
+        for j in range(1, k + 1):
+            add(f"stem_down{j}", conv, width, width, 3, 2)
+            add(f"stem_down{j}_act", activation, width)
+        for i in range(1, depth + 1):
+            if block == "residual":
+                layers[f"block{i}_res"] = ResidualConv(width, size)
+            else:
+                add(f"block{i}_conv", conv, width, width, 3, 1)
+            add(f"block{i}_act", activation, width)
+        for j in range(1, NECK_DOWNS + 1):
+            add(f"neck_down{j}", conv, width, width, 3, 2)
+        layers["to_vector"] = ToVector()
+        for j in range(1, dense + 1):
+            add(f"dense{j}", conv, D, D, 1, 1)
+            if j < dense:
+                add(f"dense{j}_act", activation, D)
+        if features == "pool":
+            add("features_pool", pool, D)
+            D //= 2
+        else:
+            add("features_act", activation, D)
+        layers["flatten"] = Flatten()
+        self.body = nn.Sequential(layers)
+        self.feature_dim = D
+        self.head = _mark(head.build(D, num_classes), head)
+
+    def features(self, x: Tensor) -> Tensor:
+        """Penultimate features ``(N, D)`` (normalisation included)."""
+        if x.dim() != 4 or tuple(x.shape[1:]) != (self.in_channels, *self.image_size):
+            raise ValueError(f"liresnet expects inputs (N, {self.in_channels}, {self.image_size[0]}, "
+                             f"{self.image_size[1]}); got {tuple(x.shape)}")
+        return self.body(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x))
+
+    @torch.no_grad()
+    def refresh_power_iteration(self, steps: int = 50) -> None:
+        for module in self.modules():
+            refresh = getattr(module, "refresh", None)
+            if module is not self and callable(refresh):
+                refresh(steps)
+
+    def lipschitz_training_estimate(self) -> Tensor:
+        """A differentiable ESTIMATE of ``Lip(features)`` for training losses (never a
+        certificate): ``1/min std`` times the residual blocks' power-iteration values; every
+        other layer counts 1 (they are 1-Lipschitz by construction, or nearly: SOC)."""
+        value = torch.tensor(self.body.normalize.lipschitz_upper_bound(),
+                             device=self.body.normalize.std.device)
+        for module in self.body:
+            if isinstance(module, ResidualConv):
+                value = value * module.training_lipschitz()
+        return value
+
+    def no_weight_decay_parameters(self) -> set[str]:
+        names: set[str] = set()
+        for prefix, module in self.named_modules():
+            for local in getattr(module, "no_weight_decay", ()):
+                names.add(f"{prefix}.{local}" if prefix else local)
+        return names

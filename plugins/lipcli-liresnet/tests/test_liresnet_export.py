@@ -1,0 +1,111 @@
+"""``lip export`` of a LiResNet (residual blocks, SOC stem/neck/dense layers, LLN head) in the
+three formats: the residual block's stand-in equals the block, the written program runs in an
+isolated interpreter where lipcli and the plugins cannot be imported, its logits equal
+lipcli's to 1e-5 and, with ``--certify``, its radii are at most ``lip certify``'s (the same
+guaranteed bound, rounded down)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from lipcli.cli import app
+from lipcli.host.lipschitz import guaranteed_upper_bound
+from lipcli.host.models import create_model, load_model, save_model
+from lipcli.host.plugins import get_registry, register_plugin, unregister_plugin
+from lipcli_liresnet import plugin as liresnet_plugin
+from lipcli_liresnet.residual import ResidualConv
+
+checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
+HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
+
+RUNNER_SCRIPT = r'''
+import json, sys
+for blocked in ("lipcli", "lipcli_liresnet", "lipcli_logit_annealing", "lipcli_aol", "lipcli_bcop",
+                "lipcli_cayley"):
+    sys.modules[blocked] = None          # any import of them now fails
+import numpy as np
+fmt, path, images, out = sys.argv[1:]
+x = np.load(images)
+if fmt == "onnx":
+    import onnxruntime as ort
+    result = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+else:
+    import torch
+    program = torch.export.load(path).module() if fmt == "pt2" else torch.jit.load(path)
+    with torch.no_grad():
+        result = program(torch.from_numpy(x))
+    result = [t.numpy() for t in (result if isinstance(result, (tuple, list)) else [result])]
+np.savez(out, *result)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("lipcli") and sys.modules[m] is not None)))
+'''
+
+
+@pytest.fixture(scope="module")
+def registered():
+    added = "liresnet" not in get_registry().names("arch")
+    if added:
+        register_plugin(liresnet_plugin, "test-liresnet-export")
+    yield
+    if added:
+        unregister_plugin("test-liresnet-export")
+
+
+def test_residual_stand_in():
+    block = checks.randomise_(ResidualConv(3, (5, 5)).double().eval(), seed=1)
+    x = torch.randn(2, 3, 5, 5, dtype=torch.float64)
+    checks.check_stand_in(block, type(block.export_module()), x)
+    checks.check_stand_in_follows(block, lambda: block.weight.mul_(2.0), x)
+    checks.aten_program(block.export_module().float(), x.float())
+
+
+def make_model(path: Path) -> Path:
+    torch.manual_seed(0)
+    model = create_model("liresnet", depth=2, width=4, dense=1, num_classes=10)
+    with torch.no_grad():
+        model.head.weight.mul_(4.0)
+        model.eval()(torch.rand(2, 3, 32, 32))
+    save_model(model, path, dataset=None)
+    return path
+
+
+@pytest.mark.parametrize("fmt", [
+    "pt2", "torchscript",
+    pytest.param("onnx", marks=pytest.mark.skipif(not HAS_ONNX, reason="needs the lipcli[onnx] extra")),
+])
+def test_round_trip_without_lipcli(registered, tmp_path, fmt):
+    model_path = make_model(tmp_path / "m.safetensors")
+    result = CliRunner().invoke(app, ["export", str(model_path), "--format", fmt, "--check", "8",
+                                      "--certify", "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["check"]["max_rel_logit_diff"] <= 1e-5 and report["check"]["prediction_mismatches"] == 0
+    assert report["record"]["config"]["arch"]["name"] == "liresnet"
+    images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    loaded, data = checks.run_exported_program(tmp_path, RUNNER_SCRIPT, fmt, Path(report["output"]),
+                                               images.numpy())
+    assert loaded == []  # nothing of lipcli or the plugins was imported
+    logits, radius = data["arr_0"], data["arr_1"]
+    model, _ = load_model(model_path)
+    certifier = get_registry().component("certificate", "lln").build()
+    with torch.no_grad():
+        y = model.features(images)
+        ref_logits = model.head(y).numpy()
+        certifier.prepare(model.head, None)
+        cert = certifier.certify(model.head, y)
+    bound = guaranteed_upper_bound(model)[0]
+    assert report["record"]["lipschitz"]["upper_bound"] == bound  # the same guaranteed divisor
+    assert bound > 4.0  # 1/min std and the residual blocks' bounds (> 1), not just promises
+    ref_radius = (cert.radius / bound).numpy()
+    assert np.abs(logits - ref_logits).max() <= 1e-5 * np.abs(ref_logits).max()
+    assert (ref_radius > 0).any() and (radius >= 0).all()
+    # at most lip certify's radius, up to the float32 rounding of the features (which differ
+    # between the exported program's kernels and lipcli's by ~1e-7 of their norm)
+    assert (radius <= ref_radius + 1e-5 * ref_radius.max()).all()
+    np.testing.assert_allclose(radius, ref_radius, rtol=0, atol=1e-5 * ref_radius.max())

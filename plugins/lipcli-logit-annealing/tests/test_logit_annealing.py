@@ -1,0 +1,103 @@
+"""The Logit Annealing loss: a hand-computed example, gradients against finite differences,
+the EMMA shift (eps > 0) through an LLN-headed LipConvnet, plain logits (eps = 0) for any head,
+and the command line refusing bad parameters with one line."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from lipcli.cli import app
+from lipcli.host.models import create_model
+from lipcli.host.plugins import get_registry, register_plugin, unregister_plugin
+from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.losses import LossContext, emma_logits, logit_difference_lipschitz
+from lipcli_logit_annealing import plugin as la_plugin
+from lipcli_logit_annealing.loss import la_factory, logit_annealing
+
+
+def test_hand_computed_example():
+    logits = torch.tensor([[2.0, 1.0, 0.0]], dtype=torch.float64)
+    value = logit_annealing(logits, torch.tensor([0]), offset=1.0, temperature=0.5, gamma=2.0)
+    # z' = ([2, 1, 0] − [1, 0, 0]) / 0.5 = [2, 2, 0]
+    ce = math.log(2.0 + math.exp(-2.0))
+    p = math.exp(-ce)
+    assert abs(float(value) - 0.5 * (1 - p) ** 2 * ce) < 1e-14
+    # gamma 0: the offset cross-entropy times the temperature
+    plain = logit_annealing(logits, torch.tensor([0]), offset=1.0, temperature=0.5, gamma=0.0)
+    assert abs(float(plain) - 0.5 * ce) < 1e-14
+
+
+def test_gradient_matches_finite_differences():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor([0, 1, 2, 3, 1])
+    assert torch.autograd.gradcheck(
+        lambda z: logit_annealing(z, labels, offset=2.0, temperature=0.75, gamma=5.0), (logits,))
+
+
+def context(model):
+    return LossContext(model=model, num_classes=10, dataset="digits", mean=(0.5,) * 3, std=(0.5,) * 3)
+
+
+def test_loss_on_a_model_matches_the_formula():
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", width=4, num_classes=10).eval()
+    x, y = torch.rand(6, 3, 32, 32), torch.tensor([0, 1, 2, 3, 4, 5])
+    loss = la_factory(context(model), eps=0.3)
+    out = loss(model, x, y)
+    feats = model.features(x)
+    K = logit_difference_lipschitz(model, feats, context(model))
+    # a LipConvnet has no training estimate: Lip(g) = 1/min std = 2
+    W = model.head.normalized_weight()
+    torch.testing.assert_close(K, torch.cdist(W, W) * 2.0, rtol=1e-5, atol=1e-6)
+    expected = logit_annealing(emma_logits(model.head(feats), y, K, 0.3, 0.01), y,
+                               offset=2.0, temperature=0.75, gamma=5.0)
+    torch.testing.assert_close(out.loss, expected)
+    out.loss.backward()
+    assert model.head.weight.grad.abs().sum() > 0
+    # eps = 0: the plain logits, and any head (the CRC-Lip MLP is not affine)
+    mlp = create_model("lipconvnet-5", width=4, head="mlp", num_classes=10).eval()
+    plain = la_factory(context(mlp), eps=0.0)(mlp, x, y)
+    torch.testing.assert_close(plain.loss, logit_annealing(mlp(x), y, offset=2.0, temperature=0.75, gamma=5.0))
+    with pytest.raises(LipUsageError, match="affine head"):
+        la_factory(context(mlp))(mlp, x, y)
+    for bad in ({"temperature": 0.0}, {"offset": -1.0}, {"gamma": -1.0}, {"gamma": 101.0},
+                {"eps": -0.1}, {"min_ratio": 0.0}):
+        with pytest.raises(ValueError):
+            la_factory(context(model), **bad)
+
+
+@pytest.fixture
+def registered():
+    added = "la" not in get_registry().names("loss")
+    if added:
+        register_plugin(la_plugin, "test-logit-annealing")
+    yield
+    if added:
+        unregister_plugin("test-logit-annealing")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("la:temperature=0", "temperature must be > 0"),
+    ("la:gamma=abc", "gamma: expected float"),
+    ("la:gamma=1000", "gamma must be in [0, 100]"),
+    ("la:tau=1", "no parameter 'tau'"),
+])
+def test_cli_refuses_bad_parameters_in_one_line(registered, tmp_path, spec, message):
+    result = CliRunner().invoke(app, ["train", "--dataset", "digits", "--arch", "lipconvnet-5",
+                                      "--width", "2", "--loss", spec, "--epochs", "1",
+                                      "--out", str(tmp_path / "m.safetensors")])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
+
+
+def test_spec_conforms():
+    from lipcli.testing import check_component_spec
+
+    check_component_spec(la_plugin.la_spec())
