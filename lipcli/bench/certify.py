@@ -30,6 +30,7 @@ from lipcli.bench.common import (
 )
 from lipcli.host.plugins import get_registry
 from lipcli.sdk.certificates import CertifyResult
+from lipcli.lipschitz.bound import lipschitz_report, model_input_shape
 
 
 def fit_head(
@@ -105,7 +106,6 @@ def bench_certify(
     ``model`` follows the lipcli module protocol (``features``, ``head``, ``lipcli_config``,
     ``refresh_power_iteration``).  ``n`` synthetic inputs in batches of ``batch_size``.
     """
-    from lipcli.lipschitz.bound import lipschitz_report, model_input_shape  # lazy: looked up at call time (tests replace it on its module)
 
     _check_positive(batch_size=batch_size, n=n)
     if top_k is not None and top_k < 1:

@@ -66,7 +66,8 @@ def no_work(monkeypatch):
     def boom(*_a, **_k):
         raise AssertionError("the work started before the output path was checked")
 
-    monkeypatch.setattr("lipcli.host.models.load_model", boom)
+    monkeypatch.setattr("lipcli.host.models.load_model", boom)  # lip lipschitz, lip bench certify
+    monkeypatch.setattr("lipcli.certify.driver.load_model", boom)  # lip certify
     for name in ("bench_train", "bench_certify", "bench_profile"):
         monkeypatch.setattr(bench_mod, name, boom)
 
