@@ -11,7 +11,7 @@ from torch import nn
 
 from lipcli.sdk.errors import LipUsageError, SettingError
 from lipcli.numerics.precision import in_full_float32_precision
-from lipcli.bench.results import (
+from lipcli.bench.reports import (
     CertificateTiming,
     CertifyBenchReport,
     CertifyBenchSettings,
@@ -20,14 +20,9 @@ from lipcli.bench.results import (
     LipschitzTiming,
     Quantiles,
 )
-from lipcli.bench.common import (
-    Progress,
-    _check_positive,
-    count_parameters,
-    environment,
-    _no_progress,
-    _timed,
-)
+from lipcli.bench.inputs import Progress, _check_positive, environment, _no_progress
+from lipcli.bench.models import count_parameters
+from lipcli.bench.step import _timed
 from lipcli.host.plugins import get_registry
 from lipcli.sdk.certificates import CertifyResult
 from lipcli.lipschitz.bound import lipschitz_report, model_input_shape

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from lipcli.sdk.specs import CONVOLUTION_PROFILE_LABEL
-from lipcli.bench.results import (
+from lipcli.bench.reports import (
     CategoryTime,
     GpuProfile,
     KernelFloor,
@@ -25,20 +25,9 @@ from lipcli.bench.results import (
     ProfileReport,
     ProfileSettings,
 )
-from lipcli.bench.common import (
-    CIFAR_SHAPE,
-    FAST_CONV,
-    Progress,
-    RecipeStep,
-    build_model,
-    _check_step_settings,
-    _clip_for,
-    environment,
-    _no_progress,
-    _sync,
-    synthetic_batch,
-    _timed,
-)
+from lipcli.bench.inputs import Progress, _check_step_settings, environment, _no_progress
+from lipcli.bench.models import FAST_CONV, build_model
+from lipcli.bench.step import CIFAR_SHAPE, RecipeStep, _clip_for, _sync, synthetic_batch, _timed
 
 
 _CONV_OP = re.compile(r"^(aten|mkldnn)::.*conv(?!ert)", re.IGNORECASE)

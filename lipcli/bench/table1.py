@@ -11,28 +11,27 @@ from typing import Any
 
 import torch
 
-from lipcli.bench.common import (
-    EPOCH_IMAGES,
-    EXACT_CONV,
-    FAST_CONV,
+from lipcli.bench.inputs import (
     Progress,
-    RecipeStep,
-    build_twins,
     _check_step_settings,
-    _clip_for,
     arch_settings,
-    count_parameters,
     environment,
     _no_progress,
     record_load_after,
-    step_settings,
     soc_layers,
+)
+from lipcli.bench.models import EXACT_CONV, FAST_CONV, build_twins, count_parameters
+from lipcli.bench.step import (
+    EPOCH_IMAGES,
+    RecipeStep,
+    _clip_for,
+    step_settings,
     synthetic_batch,
     _timed,
 )
 from lipcli.bench.memory import measure_step_memory
 from lipcli.bench.profile import kernel_floor
-from lipcli.bench.results import FastExact, ModelTiming, StepTimes, Table1Row, TrainBenchReport, TrainBenchSettings
+from lipcli.bench.reports import FastExact, ModelTiming, StepTimes, Table1Row, TrainBenchReport, TrainBenchSettings
 
 #: eager steps profiled per model for the convolution-kernel floor (CUDA)
 FLOOR_STEPS = 3
