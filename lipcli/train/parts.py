@@ -1,11 +1,10 @@
 """The parts a :class:`lipcli.train.run.TrainingRun` is composed of, each built once: where
 and how it runs (:class:`RunSettings`), its loaders (:class:`Loaders`), its optimisation
-objects (:class:`Optimization`) and its progress, what checkpoints record besides the
-tensors (:class:`RunState`)."""
+objects (:class:`Optimization`); its progress is :class:`lipcli.train.run.RunState`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -99,15 +98,3 @@ class Optimization:
         step_module = TrainStep(model, build_loss(loss, context))
         return cls(groups, optimizer, scheduler, amp_dtype, scaler, loss, step_module)
 
-
-@dataclass
-class RunState:
-    """The progress of a run (what its checkpoints record besides the tensors)."""
-
-    epoch: int = 0
-    step: int = 0
-    elapsed: float = 0.0
-    images: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
-    best: dict[str, Any] | None = None
-    resumed_from: list[int] = field(default_factory=list)

@@ -25,13 +25,26 @@ from lipcli.train.locks import run_locks
 from lipcli.train.loop import TrainingLoop
 from lipcli.train.objective import loss_record
 from lipcli.train.optim import optimization_record
-from lipcli.train.parts import Loaders, Optimization, RunSettings, RunState
+from lipcli.train.parts import Loaders, Optimization, RunSettings
 from lipcli.train.paths import check_replaceable
 from lipcli.train.results import Evaluation, TrainSummary
 from lipcli._util.safetext import clean
 from lipcli.host.modelfile import atomic_write_bytes, read_model_file
 from lipcli.host.models import save_model
 from lipcli.lipschitz.promises import capture_inputs
+
+
+@dataclass
+class RunState:
+    """The progress of a run (what its checkpoints record besides the tensors)."""
+
+    epoch: int = 0
+    step: int = 0
+    elapsed: float = 0.0
+    images: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best: dict[str, Any] | None = None
+    resumed_from: list[int] = field(default_factory=list)
 
 
 @dataclass
