@@ -4,7 +4,7 @@ imports): the paper's data statistics and shapes.
 The datasets built-in (:mod:`lipcli.builtins.datasets`) normalises CIFAR with these
 statistics; the host (:func:`lipcli.host.models.make_config`) and the LipConvnet built-in use
 them as the default input normalisation of a model built without data-set statistics;
-``lip bench`` (:mod:`lipcli.bench.common`) times steps on inputs of :data:`CIFAR_SHAPE`.
+``lip bench`` (:mod:`lipcli.bench.step`) times steps on inputs of :data:`CIFAR_SHAPE`.
 """
 
 from __future__ import annotations

@@ -36,40 +36,40 @@ Three measurements:
     ``lipcli::soc_convolution`` range.  On CUDA, each kernel's time is attributed once,
     through the operator that launched it.
 
-Modules: :mod:`.common` (constants, architecture parsing, environment report, model twins,
-the recipe training step, synthetic batches), :mod:`.memory` (peak memory of a step),
-:mod:`.table1` (``lip bench train``), :mod:`.certify` (``lip bench certify``),
-:mod:`.profile` (``lip bench profile``), :mod:`.results` (the reports they return:
+Modules, by job: :mod:`.inputs` (architecture parsing, step-benchmark settings, the
+environment report), :mod:`.models` (fresh models, the fast/exact twins), :mod:`.step` (the
+recipe training step, synthetic batches, timing), :mod:`.memory` (peak memory of a step),
+:mod:`.table1` (``lip bench train``), :mod:`.compare` (``lip bench train`` with component
+lists), :mod:`.certify` (``lip bench certify``), :mod:`.profile` (``lip bench profile``) and
+:mod:`.reports` (the reports they return, one module per command:
 :class:`TrainBenchReport`, :class:`ComponentBenchReport`, :class:`CertifyBenchReport`,
 :class:`ProfileReport`; ``report.to_json()`` is what ``--json`` prints).
 """
 
 from lipcli.bench.certify import bench_certify, fit_head
 from lipcli._util.devices import resolve_device
-from lipcli.bench.common import (
-    CIFAR_SHAPE,
-    DEFAULT_DEPTHS,
-    EPOCH_IMAGES,
+from lipcli.bench.inputs import DEFAULT_DEPTHS, Progress, environment, parse_archs, soc_layers
+from lipcli.bench.models import (
     EXACT_CONV,
     FAST_CONV,
-    RECIPE_LR,
-    RECIPE_MOMENTUM,
-    RECIPE_WEIGHT_DECAY,
-    Progress,
-    RecipeStep,
     build_model,
     build_twins,
     count_parameters,
-    environment,
-    parse_archs,
-    recipe_optimizer,
-    soc_layers,
     state_dicts_identical,
+)
+from lipcli.bench.step import (
+    CIFAR_SHAPE,
+    EPOCH_IMAGES,
+    RECIPE_LR,
+    RECIPE_MOMENTUM,
+    RECIPE_WEIGHT_DECAY,
+    RecipeStep,
+    recipe_optimizer,
     synthetic_batch,
 )
 from lipcli.bench.memory import SavedTensorMeter, measure_step_memory
 from lipcli.bench.profile import CATEGORY_LABELS, attribute_kernels, bench_profile, classify_event
-from lipcli.bench.results import (
+from lipcli.bench.reports import (
     CertifyBenchReport,
     ComponentBenchReport,
     Environment,

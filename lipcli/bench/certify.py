@@ -4,6 +4,7 @@ the time of the Lipschitz bound."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +12,7 @@ from torch import nn
 
 from lipcli.sdk.errors import LipUsageError, SettingError
 from lipcli.numerics.precision import in_full_float32_precision
-from lipcli.bench.results import (
+from lipcli.bench.reports import (
     CertificateTiming,
     CertifyBenchReport,
     CertifyBenchSettings,
@@ -20,16 +21,12 @@ from lipcli.bench.results import (
     LipschitzTiming,
     Quantiles,
 )
-from lipcli.bench.common import (
-    Progress,
-    _check_positive,
-    count_parameters,
-    environment,
-    _no_progress,
-    _timed,
-)
+from lipcli.bench.inputs import Progress, _check_positive, environment, _no_progress
+from lipcli.bench.models import count_parameters
+from lipcli.bench.step import _timed
 from lipcli.host.plugins import get_registry
 from lipcli.sdk.certificates import CertifyResult
+from lipcli.lipschitz.bound import lipschitz_report, model_input_shape
 
 
 def fit_head(
@@ -84,6 +81,55 @@ def _quantiles(values: torch.Tensor) -> Quantiles:
     return Quantiles(min=float(finite.min()), median=float(finite.median()), max=float(finite.max()))
 
 
+def _timed_features(model: nn.Module, shape: tuple[int, ...], *, n: int, batch_size: int,
+                    gen: torch.Generator, device: torch.device) -> tuple[float, torch.Tensor]:
+    """The time to extract the features of ``n`` uniform random inputs in batches of
+    ``batch_size`` (after one warm-up batch), and the features."""
+    batches = [min(batch_size, n - i) for i in range(0, n, batch_size)]
+    with torch.no_grad():
+        model.features(torch.rand((batches[0], *shape), generator=gen).to(device))  # warm-up
+        feats: list[torch.Tensor] = []
+        t_feat = 0.0
+        for b in batches:
+            x = torch.rand((b, *shape), generator=gen).to(device)
+            dt, y = _timed(lambda x=x: model.features(x), device)
+            t_feat += dt
+            feats.append(y)
+    return t_feat, torch.cat(feats)
+
+
+def _timed_certificate(certifier: Any, cert_name: str, k: int | None, head: nn.Module,
+                       features: torch.Tensor, *, batch_size: int, lip_bound: float,
+                       device: torch.device) -> CertificateTiming:
+    """Time ``certifier``'s ``prepare`` and its certificates of ``features`` (top-``k``
+    classes where given) in batches; the input radii divide by ``lip_bound``."""
+    n = features.shape[0]
+    t_prep, _ = _timed(lambda c=certifier: c.prepare(head, None), device)
+    parts = []
+    t_cert = 0.0
+    for i in range(0, n, batch_size):
+        chunk = features[i:i + batch_size]
+        dt, res = _timed(lambda c=certifier, y=chunk: c.certify(head, y, top_k=k), device)
+        t_cert += dt
+        parts.append(res)
+
+    res = CertifyResult.concatenate(parts)
+    radius_input = res.radius / lip_bound
+    return CertificateTiming(
+        method=cert_name,
+        top_k=k,
+        exact_classes=bool(res.exact_classes),
+        prepare_s=t_prep,
+        certify_s=t_cert,
+        inputs_per_s=n / t_cert if t_cert > 0 else None,
+        feature_radius=_quantiles(res.radius),
+        input_radius=_quantiles(radius_input),
+        nonzero_fraction=float((res.radius > 0).double().mean()),
+        notes=list(res.notes),
+        stats=res.stats,
+    )
+
+
 @in_full_float32_precision
 def bench_certify(
     model: nn.Module,
@@ -104,8 +150,11 @@ def bench_certify(
 
     ``model`` follows the lipcli module protocol (``features``, ``head``, ``lipcli_config``,
     ``refresh_power_iteration``).  ``n`` synthetic inputs in batches of ``batch_size``.
+
+    (Over 80 lines: one straight sequence of timed stages (refresh, features, head fit,
+    Lipschitz numbers, certificates) that share their inputs and end in one report; each
+    stage's loop is a helper.)
     """
-    from lipcli.lipschitz.bound import lipschitz_report, model_input_shape  # lazy: looked up at call time (tests replace it on its module)
 
     _check_positive(batch_size=batch_size, n=n)
     if top_k is not None and top_k < 1:
@@ -132,17 +181,7 @@ def bench_certify(
 
     # -- feature extraction ------------------------------------------------------------
     progress(f"features: {n} inputs in batches of {batch_size}")
-    batches = [min(batch_size, n - i) for i in range(0, n, batch_size)]
-    with torch.no_grad():
-        model.features(torch.rand((batches[0], *shape), generator=gen).to(device))  # warm-up
-        feats: list[torch.Tensor] = []
-        t_feat = 0.0
-        for b in batches:
-            x = torch.rand((b, *shape), generator=gen).to(device)
-            dt, y = _timed(lambda x=x: model.features(x), device)
-            t_feat += dt
-            feats.append(y)
-    features = torch.cat(feats)
+    t_feat, features = _timed_features(model, shape, n=n, batch_size=batch_size, gen=gen, device=device)
     head = model.head
     fit = None
     if fit_head_steps > 0:
@@ -170,43 +209,15 @@ def bench_certify(
         label = cert_name if k is None else f"{cert_name} (top-{k})"
         progress(f"certificate {label}: prepare + {n} inputs")
         certifier = registry.component("certificate", cert_name).build()
-        t_prep, _ = _timed(lambda c=certifier: c.prepare(head, None), device)
-        parts = []
-        t_cert = 0.0
-        for i in range(0, n, batch_size):
-            chunk = features[i:i + batch_size]
-            dt, res = _timed(lambda c=certifier, y=chunk: c.certify(head, y, top_k=k), device)
-            t_cert += dt
-            parts.append(res)
-
-        res = CertifyResult.concatenate(parts)
-        radius_input = res.radius / lip_bound
-        certs.append(CertificateTiming(
-            method=cert_name,
-            top_k=k,
-            exact_classes=bool(res.exact_classes),
-            prepare_s=t_prep,
-            certify_s=t_cert,
-            inputs_per_s=n / t_cert if t_cert > 0 else None,
-            feature_radius=_quantiles(res.radius),
-            input_radius=_quantiles(radius_input),
-            nonzero_fraction=float((res.radius > 0).double().mean()),
-            notes=list(res.notes),
-            stats=res.stats,
-        ))
+        certs.append(_timed_certificate(certifier, cert_name, k, head, features,
+                                        batch_size=batch_size, lip_bound=lip_bound, device=device))
     return CertifyBenchReport(
         environment=env,
         settings=CertifyBenchSettings(
-            arch=(config.get("arch") or {}).get("name"),
-            conv=(config.get("conv") or {}).get("name"),
-            pool=(config.get("pool") or {}).get("name"),
-            head=head_name,
-            num_classes=num_classes,
-            input_shape=list(shape),
-            n=n, batch_size=batch_size, top_k=top_k,
-            weights=source,
-            inputs="synthetic: uniform [0,1] images",
-            fit_head=fit,
+            **{kind: (config.get(kind) or {}).get("name") for kind in ("arch", "conv", "pool")},
+            head=head_name, num_classes=num_classes, input_shape=list(shape), n=n,
+            batch_size=batch_size, top_k=top_k, weights=source,
+            inputs="synthetic: uniform [0,1] images", fit_head=fit,
         ),
         parameters=count_parameters(model),
         power_refresh_s=t_refresh,

@@ -10,7 +10,7 @@ combination is the reference).
 
 Per architecture, every variant is built from the same seed (the weights differ when the
 components differ: they are different layers) and runs the recipe training step of
-:class:`lipcli.bench.common.RecipeStep` on the same synthetic batch in every round; the order
+:class:`lipcli.bench.step.RecipeStep` on the same synthetic batch in every round; the order
 rotates between rounds (round ``r`` starts with variant ``r mod k``), so machine noise hits
 all variants alike.  Reported per variant: median step time, images/s, the implied seconds
 per CIFAR-10 epoch, the ratio to the reference (ratio of medians, and the median of the
@@ -29,22 +29,18 @@ from typing import Any
 import torch
 
 from lipcli.sdk.errors import LipUsageError
-from lipcli.bench.common import (
+from lipcli.bench.inputs import (
     Progress,
-    RecipeStep,
     _check_step_settings,
-    _clip_for,
     _no_progress,
     arch_settings,
-    _timed,
-    count_parameters,
     environment,
     record_load_after,
-    step_settings,
-    synthetic_batch,
 )
+from lipcli.bench.models import count_parameters
+from lipcli.bench.step import RecipeStep, _clip_for, _timed, step_settings, synthetic_batch
 from lipcli.bench.memory import measure_step_memory
-from lipcli.bench.results import ComponentBenchReport, ComponentBenchSettings, VariantRow, VariantsResult
+from lipcli.bench.reports import ComponentBenchReport, ComponentBenchSettings, VariantRow, VariantsResult
 from lipcli.bench.table1 import _summary
 from lipcli.host.models import create_model
 

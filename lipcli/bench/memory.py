@@ -8,8 +8,8 @@ import gc
 from collections.abc import Sequence
 import torch
 
-from lipcli.bench.common import RecipeStep, _sync
-from lipcli.bench.results import StepMemory
+from lipcli.bench.step import RecipeStep, _sync
+from lipcli.bench.reports import StepMemory
 
 
 _PROC_STATUS = "/proc/self/status"

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from lipcli.sdk.specs import CONVOLUTION_PROFILE_LABEL
-from lipcli.bench.results import (
+from lipcli.bench.reports import (
     CategoryTime,
     GpuProfile,
     KernelFloor,
@@ -25,20 +25,9 @@ from lipcli.bench.results import (
     ProfileReport,
     ProfileSettings,
 )
-from lipcli.bench.common import (
-    CIFAR_SHAPE,
-    FAST_CONV,
-    Progress,
-    RecipeStep,
-    build_model,
-    _check_step_settings,
-    _clip_for,
-    environment,
-    _no_progress,
-    _sync,
-    synthetic_batch,
-    _timed,
-)
+from lipcli.bench.inputs import Progress, _check_step_settings, environment, _no_progress
+from lipcli.bench.models import FAST_CONV, build_model
+from lipcli.bench.step import CIFAR_SHAPE, RecipeStep, _clip_for, _sync, synthetic_batch, _timed
 
 
 _CONV_OP = re.compile(r"^(aten|mkldnn)::.*conv(?!ert)", re.IGNORECASE)
@@ -271,42 +260,26 @@ def kernel_floor(model: nn.Module, step: RecipeStep, batches: Sequence[Any],
                        profiled_step_ms=wall_us / 1e3 / n, profiled_steps=len(batches))
 
 
-def bench_profile(
-    arch: str = "lipconvnet-20",
-    *,
-    # the model
-    conv: str = FAST_CONV, head: str = "lln", pool: str = "max", width: int = 32,
-    num_classes: int = 10, seed: int = 0,
-    # the measurement
-    batch_size: int = 128, steps: int = 3, warmup: int = 1, top_ops: int = 15,
-    device: torch.device | str = "cpu", progress: Progress = _no_progress,
-) -> ProfileReport:
-    """Share of training-step time per category, convolution versus everything else.
+#: what the shares are of, by whether the device's kernel times are used
+TIME_BASIS = {True: "CUDA kernel time, each kernel once via the operator that launched it",
+              False: "operator self CPU time; shares are of profiled wall time"}
+#: how ``lip bench profile`` decides what is convolution (reported with its settings)
+CONVOLUTION_RULE = (
+    "an operator counts as convolution when it or an operator it was called "
+    "from is a convolution op (aten:: conv2d, convolution, "
+    "convolution_backward, mkldnn/cudnn/slow conv; mkldnn:: fused "
+    "convolution-plus-add) or lies inside a SOC layer's "
+    "'lipcli::soc_convolution' range (its convolutions, including the Horner "
+    "add fused into them and 1x1 convolutions on 1x1 images computed as "
+    "matrix products)"
+)
 
-    CPU: each operator's self CPU time, plus "untracked" = profiled wall time minus the sum
-    of operator self times.  CUDA: each kernel's device time, attributed through the CPU
-    operator that launched it; shares are of total kernel time (GPU busy time), and the
-    wall time and GPU idle time are reported beside them.
-    """
-    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
-    device = torch.device(device)
-    env = environment(device)
-    model = build_model(arch, conv=conv, head=head, pool=pool, width=width,
-                        num_classes=num_classes, seed=seed).to(device)
-    step = RecipeStep(model, _clip_for(head))
-    gen = torch.Generator().manual_seed(seed)
-    batches = [synthetic_batch(batch_size, num_classes, gen, device) for _ in range(warmup + steps)]
-    for i in range(warmup):
-        progress(f"profile {arch} ({conv}): warm-up step {i + 1}/{warmup}")
-        step(*batches[i])
-    _sync(device)
-    # the same steps unprofiled, for the profiler's overhead
-    plain = []
-    for i in range(steps):
-        dt, _ = _timed(lambda b=batches[warmup + i]: step(*b), device)
-        plain.append(dt)
-    progress(f"profile {arch} ({conv}): {steps} profiled steps")
-    events, wall_us = _profiled_steps(model, step, batches[warmup:], device)
+
+def _sum_events(events: Any) -> tuple[dict[str, float], dict[str, float], dict[tuple[str, str], list[float]],
+                                      dict[str, list[float]], dict[tuple[str, str], list[float]], float]:
+    """Profiled microseconds by category (CPU self time, device time), by operator and by
+    autograd node ([CPU, device] each), of kernels without a launch record, and of all
+    device-side events."""
     cpu_us: dict[str, float] = {k: 0.0 for k in CATEGORY_LABELS}
     dev_us: dict[str, float] = {k: 0.0 for k in CATEGORY_LABELS}
     per_op: dict[tuple[str, str], list[float]] = {}
@@ -329,6 +302,53 @@ def bench_profile(
             per_node.setdefault(node, [0.0, 0.0])[1] += d_us
         if op.startswith("[kernel] "):
             unlinked.setdefault((op[9:], cat), [0.0])[0] += d_us
+    return cpu_us, dev_us, per_op, per_node, unlinked, device_events_us
+
+
+def _top_kernels(unlinked: dict[tuple[str, str], list[float]], steps: int, top_ops: int) -> list[KernelTime]:
+    """The ``top_ops`` longest kernels without a launch record, per step."""
+    return [KernelTime(kernel=name, ms_per_step=us / 1e3 / steps, category=cat)
+            for (name, cat), (us,) in sorted(unlinked.items(), key=lambda kv: -kv[1][0])[:top_ops]]
+
+
+def bench_profile(
+    arch: str = "lipconvnet-20",
+    *,
+    # the model
+    conv: str = FAST_CONV, head: str = "lln", pool: str = "max", width: int = 32,
+    num_classes: int = 10, seed: int = 0,
+    # the measurement
+    batch_size: int = 128, steps: int = 3, warmup: int = 1, top_ops: int = 15,
+    device: torch.device | str = "cpu", progress: Progress = _no_progress,
+) -> ProfileReport:
+    """Share of training-step time per category, convolution versus everything else.
+
+    CPU: each operator's self CPU time, plus "untracked" = profiled wall time minus the sum
+    of operator self times.  CUDA: each kernel's device time, attributed through the CPU
+    operator that launched it; shares are of total kernel time (GPU busy time), and the
+    wall time and GPU idle time are reported beside them.  (Over 80 lines: one straight
+    sequence, warm-up, unprofiled and profiled steps, then the shares of one set of sums.)
+    """
+    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
+    device = torch.device(device)
+    env = environment(device)
+    model = build_model(arch, conv=conv, head=head, pool=pool, width=width,
+                        num_classes=num_classes, seed=seed).to(device)
+    step = RecipeStep(model, _clip_for(head))
+    gen = torch.Generator().manual_seed(seed)
+    batches = [synthetic_batch(batch_size, num_classes, gen, device) for _ in range(warmup + steps)]
+    for i in range(warmup):
+        progress(f"profile {arch} ({conv}): warm-up step {i + 1}/{warmup}")
+        step(*batches[i])
+    _sync(device)
+    # the same steps unprofiled, for the profiler's overhead
+    plain = []
+    for i in range(steps):
+        dt, _ = _timed(lambda b=batches[warmup + i]: step(*b), device)
+        plain.append(dt)
+    progress(f"profile {arch} ({conv}): {steps} profiled steps")
+    events, wall_us = _profiled_steps(model, step, batches[warmup:], device)
+    cpu_us, dev_us, per_op, per_node, unlinked, device_events_us = _sum_events(events)
     use_device = device.type == "cuda"
     times_us = dev_us if use_device else cpu_us
     tracked = sum(times_us.values())
@@ -363,10 +383,7 @@ def bench_profile(
             gpu_idle_ms_per_step=max(0.0, wall_us - tracked) / 1e3 / steps,
             cpu_operator_ms_per_step=sum(cpu_us.values()) / 1e3 / steps,
             device_events_ms_per_step=device_events_us / 1e3 / steps,
-            kernels_without_launch_record=[
-                KernelTime(kernel=name, ms_per_step=us / 1e3 / steps, category=cat)
-                for (name, cat), (us,) in sorted(unlinked.items(), key=lambda kv: -kv[1][0])[:top_ops]
-            ],
+            kernels_without_launch_record=_top_kernels(unlinked, steps, top_ops),
         )
     return ProfileReport(
         environment=env,
@@ -374,19 +391,7 @@ def bench_profile(
             arch=arch, conv=conv, head=head, pool=pool, width=width,
             batch_size=batch_size, steps=steps, warmup=warmup,
             num_classes=num_classes, input_shape=list(CIFAR_SHAPE),
-            time_basis=(
-                "CUDA kernel time, each kernel once via the operator that launched it" if use_device
-                else "operator self CPU time; shares are of profiled wall time"
-            ),
-            convolution_rule=(
-                "an operator counts as convolution when it or an operator it was called "
-                "from is a convolution op (aten:: conv2d, convolution, "
-                "convolution_backward, mkldnn/cudnn/slow conv; mkldnn:: fused "
-                "convolution-plus-add) or lies inside a SOC layer's "
-                "'lipcli::soc_convolution' range (its convolutions, including the Horner "
-                "add fused into them and 1x1 convolutions on 1x1 images computed as "
-                "matrix products)"
-            ),
+            time_basis=TIME_BASIS[use_device], convolution_rule=CONVOLUTION_RULE,
         ),
         step_ms_unprofiled_median=statistics.median(plain) * 1e3,
         step_ms_profiled=wall_us / 1e3 / steps,

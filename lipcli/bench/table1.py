@@ -11,28 +11,27 @@ from typing import Any
 
 import torch
 
-from lipcli.bench.common import (
-    EPOCH_IMAGES,
-    EXACT_CONV,
-    FAST_CONV,
+from lipcli.bench.inputs import (
     Progress,
-    RecipeStep,
-    build_twins,
     _check_step_settings,
-    _clip_for,
     arch_settings,
-    count_parameters,
     environment,
     _no_progress,
     record_load_after,
-    step_settings,
     soc_layers,
+)
+from lipcli.bench.models import EXACT_CONV, FAST_CONV, build_twins, count_parameters
+from lipcli.bench.step import (
+    EPOCH_IMAGES,
+    RecipeStep,
+    _clip_for,
+    step_settings,
     synthetic_batch,
     _timed,
 )
 from lipcli.bench.memory import measure_step_memory
 from lipcli.bench.profile import kernel_floor
-from lipcli.bench.results import FastExact, ModelTiming, StepTimes, Table1Row, TrainBenchReport, TrainBenchSettings
+from lipcli.bench.reports import FastExact, ModelTiming, StepTimes, Table1Row, TrainBenchReport, TrainBenchSettings
 
 #: eager steps profiled per model for the convolution-kernel floor (CUDA)
 FLOOR_STEPS = 3
@@ -45,6 +44,31 @@ def _summary(times: Sequence[float], batch: int) -> StepTimes:
     return StepTimes(step_times_s=list(times), median_step_s=med, min_step_s=min(times),
                      max_step_s=max(times), iqr_step_s=q[2] - q[0], images_per_s=batch / med,
                      epoch_s=med * steps_per_epoch)
+
+
+def _alternating_rounds(arch: str, runners: dict[str, RecipeStep], *, batch_size: int, steps: int,
+                        warmup: int, num_classes: int, gen: torch.Generator, device: torch.device,
+                        progress: Progress) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """``warmup + steps`` rounds, each one step of both models on the same new batch (the
+    order alternating); returns the timed rounds' step times and every round's loss, by model."""
+    times: dict[str, list[float]] = {"fast": [], "exact": []}
+    losses: dict[str, list[float]] = {"fast": [], "exact": []}
+    rounds = warmup + steps
+    for r in range(rounds):
+        x, y = synthetic_batch(batch_size, num_classes, gen, device)
+        order = ("fast", "exact") if r % 2 == 0 else ("exact", "fast")
+        for key in order:
+            step = runners[key]
+            dt, loss = _timed(lambda: step(x, y), device)
+            losses[key].append(float(loss))
+            if r >= warmup:
+                times[key].append(dt)
+        phase = "warm-up" if r < warmup else "timed"
+        last = {k: (f"{times[k][-1] * 1e3:.0f} ms" if r >= warmup else "-") for k in times}
+        progress(
+            f"{arch}: round {r + 1}/{rounds} ({phase}) fast {last['fast']}, exact {last['exact']}"
+        )
+    return times, losses
 
 
 def bench_train_arch(
@@ -81,24 +105,9 @@ def bench_train_arch(
     clip = _clip_for(head)
     runners = {"fast": RecipeStep(fast, clip, cuda_graphs), "exact": RecipeStep(exact, clip, cuda_graphs)}
     gen = torch.Generator().manual_seed(seed)
-    times: dict[str, list[float]] = {"fast": [], "exact": []}
-    losses: dict[str, list[float]] = {"fast": [], "exact": []}
-    rounds = warmup + steps
     gc.collect()
-    for r in range(rounds):
-        x, y = synthetic_batch(batch_size, num_classes, gen, device)
-        order = ("fast", "exact") if r % 2 == 0 else ("exact", "fast")
-        for key in order:
-            step = runners[key]
-            dt, loss = _timed(lambda: step(x, y), device)
-            losses[key].append(float(loss))
-            if r >= warmup:
-                times[key].append(dt)
-        phase = "warm-up" if r < warmup else "timed"
-        last = {k: (f"{times[k][-1] * 1e3:.0f} ms" if r >= warmup else "-") for k in times}
-        progress(
-            f"{arch}: round {r + 1}/{rounds} ({phase}) fast {last['fast']}, exact {last['exact']}"
-        )
+    times, losses = _alternating_rounds(arch, runners, batch_size=batch_size, steps=steps, warmup=warmup,
+                                        num_classes=num_classes, gen=gen, device=device, progress=progress)
     timing = {key: ModelTiming(conv=conv, times=_summary(times[key], batch_size),
                                cuda_graphs=runners[key].graph_summary())
               for key, conv in (("fast", fast_conv), ("exact", exact_conv))}

@@ -47,6 +47,7 @@ from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the default input no
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ONE_LIPSCHITZ, ArchSpec, Component, Param
 from lipcli.host.models import ComponentParameterError
+from lipcli.lipschitz.bound import guaranteed_upper_bound
 
 #: depths registered as ``lipconvnet-<n>``
 DEPTHS: tuple[int, ...] = tuple(range(5, 45, 5))
@@ -260,7 +261,6 @@ class LipConvnet(nn.Module):
     def lipschitz_upper_bound(self) -> float:
         """Guaranteed bound on ``Lip(features)`` (SPEC §5): :func:`lipcli.lipschitz.bound.guaranteed_upper_bound`
         (product of per-layer bounds, 1 for ``"1-lipschitz"`` layers, rounded up)."""
-        from lipcli.lipschitz.bound import guaranteed_upper_bound  # lazy: looked up at call time (tests replace it on its module)
 
         return guaranteed_upper_bound(self)[0]
 

@@ -40,6 +40,7 @@ from lipcli.host.modelfile import update_metadata
 from lipcli.host.plugins import get_registry
 from lipcli.lipschitz.bound import BOUND_LABEL
 from lipcli.lipschitz.promises import capture_inputs, verify_promises
+from lipcli.host.models import load_model
 
 #: the model file's ``results`` key holding the summary
 RESULTS_KEY = "certify"
@@ -84,7 +85,6 @@ def run_certification(
     the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
     ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
     disabled (:mod:`lipcli.numerics.precision`)."""
-    from lipcli.host.models import load_model  # lazy: looked up at call time (tests replace it on its module)
 
     report = progress or (lambda stage, done, total: None)
     options.check()

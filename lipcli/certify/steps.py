@@ -18,6 +18,7 @@ from lipcli.certify.results import ESTIMATE_WARNING, MeanCertifiedRadius, Radius
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.sdk.specs import SOUND
 from lipcli.sdk.certificates import CertifyResult
+from lipcli.lipschitz.bound import guaranteed_upper_bound, lipschitz_report, weights_fingerprint
 from lipcli.lipschitz.promises import locate_nonfinite
 
 #: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=..." (counted
@@ -128,7 +129,6 @@ def lipschitz_constant(
 ) -> LipschitzConstant:
     """The fresh guaranteed bound; with ``lipschitz="estimate"`` the power estimate (read from
     the file's ``lipschitz`` slot when it was made for the same weights and iterations)."""
-    from lipcli.lipschitz.bound import guaranteed_upper_bound, lipschitz_report, weights_fingerprint  # lazy: looked up at call time (tests replace it on its module)
 
     fingerprint = weights_fingerprint(model)
     bound, _ = guaranteed_upper_bound(model)

@@ -95,7 +95,7 @@ def _save(report: dict[str, Any], path: Optional[str]) -> Optional[str]:
 
 def _finish(report: Any, output: Optional[str], json_out: bool, printer) -> None:
     """Save ``--output``, print the report (its JSON or ``printer``'s table), then report a
-    failed save; ``report`` is one of :mod:`lipcli.bench.results`' reports."""
+    failed save; ``report`` is one of :mod:`lipcli.bench.reports`' reports."""
     data = report.to_json()
     error = _save(data, output)
     if json_out:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lipcli.cli.common import stdout_console
 
 if TYPE_CHECKING:  # the report types (importing lipcli.bench loads torch; `lip --help` must not)
-    from lipcli.bench.results import (ComponentBenchReport, CertifyBenchReport, Environment,
+    from lipcli.bench.reports import (ComponentBenchReport, CertifyBenchReport, Environment,
                                       ProfileReport, StepMemory, Table1Row, TrainBenchReport)
 
 #: caption suffix of the training benchmarks
@@ -227,7 +227,7 @@ def print_certify(report: CertifyBenchReport) -> None:
 # ---------------------------------------------------------------------------------------------
 def print_profile(report: ProfileReport) -> None:
     """Time per category, top operators, backward by autograd node, and the verdict
-    (after :meth:`~lipcli.bench.results.ProfileReport.check_target`)."""
+    (after :meth:`~lipcli.bench.reports.ProfileReport.check_target`)."""
     s = report.settings
     console = _console()
     share = _right("ms/step", "share")

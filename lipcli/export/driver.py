@@ -48,6 +48,9 @@ from lipcli.export.program import ROUND_DOWN
 from lipcli.host.models import recorded_dataset
 from lipcli.host.plugins import get_registry
 from lipcli.lipschitz.promises import verify_promises
+from lipcli.lipschitz.bound import guaranteed_upper_bound, model_input_shape
+from lipcli.host.modelfile import atomic_write_bytes
+from lipcli.host.models import load_model
 
 #: largest accepted difference between the exported program and lipcli, relative to the
 #: largest magnitude of lipcli's logits (radii)
@@ -234,9 +237,6 @@ def compare(run: Any, model: torch.nn.Module, certificate: Any, lipschitz: float
 def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
                  progress: Progress | None = None) -> ExportReport:
     """Export the model in ``model_path`` (see the module docstring)."""
-    from lipcli.lipschitz.bound import guaranteed_upper_bound, model_input_shape  # lazy: looked up at call time (tests replace it on its module)
-    from lipcli.host.modelfile import atomic_write_bytes  # lazy: looked up at call time (tests replace it on its module)
-    from lipcli.host.models import load_model  # lazy: looked up at call time (tests replace it on its module)
 
     report = progress or (lambda stage, done, total: None)
     model_path = Path(model_path)

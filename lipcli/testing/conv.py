@@ -41,6 +41,7 @@ from lipcli.testing.modules import check_state_roundtrip
 from lipcli.testing.specs import check_component_spec
 from lipcli.host.models import create_model
 from lipcli.lipschitz.promises import perturbed_copies
+from lipcli.lipschitz.bound import guaranteed_upper_bound
 
 __all__ = [
     "ConvCaseReport", "affine_matrix", "check_conv_network_bound", "check_conv_spec", "conv_cases",
@@ -272,7 +273,6 @@ def check_conv_network_bound(
     """Build ``arch`` (``width``) with ``conv``; on a float64 copy in eval mode compare the
     guaranteed network bound with the largest spectral norm of the dense Jacobian of the
     feature map at ``points`` random inputs; returns ``(bound, largest norm)``."""
-    from lipcli.lipschitz.bound import guaranteed_upper_bound  # lazy: looked up at call time (tests replace it on its module)
 
     torch.manual_seed(seed)
     model = create_model(arch, conv=conv, width=width, num_classes=10, registry=registry)

@@ -12,6 +12,7 @@ import torch
 
 from lipcli.testing.base import fail, require_equal
 from lipcli.host.plugins import get_registry
+from lipcli.host.models import create_model, load_model, save_model
 
 __all__ = ["RoundtripReport", "check_model_roundtrip"]
 
@@ -54,7 +55,6 @@ def check_model_roundtrip(
     freshly built model needs before evaluation (SPEC §1.2: random unit vectors can give
     a useless spectral-norm estimate).
     """
-    from lipcli.host.models import create_model, load_model, save_model  # lazy: looked up at call time (tests replace it on its module)
 
     reg = registry if registry is not None else get_registry()
     torch.manual_seed(seed)

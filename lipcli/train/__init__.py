@@ -47,9 +47,10 @@ Layout: :mod:`~lipcli.train.config` (:class:`TrainConfig`, settings files, file 
 :mod:`~lipcli.train.optim` (optimisers, schedules), :mod:`~lipcli.train.objective` (the loss
 plumbing, :class:`TrainStep`), :mod:`~lipcli.train.checkpoint`,
 :mod:`~lipcli.train.paths`, :mod:`~lipcli.train.reporting`, :mod:`~lipcli.train.evaluation`,
-:mod:`~lipcli.train.loop` (:func:`train`: configuration and resume),
-:mod:`~lipcli.train.run` (:class:`~lipcli.train.run.TrainingRun`: epochs and steps),
-:mod:`~lipcli.train.outputs` (its checkpoints and model file), :mod:`~lipcli.train.results`
+:mod:`~lipcli.train.driver` (:func:`train`: configuration and resume),
+:mod:`~lipcli.train.run` (:class:`~lipcli.train.run.TrainingRun`: checkpoints and model file;
+its parts in :mod:`~lipcli.train.parts`), :mod:`~lipcli.train.loop` (its epochs and steps),
+:mod:`~lipcli.train.results`
 (:class:`TrainSummary`, what :func:`train` returns) and :mod:`~lipcli.train.launch`
 (worker processes started by lipcli).  Everything public is
 re-exported here.  Errors name settings, never command-line options
@@ -93,9 +94,9 @@ _EXPORTS: dict[str, str] = {
     "TrainingInterrupted": "errors",
     "evaluate": "evaluation",
     "lipschitz_record": "evaluation",
-    "RESUME_CHANGEABLE": "loop",
-    "check_train": "loop",
-    "train": "loop",
+    "RESUME_CHANGEABLE": "driver",
+    "check_train": "driver",
+    "train": "driver",
     "LaunchResult": "launch",
     "launch_workers": "launch",
     "Evaluation": "results",

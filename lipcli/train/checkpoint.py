@@ -13,6 +13,7 @@ import torch
 
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.train.config import CHECKPOINT_FORMAT, CHECKPOINT_VERSION
+from lipcli.host.modelfile import atomic_write_bytes
 
 
 def flatten_state(obj: Any, prefix: str, tensors: dict[str, torch.Tensor]) -> Any:
@@ -104,7 +105,6 @@ def write_checkpoint(path: Path, tensors: dict[str, torch.Tensor], meta: dict[st
     """Atomically write a checkpoint: safetensors with ``lipcli.checkpoint`` JSON metadata."""
     from safetensors.torch import save
 
-    from lipcli.host.modelfile import atomic_write_bytes  # lazy: looked up at call time (tests replace it on its module)
 
     blob = save(tensors, metadata={"lipcli.checkpoint": json.dumps(meta, sort_keys=True, allow_nan=False)})
     try:

@@ -11,7 +11,8 @@ from torch import nn
 
 from lipcli.train.distributed import DistContext
 from lipcli.train.results import Evaluation
-from lipcli.lipschitz.promises import BrokenPromiseError, verify_promises
+from lipcli.lipschitz.promises import BrokenPromiseError, NonFiniteModelError, verify_promises
+from lipcli.lipschitz.bound import lipschitz_report
 
 
 @torch.no_grad()
@@ -44,8 +45,6 @@ def lipschitz_record(model: nn.Module, *, estimate: bool = True,
     broken promise keeps the trained weights but no guaranteed bound: ``upper_bound`` is
     ``None``, ``upper_bound_label`` says why and ``promise_broken`` holds the error line.
     """
-    from lipcli.lipschitz.bound import lipschitz_report  # lazy: looked up at call time (tests replace it on its module)
-    from lipcli.lipschitz.promises import BrokenPromiseError, NonFiniteModelError, verify_promises
 
     broken = label = None
     try:

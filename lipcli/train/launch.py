@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from lipcli.train.config import LAUNCH_ERRORS_ENV, LAUNCHER_ENV, LAUNCHER_PID_ENV
+from lipcli.host.modelfile import atomic_write_bytes
 
 #: the loggers of torch's launcher (the elastic agent, its rendezvous and process handling)
 _TORCH_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
@@ -122,7 +123,6 @@ def report_to_launcher(message: str, code: int) -> None:
     rank = os.environ.get("RANK")
     if not directory or rank is None or not rank.strip().isdigit() or launcher_gone():
         return
-    from lipcli.host.modelfile import atomic_write_bytes  # lazy: looked up at call time (tests replace it on its module)
 
     record = {"rank": int(rank), "code": int(code), "message": message, "time": time.time()}
     try:

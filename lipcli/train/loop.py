@@ -1,293 +1,297 @@
-"""The driver :func:`train`: configure (a new run, or a resume from its checkpoint), build the
-data and model, then hand over to :class:`lipcli.train.run.TrainingRun` (train, checkpoint,
-write the model file).  Every argument is validated before anything is written."""
+"""The epochs and steps of a training run (:class:`TrainingLoop`): per epoch a pass over the
+training data, the power-iteration refreshes, validation, the log record and the checkpoint;
+per step forward, backward and the optimiser step, replayed from a CUDA graph where one is
+used (:mod:`lipcli.train.cuda_graphs`)."""
 
 from __future__ import annotations
 
+import inspect
+import json
+import math
 import os
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from lipcli.train.locks import check_run_unlocked
-from lipcli.sdk.errors import LipError
-from lipcli.train.checkpoint import read_checkpoint
-from lipcli.train.config import (CHECKPOINT_NAME, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, MODEL_NAME,
-                                 TrainConfig)
+from lipcli.data.loaders import epoch_seed
+from lipcli.host.models import save_model
+from lipcli.train.config import INTERRUPT_ENV, TrainConfig
 from lipcli.train.distributed import DistContext
-from lipcli.train.errors import TrainError, TrainUsageError, literal
-from lipcli.train.objective import resolve_loss
-from lipcli.train.paths import RunPaths, _check_writable_dir, check_replaceable, plan_paths
+from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
+from lipcli.train.errors import TrainingDiverged, TrainingInterrupted, WorkerLost, literal
+from lipcli.train.evaluation import evaluate
+from lipcli.train.parts import Loaders, Optimization
 from lipcli.train.reporting import Reporter
-from lipcli.train.results import TrainSummary
-from lipcli.train.run import TrainingRun
-from lipcli.data.loaders import check_data_dir, load_data, resolve_dataset
-from lipcli.host.models import ComponentParameterError, build_model, make_config
-from lipcli.host.plugins import get_registry, parse_component_choice
-from lipcli.train.extradata import check_compatible, open_extra_data
+
+if TYPE_CHECKING:  # the run hands itself to its loop (lipcli.train.run imports this module)
+    from lipcli.train.run import TrainingRun
 
 
-def _component_names(cfg: TrainConfig) -> dict[str, str]:
-    return {"arch": cfg.arch, "conv": cfg.conv, "activation": cfg.activation, "pool": cfg.pool,
-            "head": cfg.head}
-
-
-RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs"})
-COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset", "loss")
-
-
-def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Any) -> bool:
-    """Whether ``given`` (a resume override) equals the stored value of setting ``key``."""
-    try:
-        value = getattr(stored.updated({key: given}, source="resume"), key)
-    except LipError:
-        return False
-    old = getattr(stored, key)
-    if value == old:
-        return True
-    if key in COMPONENT_SETTINGS and isinstance(value, str) and isinstance(old, str):
-        try:  # "mlp:hidden=32" and "mlp: hidden = 32" are the same choice
-            a, b = reg.component(key, value), reg.component(key, old)
-        except LipError:
-            return False
-        return a.name == b.name and a.params == b.params
-    return False
-
-
-def _arch_component(cfg: TrainConfig, reg: Any) -> Any:
-    """The architecture with the ``width`` setting applied; the same width given twice (in
-    ``arch``, ``NAME:width=W``, and as ``width``) is fine, two different widths are a usage
-    error."""
-    inline = parse_component_choice(cfg.arch)[1]
-    if cfg.width is None:
-        return reg.component("arch", cfg.arch)
-    if "width" in inline:
-        own = reg.component("arch", cfg.arch).params.get("width")
-        if own != cfg.width:
-            raise TrainUsageError(
-                f"conflicting widths: {{arch}} {literal(cfg.arch)} sets width {literal(own)} but "
-                f"{{width}} is {cfg.width}; give the width once"
-            )
-    return reg.component("arch", cfg.arch, {"width": cfg.width})
-
-
-def _component_error(exc: Any, cfg: TrainConfig) -> TrainUsageError:
-    """A :class:`~lipcli.host.models.ComponentParameterError` as the trainer reports it: the
-    setting that gave the rejected value when that is ``width``, else the component and its
-    values."""
-    width_only = cfg.width is not None and (
-        (exc.kind == "arch" and set(exc.params) == {"width"})
-        or (not exc.params and exc.context is not None and set(exc.context[2]) == {"width"})
-    )
-    if width_only:
-        return TrainUsageError(f"{{width}} {cfg.width}: {literal(exc.reason)}")
-    return TrainUsageError(literal(exc))
+def _interrupt_point() -> tuple[int, int] | None:
+    raw = os.environ.get(INTERRUPT_ENV, "").strip()
+    if not raw or raw == "end":
+        return None
+    epoch, _, step = raw.partition(":")
+    return int(epoch), int(step or 0)
 
 
 @dataclass
-class _Setup:
-    """A run as configured and validated (step 1 of :func:`train`); nothing written yet."""
+class TrainingLoop:
+    """The epochs and steps of ``run`` (from its ``state.epoch`` to the configured epochs),
+    and whether they are replayed from a CUDA graph (``graphed``, else ``graph_reason``)."""
 
-    cfg: TrainConfig
-    comps: dict[str, Any]
-    data_comp: Any
-    loss_comp: Any
-    root: str | None
-    device: torch.device
-    paths: RunPaths
-    workers: int
-    ckpt_tensors: dict[str, torch.Tensor] | None = None
-    ckpt_meta: dict[str, Any] | None = None
+    run: TrainingRun
+    graphed: GraphedStep | None = None
+    graph_reason: str | None = None
+    graph_reported: bool = False
+    # the run's parts the loop works with (fixed for the run's life)
+    cfg: TrainConfig = field(init=False)
+    ctx: DistContext = field(init=False)
+    device: torch.device = field(init=False)
+    reporter: Reporter = field(init=False)
+    loaders: Loaders = field(init=False)
+    optim: Optimization = field(init=False)
 
+    def __post_init__(self) -> None:
+        settings = self.run.settings
+        self.cfg, self.ctx, self.device = settings.cfg, settings.ctx, settings.device
+        self.reporter, self.loaders, self.optim = settings.reporter, self.run.loaders, self.run.optim
 
-def _configure(config: TrainConfig | None, ctx: DistContext, reg: Any, *, run_dir: str | None,
-               out: str | None, resume: str | None, resume_overrides: dict[str, Any] | None,
-               overwrite: bool) -> _Setup:
-    """Step 1 of :func:`train` for the process ``ctx``: the settings, components, data
-    directory, device, global batch, paths and locks, all validated; no side effects."""
-    ckpt_tensors: dict[str, torch.Tensor] | None = None
-    ckpt_meta: dict[str, Any] | None = None
-    paths: RunPaths | None = None  # for a new run: decided after validation, below
-    if resume is not None:
-        cfg, paths, ckpt_tensors, ckpt_meta = _resume_plan(resume, resume_overrides, out, overwrite, reg)
-    else:
-        cfg = config or TrainConfig()
-    cfg.validate()
-    comps = {}
-    for kind, choice in _component_names(cfg).items():
-        comps[kind] = _arch_component(cfg, reg) if kind == "arch" else reg.component(kind, choice)
-    data_comp = resolve_dataset(cfg.dataset, reg)
-    cfg, loss_comp = resolve_loss(cfg.resolved(), comps["head"], data_comp.name, reg)
-    root = check_data_dir(data_comp, cfg.data_dir, cfg.download)
-    device = ctx.resolve_device(cfg.device)
-    if cfg.batch_size % ctx.world_size:
-        raise TrainUsageError(
-            f"{{batch_size}} {cfg.batch_size} is the global batch; it must be divisible by the "
-            f"{ctx.world_size} processes"
+    def _distributed_step(self) -> nn.Module:
+        """The training step, wrapped in DistributedDataParallel in a torchrun job."""
+        if not self.ctx.distributed:
+            return self.optim.step_module
+        # rank 0's buffers (SOC power-iteration vectors) are copied to all ranks at every forward
+        sync = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+                else "broadcast_buffers")
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return DDP(self.optim.step_module, device_ids=device_ids, **{sync: True})
+
+    def _make_graphed_step(self, forward: nn.Module) -> None:
+        """Set :attr:`graphed` (``cuda_graphs``, :mod:`lipcli.train.cuda_graphs`) or the reason why not."""
+        mode = self.cfg.cuda_graphs
+        if mode == "off":
+            self.graph_reason = "off (--cuda-graphs off)"
+            return
+        self.graph_reason = graph_unsupported_reason(
+            self.device, self.optim.optimizer, distributed=self.ctx.distributed,
+            grad_scaler=self.optim.scaler.is_enabled())
+        if self.graph_reason is None:
+            params = [p for p in self.run.model.parameters() if p.requires_grad]
+            self.graphed = GraphedStep(
+                lambda images, labels: self._step_body(forward, images, labels, params),
+                self.optim.optimizer, self.device)
+            self.reporter.print("cuda graphs: training steps replayed from a CUDA graph")
+        elif mode == "on" or self.device.type == "cuda":
+            self.reporter.print(f"cuda graphs: not used: {self.graph_reason}")
+
+    def _report_graph_failure(self) -> None:
+        """Say once (one line) when the graph capture failed and steps ran eagerly."""
+        graphed = self.graphed
+        if graphed is not None and graphed.reason and not self.graph_reported:
+            self.graph_reported = True
+            self.graph_reason = graphed.reason
+            self.reporter.print(f"cuda graphs: not used: {graphed.reason}; training steps run eagerly")
+
+    def graph_record(self) -> dict[str, Any]:
+        """The model file's record of CUDA-graph use."""
+        record: dict[str, Any] = {"mode": self.cfg.cuda_graphs}
+        if self.graphed is not None:
+            record.update(self.graphed.summary())
+        else:
+            record.update(captured=False, reason=self.graph_reason)
+        return record
+
+    # ---- training ---------------------------------------------------------------------------
+    def train_epochs(self) -> None:
+        """Train from ``state.epoch`` to ``cfg.epochs``; Ctrl-C becomes :class:`TrainingInterrupted`."""
+        forward = self._distributed_step()
+        self._make_graphed_step(forward)
+        interrupt_at = _interrupt_point()
+        self.reporter.start()
+        current_epoch = self.run.state.epoch
+        try:
+            for epoch in range(self.run.state.epoch, self.cfg.epochs):
+                current_epoch = epoch
+                sums, extra, train_time = self._train_epoch(epoch, forward, interrupt_at)
+                record = self._epoch_record(epoch, sums, extra, train_time)
+                self._validate(epoch, record)
+                self._finish_epoch(epoch, record, int(sums[2]), train_time)
+        except KeyboardInterrupt:
+            self.reporter.stop()
+            raise self.interrupted(self.run.state.epoch, f"during epoch {current_epoch + 1}") from None
+        finally:
+            self.reporter.stop()
+
+    def _train_epoch(self, epoch: int, forward: nn.Module,
+                     interrupt_at: tuple[int, int] | None) -> tuple[torch.Tensor, dict[str, torch.Tensor], float]:
+        """One pass over this rank's training data, then the end-of-epoch power-iteration
+        refresh and the loss's ``end_epoch``.  Returns the local sums (loss, correct, images),
+        the summed loss parts (by name) and the time taken."""
+        cfg, device = self.cfg, self.device
+        seed = epoch_seed(cfg.seed, epoch, self.ctx.rank)
+        torch.manual_seed(seed)
+        self.loaders.train.generator.manual_seed(seed)
+        self.loaders.sampler.set_epoch(epoch)
+        self.run.model.train()
+        self.optim.step_module.train()
+        self.reporter.epoch(epoch + 1, cfg.epochs, self.loaders.steps_per_epoch)
+        params = [p for p in self.run.model.parameters() if p.requires_grad]
+        check_every = 1 if device.type == "cpu" else 25
+        mid_step = self.loaders.steps_per_epoch // 2
+        sums = torch.zeros(3, dtype=torch.float64, device=device)
+        extra: dict[str, torch.Tensor] = {}
+        checked = torch.zeros(1, dtype=torch.float64, device=device)
+        t0 = time.perf_counter()
+        seen = 0
+        for i, (images, labels) in enumerate(self.loaders.train):
+            if interrupt_at is not None and interrupt_at == (epoch, i):
+                raise KeyboardInterrupt
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
+            loss, logits, parts = self._optimizer_step(forward, images, labels, params)
+            n = labels.shape[0]
+            seen += n
+            sums[0] += loss.detach().double() * n
+            sums[1] += (logits.argmax(dim=1) == labels).sum()
+            sums[2] += n
+            for name, value in parts.items():
+                if name not in extra:
+                    extra[name] = torch.zeros((), dtype=torch.float64, device=device)
+                extra[name] += value.double() * n
+            if i == mid_step and self.loaders.steps_per_epoch > 1:
+                self._refresh_power_iteration()
+            if (i + 1) % check_every == 0 or i + 1 == self.loaders.steps_per_epoch:
+                self._check_finite(sums, checked, epoch, i)
+                if self.reporter.progress is not None:
+                    dt = max(time.perf_counter() - t0, 1e-9)
+                    self.reporter.update(i + 1, float(sums[0] / sums[2]), float(sums[1] / sums[2]),
+                                         seen * self.ctx.world_size / dt)
+        self._report_graph_failure()
+        self._refresh_power_iteration()  # end of epoch: before evaluation and before the checkpoint
+        self.optim.step_module.end_epoch()
+        self.ctx.sync_module_state(self.optim.step_module.loss)
+        return sums, extra, time.perf_counter() - t0
+
+    def _optimizer_step(self, forward: nn.Module, images: torch.Tensor,
+                        labels: torch.Tensor, params: list[nn.Parameter]) -> tuple[Any, Any, Any]:
+        """zero_grad, then :meth:`_step_body` (replayed from a CUDA graph where one is used),
+        then the scheduler step; returns the step module's (loss, logits, parts)."""
+        if self.graphed is not None:
+            out = self.graphed(images, labels)
+        else:
+            self.optim.optimizer.zero_grad(set_to_none=True)
+            out = self._step_body(forward, images, labels, params)
+        self.optim.scheduler.step()
+        self.run.state.step += 1
+        return out
+
+    def _step_body(self, forward: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                   params: list[nn.Parameter]) -> tuple[Any, Any, Any]:
+        """Forward (under autocast), backward, clip, optimiser step (no zero_grad, no
+        scheduler step: the part a CUDA graph records); returns (loss, logits, parts)."""
+        cfg, optimizer, scaler = self.cfg, self.optim.optimizer, self.optim.scaler
+        with torch.autocast(self.device.type, dtype=self.optim.amp_dtype, enabled=cfg.amp):
+            loss, logits, parts = forward(images, labels)
+        scaler.scale(loss).backward()
+        if cfg.grad_clip:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        # detached: a returned graph would keep the step's autograd graph (and, when it is
+        # captured, the graph's gradient-accumulation nodes) alive between steps
+        return loss.detach(), logits, parts
+
+    def _check_finite(self, sums: torch.Tensor, checked: torch.Tensor, epoch: int, i: int) -> None:
+        """Raise :class:`TrainingDiverged` when the summed loss over all ranks is NaN or inf."""
+        checked.copy_(sums[:1])
+        self.ctx.all_reduce_sum(checked)
+        if not math.isfinite(float(checked)):
+            diverged = TrainingDiverged(
+                f"loss became NaN/inf at epoch {epoch + 1}, step {i + 1} (lr "
+                f"{self.optim.scheduler.get_last_lr()[0]:.3g}); kept the last good checkpoint "
+                f"{literal(self.run.settings.paths.checkpoint)} (epoch {self.run.state.epoch}); "
+                "try a lower {lr} or "
+                "{grad_clip} 1"
+            )
+            diverged.silent = not self.ctx.is_main  # every rank sees the same sum: rank 0 says it
+            raise diverged
+
+    def _refresh_power_iteration(self) -> None:
+        """Advance the model's power iterations (where it has them); copy rank 0's state to all."""
+        refresher = getattr(self.run.model, "refresh_power_iteration", None)
+        if callable(refresher):
+            refresher(self.cfg.power_iter_steps)
+        self.ctx.sync_module_state(self.run.model)
+
+    def _epoch_record(self, epoch: int, sums: torch.Tensor, extra: dict[str, torch.Tensor],
+                      train_time: float) -> dict[str, Any]:
+        """Sum the epoch's statistics over all ranks; the log record of its training metrics."""
+        self.ctx.all_reduce_sum(sums)
+        for name in sorted(extra):
+            self.ctx.all_reduce_sum(extra[name])
+        record: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "train_loss": float(sums[0] / sums[2]),
+            "train_accuracy": float(sums[1] / sums[2]),
+            "lr": float(self.optim.optimizer.param_groups[0]["lr"]),
+            "time_s": round(train_time, 3),
+            "images_per_s": round(float(sums[2]) / max(train_time, 1e-9), 1),
+        }
+        for name in sorted(extra):
+            record[f"train_{name}"] = float(extra[name] / sums[2])
+        return record
+
+    def _validate(self, epoch: int, record: dict[str, Any]) -> None:
+        """Add the validation loss and accuracy to ``record`` (where there is a validation set);
+        with ``keep_best``, rank 0 saves a new best model."""
+        if self.loaders.val is None:
+            return
+
+        val = evaluate(self.run.model, self.loaders.val, self.ctx)
+        record["val_loss"], record["val_accuracy"] = val.loss, val.accuracy
+        state = self.run.state
+        if self.cfg.keep_best and (state.best is None or val.accuracy > state.best["val_accuracy"]):
+            state.best = {"epoch": epoch + 1, "val_accuracy": val.accuracy}
+            if self.ctx.is_main:
+                save_model(self.run.model, self.run.settings.paths.best, dataset=self.run.data.info(),
+                           training={"epoch": epoch + 1, "val_accuracy": val.accuracy})
+
+    def _finish_epoch(self, epoch: int, record: dict[str, Any], images: int, train_time: float) -> None:
+        """Count the epoch as done: update the progress, append to the log, checkpoint, print."""
+        state = self.run.state
+        state.epoch = epoch + 1
+        state.elapsed += train_time
+        state.images += images
+        state.history.append(record)
+        if self.ctx.is_main:
+            with open(self.run.settings.paths.log, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+        self.run.save_checkpoint()
+        self.ctx.barrier()
+        self.reporter.print(
+            f"epoch {epoch + 1}/{self.cfg.epochs}  loss {record['train_loss']:.4f}  "
+            f"acc {record['train_accuracy']:.4f}"
+            + (f"  val {record['val_accuracy']:.4f}" if "val_accuracy" in record else "")
+            + f"  lr {record['lr']:.3g}  {record['images_per_s']:.0f} img/s  {train_time:.1f}s"
         )
-    if paths is None:
-        paths = plan_paths(cfg, run_dir=run_dir, out=out, overwrite=overwrite)
-    workers = cfg.workers if cfg.workers is not None else (
-        0 if device.type == "cpu"
-        else min(MAX_CUDA_WORKERS, max(1, (os.cpu_count() or 2) // ctx.local_world_size - 1))
-    )
-    return _Setup(cfg=cfg, comps=comps, data_comp=data_comp, loss_comp=loss_comp, root=root,
-                  device=device, paths=paths, workers=workers, ckpt_tensors=ckpt_tensors,
-                  ckpt_meta=ckpt_meta)
 
-
-def _data_and_model(setup: _Setup, reg: Any, *, download: bool) -> tuple[Any, Any, dict[str, Any], nn.Module]:
-    """Step 2 of :func:`train`: the data (downloaded first when ``download``), the extra
-    data, the model configuration and the model (seeded, on the CPU)."""
-    cfg, comps = setup.cfg, setup.comps
-    data = load_data(
-        setup.data_comp, setup.root, download=download, augment=cfg.augment,
-        val_split=cfg.val_split, limit_train=cfg.limit_train, limit_test=cfg.limit_test,
-        seed=cfg.seed,
-    )
-    extra = _open_extra_data(cfg, data)
-    model_config = make_config(
-        comps["arch"].to_config(), conv=comps["conv"].to_config(),
-        activation=comps["activation"].to_config(), pool=comps["pool"].to_config(),
-        head=comps["head"].to_config(), num_classes=data.num_classes,
-        in_channels=data.image_shape[0], image_size=data.image_shape[1:], mean=data.mean,
-        std=data.std, registry=reg,
-    )
-    torch.manual_seed(cfg.seed)
-    try:
-        model = build_model(model_config, reg)
-    except ComponentParameterError as exc:
-        raise _component_error(exc, cfg) from exc
-    return data, extra, model_config, model
-
-
-def check_train(
-    config: TrainConfig | None = None,
-    *,
-    processes: int = DEFAULT_NPROC_PER_NODE,
-    run_dir: str | None = None,
-    out: str | None = None,
-    resume: str | None = None,
-    resume_overrides: dict[str, Any] | None = None,
-    registry: Any = None,
-    overwrite: bool = False,
-) -> RunPaths:
-    """Everything :func:`train` validates before it trains, for a run of ``processes``
-    processes on this machine (ranks ``0 .. processes - 1``), done in this process: the
-    settings, components, data directory, device of every rank, global batch, paths, locks,
-    then the data (downloaded here when ``download`` asks for it) and the model, which are
-    dropped again.  Nothing is written except a requested download.  Returns the run
-    directory and model file that :func:`train` would use (a new timestamped run directory
-    is decided here; pass it on as ``run_dir``).  Raises what :func:`train` would raise."""
-    if processes < 1:
-        raise TrainUsageError(f"processes must be at least 1 (got {processes})")
-    reg = registry or get_registry()
-    ctx = DistContext(rank=0, world_size=processes, local_rank=processes - 1,
-                      local_world_size=processes, distributed=processes > 1)
-    setup = _configure(config, ctx, reg, run_dir=run_dir, out=out, resume=resume,
-                       resume_overrides=resume_overrides, overwrite=overwrite)
-    _data_and_model(setup, reg, download=setup.cfg.download)
-    return setup.paths
-
-
-def train(
-    config: TrainConfig | None = None,
-    *,
-    run_dir: str | None = None,
-    out: str | None = None,
-    resume: str | None = None,
-    resume_overrides: dict[str, Any] | None = None,
-    quiet: bool = False,
-    registry: Any = None,
-    overwrite: bool = False,
-) -> TrainSummary | None:
-    """Train (or resume) a model; returns its :class:`~lipcli.train.results.TrainSummary`
-    (``None`` on the processes other than rank 0 of a torchrun job; ``summary.to_json()`` is
-    what ``lip train --json`` prints).  See the :mod:`lipcli.train` docstring.
-
-    For a new run pass ``config``; for ``resume`` (a run directory) the stored config is used
-    and only ``resume_overrides`` in :data:`RESUME_CHANGEABLE` (and ``out``) may change it
-    (an override equal to the stored value is accepted).  An existing model file or finished
-    run directory is replaced only with ``overwrite`` (see :func:`plan_paths`).
-    Every argument is validated before anything is written (:func:`check_train` does the same
-    validation alone, e.g. before worker processes are started).
-    """
-    reg = registry or get_registry()
-    ctx = DistContext.from_env()
-
-    # ---- 1. configuration (no side effects) --------------------------------------------------
-    setup = _configure(config, ctx, reg, run_dir=run_dir, out=out, resume=resume,
-                       resume_overrides=resume_overrides, overwrite=overwrite)
-    cfg, device, paths = setup.cfg, setup.device, setup.paths
-    reporter = Reporter(enabled=ctx.is_main and not quiet)
-
-    # ---- 2. data and model (still nothing written, except a requested download) -------------
-    ctx.init(device)
-    try:
-        if ctx.distributed:  # one run directory for everyone (rank 0's timestamp)
-            paths = RunPaths(*(Path(p) for p in ctx.broadcast_json([str(paths.run_dir), str(paths.out)])))
-        if cfg.download and not ctx.is_main:
-            ctx.barrier()  # rank 0 downloads first
-        data, extra, model_config, model = _data_and_model(setup, reg, download=cfg.download and ctx.is_main)
-        if cfg.download and ctx.is_main:
-            ctx.barrier()
-        model = model.to(device)
-        run = TrainingRun.build(cfg, ctx, device, paths, reporter, data, model, model_config,
-                                 loss=setup.loss_comp, workers=setup.workers, extra=extra)
-        run.overwrite = overwrite
-        return run.execute(setup.ckpt_tensors, setup.ckpt_meta)
-    finally:
-        reporter.stop()
-        ctx.destroy()
-
-
-def _resume_plan(
-    resume: str, resume_overrides: dict[str, Any] | None, out: str | None, overwrite: bool, reg: Any
-) -> tuple[TrainConfig, RunPaths, dict[str, torch.Tensor], dict[str, Any]]:
-    """The stored config (with the allowed overrides), the paths and the checkpoint of the run
-    in directory ``resume``; nothing is written."""
-    rd = Path(resume).expanduser()
-    if not rd.is_dir():
-        raise TrainUsageError(f"{{resume}} {literal(rd)}: not a directory")
-    ckpt_tensors, ckpt_meta = read_checkpoint(rd / CHECKPOINT_NAME)
-    cfg = TrainConfig().updated(ckpt_meta["config"], source=str(rd / CHECKPOINT_NAME))
-    overrides = dict(resume_overrides or {})
-    fixed = sorted(
-        k for k in overrides if k not in RESUME_CHANGEABLE and not _same_setting(k, cfg, overrides[k], reg)
-    )
-    if fixed:
-        raise TrainUsageError(
-            "{resume} continues a run with its stored settings; cannot change "
-            + ", ".join(f"{{{k}}} (stored: {literal(repr(getattr(cfg, k)))})" for k in fixed)
+    def interrupted(self, done: int, when: str, lost: bool = False) -> TrainingInterrupted | WorkerLost:
+        """The error for a Ctrl-C ``when`` (e.g. "during epoch 3") with ``done`` epochs
+        checkpointed, with the resume command (:mod:`lipcli.train.errors`); ``lost``: for a
+        lost connection to another process of the run instead (exit 1)."""
+        ctx = self.ctx
+        run_dir = literal(self.run.settings.paths.run_dir)
+        what = "another process of the run stopped (connection lost)" if lost else f"interrupted {when}"
+        error = (WorkerLost if lost else TrainingInterrupted)(
+            f"{what}; the checkpoint after epoch {done} is in {run_dir}; resume "
+            f"with: {{command}} {{resume}} {run_dir}",
+            launch=None if ctx.world_size == 1 else ctx.local_world_size, launcher=ctx.launcher,
         )
-    cfg = cfg.updated({k: v for k, v in overrides.items() if k in RESUME_CHANGEABLE}, source="resume")
-    stored_out = ckpt_meta.get("out")
-    if stored_out is not None and (not isinstance(stored_out, str) or not stored_out.strip()):
-        raise TrainError(f"{literal(rd / CHECKPOINT_NAME)} records an invalid output path; pass {{out}} FILE")
-    out = out or stored_out
-    if not os.access(rd, os.W_OK | os.X_OK):
-        raise TrainUsageError(f"run directory {literal(rd)} is not writable")
-    paths = RunPaths(run_dir=rd, out=Path(out).expanduser() if out else rd / MODEL_NAME)
-    if paths.out.is_dir():
-        raise TrainUsageError(
-            f"{{out}} {literal(paths.out)} is a directory; give a file name (e.g. model.safetensors)")
-    # the same rule as a new run: an existing file is replaced only with ``overwrite``, and
-    # only if it is a lipcli model file (the checkpoint's path is not trusted)
-    check_replaceable(paths.out, overwrite, f"or write elsewhere: {{command}} {{resume}} {literal(rd)} {{out}} OTHER")
-    _check_writable_dir(paths.out.parent, "output directory")
-    check_run_unlocked(rd, paths.out)
-    return cfg, paths, ckpt_tensors, ckpt_meta
-
-
-def _open_extra_data(cfg: TrainConfig, data: Any) -> Any:
-    """The ``extra_data`` arrays, memory-mapped and checked against the data (or None)."""
-    if cfg.extra_data is None:
-        return None
-
-    extra = open_extra_data(cfg.extra_data)
-    check_compatible(extra, image_shape=data.image_shape, num_classes=data.num_classes)
-    return extra
-
+        error.silent = not ctx.is_main  # one message per run, from rank 0 (or the launcher)
+        return error

@@ -34,7 +34,7 @@ def test_inline_part_keys_stand_at_the_fields_place_and_none_leaves_nothing():
 
 
 def test_bench_environment_puts_its_cuda_part_where_the_dict_had_it():
-    from lipcli.bench.results import Environment, GpuEnvironment
+    from lipcli.bench.reports import Environment, GpuEnvironment
 
     env = Environment(device="cuda:0", device_name="G", torch="2", python="3", lipcli="0",
                       platform="p", cpu_count=2, torch_threads=1, torch_interop_threads=1,
@@ -50,7 +50,7 @@ def test_bench_environment_puts_its_cuda_part_where_the_dict_had_it():
 
 
 def test_bench_graph_use_is_the_host_summary_or_the_reason():
-    from lipcli.bench.results import GraphUse
+    from lipcli.bench.reports import GraphUse
 
     summary = {"captured": True, "replays": 5, "eager_steps": 3, "reason": None}
     assert json.dumps(GraphUse.of(summary).to_json()) == json.dumps(summary)  # same keys, order

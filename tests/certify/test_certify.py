@@ -138,6 +138,9 @@ def test_wrong_lipschitz_bound_is_caught_as_a_soundness_violation(model_file: Pa
         bound, rows = real(model)
         return bound / 1000.0, rows
 
+    # where certify uses it (first: importing lipcli.certify.steps here must bind the real one),
+    # then inside lipschitz_report
+    monkeypatch.setattr("lipcli.certify.steps.guaranteed_upper_bound", too_small)
     monkeypatch.setattr(lipschitz_mod, "guaranteed_upper_bound", too_small)
     before = _sha(model_file)
     res = CliRunner().invoke(app, [

@@ -66,7 +66,10 @@ def no_work(monkeypatch):
     def boom(*_a, **_k):
         raise AssertionError("the work started before the output path was checked")
 
-    monkeypatch.setattr("lipcli.host.models.load_model", boom)
+    # where each command looks it up; the importing module first, so that importing it here
+    # cannot bind the replacement for good
+    monkeypatch.setattr("lipcli.certify.driver.load_model", boom)  # lip certify
+    monkeypatch.setattr("lipcli.host.models.load_model", boom)  # lip lipschitz, lip bench certify
     for name in ("bench_train", "bench_certify", "bench_profile"):
         monkeypatch.setattr(bench_mod, name, boom)
 
