@@ -83,3 +83,15 @@ def test_lipschitz_device_defaults_to_auto_like_certify():
         return next(p.default for p in command.params if p.name == "device")
 
     assert default("lipschitz") == default("certify") == "auto"
+
+
+@pytest.mark.parametrize("args", [[], ["bench"]], ids=["lip", "lip bench"])
+def test_a_bare_group_prints_its_help(args, tmp_path):
+    """Bare ``lip`` and ``lip bench`` (no subcommand): the group's help, exit 2 (issue 26 item 2;
+    typer 0.29 printed nothing)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "lipcli", *args], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 2
+    assert r.stderr.startswith("Usage: lip") and "Commands:" in r.stderr
+    assert ("profile" if args else "certify") in r.stderr
