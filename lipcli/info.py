@@ -45,6 +45,7 @@ class StoredLipschitz:
     includes_normalization: Any
     weights_sha256: Any
     empirical_lower: Any  # the stored lower bound's value
+    weights_match: bool | None = None  # stored for the file's weights (None: not recorded)
     how: str = (
         "upper bound: product of per-layer guaranteed bounds (SPEC §5); estimate: product "
         "of per-layer power-method estimates (not guaranteed)"
@@ -64,6 +65,8 @@ class StoredCertification:
     lipschitz: Any  # the label of the Lipschitz constant used
     sound: Any
     attack: dict[str, Any] | None
+    weights_sha256: Any = None
+    weights_match: bool | None = None  # certified the file's weights (None: not recorded)
 
 
 @dataclass
@@ -73,6 +76,7 @@ class ModelCard:
     file: str
     bytes: int
     sha256: str
+    weights_sha256: str | None  # fingerprint of the tensors (stored results carry theirs)
     written_by: str | None
     format_version: int
     components: list[ComponentCard]
@@ -147,7 +151,26 @@ def _components(config: dict[str, Any]) -> tuple[list[ComponentCard], list[str]]
     return cards, missing
 
 
-def _lipschitz(meta: dict[str, Any]) -> StoredLipschitz | None:
+def _weights_sha256(path: Path) -> str | None:
+    """The fingerprint of the file's tensors (:func:`~lipcli.host.modelfile.tensors_fingerprint`);
+    ``None`` when they cannot be read (the card is still shown)."""
+    from lipcli.host.modelfile import read_model_file, tensors_fingerprint
+
+    try:
+        return tensors_fingerprint(read_model_file(path).tensors)
+    except ModelFileError:
+        return None
+
+
+def _matches(record: Any, weights: str | None) -> bool | None:
+    """Whether a stored record's ``weights_sha256`` is the file's (``None``: unknown)."""
+    stored = record.get("weights_sha256") if isinstance(record, dict) else None
+    if not isinstance(stored, str) or weights is None:
+        return None
+    return stored == weights
+
+
+def _lipschitz(meta: dict[str, Any], weights: str | None = None) -> StoredLipschitz | None:
     lip = meta.get("lipschitz")
     if not isinstance(lip, dict):
         return None
@@ -156,14 +179,17 @@ def _lipschitz(meta: dict[str, Any]) -> StoredLipschitz | None:
         **{k: lip.get(k) for k in ("upper_bound", "upper_bound_label", "estimate", "estimate_label",
                                     "estimate_iters", "includes_normalization", "weights_sha256")},
         empirical_lower=emp.get("value") if isinstance(emp, dict) else emp,
+        weights_match=_matches(lip, weights),
     )
 
 
-def _results(meta: dict[str, Any]) -> dict[str, Any] | None:
+def _results(meta: dict[str, Any], weights: str | None = None) -> dict[str, Any] | None:
     res = meta.get("results")
     if not isinstance(res, dict):
         return None
     out: dict[str, Any] = {k: v for k, v in res.items() if k != "certify"}
+    if "weights_sha256" in res:  # lip train's evaluation
+        out["weights_match"] = _matches(res, weights)
     cert = res.get("certify")
     if isinstance(cert, dict):
         out["certify"] = StoredCertification(
@@ -178,6 +204,7 @@ def _results(meta: dict[str, Any]) -> dict[str, Any] | None:
             sound=cert.get("sound"),
             attack=None if not isinstance(cert.get("attack"), dict) else {
                 k: cert["attack"].get(k) for k in ("steps", "restarts", "violations")},
+            weights_sha256=cert.get("weights_sha256"), weights_match=_matches(cert, weights),
         )
     return out
 
@@ -206,10 +233,12 @@ def model_card(path: str | os.PathLike) -> ModelCard:
     except (OSError, ValueError) as exc:
         raise ModelFileError(f"{p}: cannot read the tensor header: {exc}") from None
     image = config.get("image_size") or [32, 32]
+    weights = _weights_sha256(p)
     return ModelCard(
-        file=str(p), bytes=p.stat().st_size, sha256=_sha256(p), written_by=meta.get("version"),
+        file=str(p), bytes=p.stat().st_size, sha256=_sha256(p), weights_sha256=weights,
+        written_by=meta.get("version"),
         format_version=meta.get("format_version"), components=components, missing=missing,
         num_classes=config.get("num_classes"), input_shape=[config.get("in_channels"), *image],
         parameters=params, dataset=meta.get("dataset"), normalization=meta.get("normalization"),
-        lipschitz=_lipschitz(meta), results=_results(meta), training=_training(meta), notes=notes,
+        lipschitz=_lipschitz(meta, weights), results=_results(meta, weights), training=_training(meta), notes=notes,
     )

@@ -42,32 +42,39 @@ RESULTS_KEY = "certify"
 
 
 def _store_results(
-    model_path: str | os.PathLike, metadata: dict[str, Any], cert: CertificateRun,
-    file_cache: dict[str, Any], outcome: CertifyOutcome,
+    model_path: str | os.PathLike, weights_sha256: str, cert: CertificateRun, outcome: CertifyOutcome,
 ) -> None:
     """Write ``results["certify"]`` (and a changed certificate cache) into the model file;
-    sets ``summary.written``.  A failed write raises :class:`ResultsNotWrittenError`
-    carrying the finished outcome."""
-    from lipcli.host.modelfile import update_metadata
+    sets ``summary.written``.  Under the model file's lock the file is read again: the slots
+    are merged into what it holds now (another write-back meanwhile is kept), and nothing is
+    written when its weights are no longer those certified (``weights_sha256``: replaced
+    during the run).  A failed write raises :class:`ResultsNotWrittenError` carrying the
+    finished outcome."""
+    from lipcli.host.modelfile import update_results_locked
 
     summary = outcome.summary
-    updates: dict[str, Any] = {}
-    if isinstance(cert.cache, dict) and cert.cache != cert.cache_before:
-        file_cache[cert.name] = cert.cache
-        updates["cache"] = file_cache
-    stored_results = metadata.get("results")
-    stored_results = dict(stored_results) if isinstance(stored_results, dict) else {}
-    stored_results[RESULTS_KEY] = strict_json(summary.to_json())
-    updates["results"] = stored_results
+    record = strict_json(summary.to_json())
+    changed = isinstance(cert.cache, dict) and cert.cache != cert.cache_before
+
+    def merge(metadata: dict[str, Any]) -> dict[str, Any]:
+        updates: dict[str, Any] = {}
+        if changed:
+            cache = metadata.get("cache")
+            updates["cache"] = {**(cache if isinstance(cache, dict) else {}), cert.name: cert.cache}
+        results = metadata.get("results")
+        updates["results"] = {**(results if isinstance(results, dict) else {}), RESULTS_KEY: record}
+        return updates
+
     summary.written = []
     try:
-        update_metadata(model_path, updates)
+        written = update_results_locked(model_path, merge, weights_sha256=weights_sha256,
+                                        what="certification")
     except (LipError, OSError) as exc:
         text = str(exc) if isinstance(exc, LipError) else f"cannot write {model_path}: {exc.strerror or exc}"
-        raise ResultsNotWrittenError(
-            f"{text} (the results were not stored in the model file)", outcome
-        ) from None
-    summary.written = sorted(updates)
+        if "results not written" not in text:
+            text += " (the results were not stored in the model file)"
+        raise ResultsNotWrittenError(text, outcome) from None
+    summary.written = sorted(written)
 
 
 @in_full_float32_precision
@@ -99,6 +106,9 @@ def run_certification(
     t0 = time.perf_counter()
     model, mf = load_model(model_path, registry=reg, device=device)
     model.eval()
+    from lipcli.host.modelfile import tensors_fingerprint
+
+    loaded_sha256 = tensors_fingerprint(mf.tensors)  # the weights certified (checked before the write)
     config = model.lipcli_config
     times["load"] = time.perf_counter() - t0
     notes: list[str] = []
@@ -218,7 +228,7 @@ def run_certification(
         violations=violations,
     )
     if options.write and not violations:
-        _store_results(model_path, mf.metadata, cert, file_cache, outcome)
+        _store_results(model_path, loaded_sha256, cert, outcome)
     else:
         summary.written = []
     return outcome

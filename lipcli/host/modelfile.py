@@ -19,17 +19,18 @@ parses only the safetensors header and raw tensor data: no code is ever executed
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
 from lipcli import __version__
-from lipcli.sdk.errors import ModelFileError
+from lipcli.sdk.errors import LipError, ModelFileError
 
 FORMAT_NAME = "lipcli-model"
 FORMAT_VERSION = 1
@@ -139,6 +140,70 @@ def update_metadata(path: str | os.PathLike, updates: dict[str, Any]) -> None:
     meta = dict(mf.metadata)
     meta.update(updates)
     save_model_file(path, mf.tensors, meta)
+
+
+def tensors_fingerprint(tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 over tensors in name order (name, shape, dtype, bytes): identifies the weights
+    that a stored value or result belongs to.  A model's state dict and the file it was
+    loaded from give the same digest (:func:`lipcli.host.lipschitz.weights_fingerprint`)."""
+    digest = hashlib.sha256()
+    for key, value in sorted(tensors.items()):
+        t = value.detach().contiguous().cpu()
+        digest.update(f"{key}|{tuple(t.shape)}|{t.dtype}|".encode())
+        # reshape(-1): a 0-d tensor cannot be viewed as bytes directly
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+class ModelFileChangedError(LipError):
+    """The model file's weights are no longer the ones a result was computed for (the file
+    was replaced meanwhile); nothing was written (exit 1)."""
+
+
+#: how long a write-back waits for the model file's lock (held briefly by another write-back,
+#: for a whole run by ``lip train`` writing the same file)
+LOCK_WAIT_S = 60.0
+
+
+def update_results_locked(
+    path: str | os.PathLike, update: Callable[[dict[str, Any]], dict[str, Any]], *,
+    weights_sha256: str, what: str, wait_s: float = LOCK_WAIT_S,
+) -> dict[str, Any]:
+    """Write back results into the model file at ``path`` without losing anyone's update:
+    under the file's lock (the one ``lip train`` holds on its output), re-read the file,
+    refuse with :class:`ModelFileChangedError` unless its tensors still have the fingerprint
+    ``weights_sha256`` (those ``what`` was computed for), then apply ``update(metadata)``
+    (the slots to replace, merged into the current metadata by the caller) and rewrite it
+    atomically.  Returns the slots written."""
+    import time
+
+    from lipcli.host.locks import FileLock, LockedError, output_lock_path
+
+    path = Path(path)
+    lock = FileLock(output_lock_path(path), f"model file {path}")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            lock.acquire()
+            break
+        except LockedError as exc:
+            if time.monotonic() >= deadline:
+                who = f"process {exc.holder}" if exc.holder else "another process"
+                raise LipError(f"model file {path} stayed locked by {who} (a lip train run writing "
+                               f"it?) for {wait_s:g} s; {what} results not written") from None
+            time.sleep(0.05)
+    try:
+        mf = read_model_file(path)
+        if tensors_fingerprint(mf.tensors) != weights_sha256:
+            raise ModelFileChangedError(
+                f"model file {path} changed during {what} (its weights are no longer the ones "
+                "evaluated); results not written"
+            )
+        updates = update(dict(mf.metadata))
+        save_model_file(path, mf.tensors, {**mf.metadata, **updates})
+        return updates
+    finally:
+        lock.release()
 
 
 def _read_raw(path: str | os.PathLike, *, tensors: bool) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

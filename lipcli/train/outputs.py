@@ -230,6 +230,9 @@ class RunOutputs:
             print(clean(f"warning: {lipschitz['promise_broken']}; the model file records no "
                         "Lipschitz bound"), file=sys.stderr)
         training = self._training_metadata()
+        from lipcli.host.modelfile import tensors_fingerprint
+
+        results = {**results, "weights_sha256": tensors_fingerprint(self.model.state_dict())}
         try:  # never replace a file that appeared meanwhile unless ``overwrite`` (and a model)
             check_replaceable(self.paths.out, self.overwrite)
             save_model(self.model, self.paths.out, dataset=self.data.info(), lipschitz=lipschitz,
