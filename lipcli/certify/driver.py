@@ -128,6 +128,16 @@ def run_certification(
     n = len(dataset) if options.limit is None else min(options.limit, len(dataset))
     ds_info.size = n
     ds_info.limit = options.limit
+    indices = None  # the points evaluated: the whole split, or the subset lip train evaluates
+    if n < len(dataset):
+        from torch.utils.data import Subset
+
+        from lipcli.host.data import dataset_labels, stratified_indices
+
+        indices = stratified_indices(dataset_labels(dataset), n)
+        dataset = Subset(dataset, indices)
+        notes.append(f"limit {n}: a seeded, class-stratified subset of the split's {len(dataset.dataset)} "
+                     "points (the same for every model; the one lip train evaluates with the same limit)")
 
     # -- 2. features (float32, eval mode) --------------------------------------------------------
     from lipcli.host.promises import capture_inputs, verify_promises
@@ -173,6 +183,8 @@ def run_certification(
             model, dataset, predictions, correct, radius, options, rows, device, report
         )
         times["attack"] = time.perf_counter() - t0
+        for v in violations if indices is not None else ():
+            v.index = indices[v.index]  # the point's index in the split
 
     times["total"] = time.perf_counter() - t_start
     guaranteed = options.lipschitz == "bound"
@@ -225,7 +237,7 @@ def run_certification(
         summary.notes.append(unsound)
     outcome = CertifyOutcome(
         summary=summary, labels=labels, predictions=predictions, radius=radius,
-        violations=violations,
+        violations=violations, indices=indices,
     )
     if options.write and not violations:
         _store_results(model_path, loaded_sha256, cert, outcome)

@@ -35,7 +35,8 @@ def certify(
     data_dir: DataDirOption = None,
     download: DownloadOption = _C.download,
     split: Annotated[str, typer.Option("--split", help="Data set split to certify.")] = _C.split,
-    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N points of the split.")] = _C.limit,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Only N points of the split: a seeded subset stratified by "
+        "class, the same for every model and the one `lip train --limit-test N` evaluates.")] = _C.limit,
     batch_size: Annotated[int, typer.Option(
         "--batch-size", help="Batch size for features, certificates and attacks.")] = _C.batch_size,
     device: DeviceOption = _C.device,
@@ -181,7 +182,8 @@ def write_per_sample_csv(path: Path, outcome: Any) -> None:
     labels = outcome.labels.tolist()
     preds = outcome.predictions.tolist()
     radius = outcome.radius.tolist()
-    for i, (lab, pred, rad) in enumerate(zip(labels, preds, radius)):
+    indices = outcome.indices if outcome.indices is not None else range(len(labels))
+    for i, lab, pred, rad in zip(indices, labels, preds, radius):
         lines.append(f"{i},{lab},{pred},{int(lab == pred)},{rad!r}")
     try:
         path.write_text("\n".join(lines) + "\n")

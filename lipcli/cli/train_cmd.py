@@ -91,8 +91,9 @@ def train(
         "epoch (needs --val-split).")] = _D.keep_best,
     limit_train: Annotated[Optional[int], typer.Option("--limit-train", help="Train on a seeded random "
         "subset of N images.")] = _D.limit_train,
-    limit_test: Annotated[Optional[int], typer.Option("--limit-test", help="Test on a seeded random subset "
-        "of N images.")] = _D.limit_test,
+    limit_test: Annotated[Optional[int], typer.Option("--limit-test", help="Test on N images: a seeded subset "
+        "stratified by class, the same for every --seed and the one `lip certify --limit N` "
+        "evaluates.")] = _D.limit_test,
     lipschitz_estimate: Annotated[bool, typer.Option("--lipschitz-estimate/--no-lipschitz-estimate",
         help="Also store the power-method estimate of Lip(g) (the guaranteed bound is always "
         "stored).")] = _D.lipschitz_estimate,
