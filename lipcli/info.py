@@ -45,11 +45,11 @@ class StoredLipschitz:
     includes_normalization: Any
     weights_sha256: Any
     empirical_lower: Any  # the stored lower bound's value
-    weights_match: bool | None = None  # stored for the file's weights (None: not recorded)
     how: str = (
         "upper bound: product of per-layer guaranteed bounds (SPEC §5); estimate: product "
         "of per-layer power-method estimates (not guaranteed)"
     )
+    weights_match: bool | None = None  # stored for the file's weights (None: not recorded)
 
 
 @dataclass

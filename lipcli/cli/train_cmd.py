@@ -40,7 +40,7 @@ def train(
     dataset: Annotated[str, typer.Option("--dataset", help="Data set: cifar10, cifar100, imagefolder, "
         "digits, or a plugin's.")] = _D.dataset,
     data_dir: DataDirOption = None,
-    download: DownloadOption = _D.download,
+    download: DownloadOption = None,
     extra_data: Annotated[Optional[Path], typer.Option("--extra-data", help="Extra training images: an "
         "uncompressed .npz (or a directory) with 'image' uint8 NxHxWxC and 'label'; "
         "memory-mapped, augmented like the data set.")] = None,
@@ -138,7 +138,9 @@ def train(
             cfg = _without_file_width(
                 cfg.updated(load_config_file(config), source=str(config)), given
             )
-        positional = [cfg.updated(given, source="command line")]
+        from lipcli.cli.dataroot import for_training
+
+        positional = [for_training(cfg.updated(given, source="command line"), "download" in given, quiet)]
         plan = {"run_dir": None if run_dir is None else str(run_dir)}
     plan.update(out=None if out is None else str(out), overwrite=overwrite)
     if nproc_per_node > 1:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -139,6 +140,36 @@ def split_indices(indices: list[int], fraction: float, seed: int) -> tuple[list[
 def resolve_dataset(choice: str | dict, registry: Registry | None = None) -> Component:
     """``"name"`` / ``"name:key=value"`` -> a dataset Component (unknown names: exit 2)."""
     return (registry or get_registry()).component("dataset", choice)
+
+
+#: the environment variable naming the default data root
+DATA_ENV = "LIPCLI_DATA"
+#: the built-in data sets that download themselves (published archives, MD5-checked) and so
+#: have a default data root
+DOWNLOADABLE = ("cifar10", "cifar100")
+
+
+def user_cache_dir() -> Path:
+    """The platform's per-user cache folder: ``$XDG_CACHE_HOME`` (absolute) or ``~/.cache``
+    on Linux and other POSIX systems, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on
+    Windows (as the platformdirs package decides, without depending on it)."""
+    import sys
+
+    home = Path(os.path.expanduser("~"))
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA", "")
+        return Path(local) if local else home / "AppData" / "Local"
+    if sys.platform == "darwin":
+        return home / "Library" / "Caches"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return Path(xdg) if os.path.isabs(xdg) else home / ".cache"  # a relative one is invalid
+
+
+def default_data_root() -> Path:
+    """Where a downloadable data set lives when no directory is given: ``$LIPCLI_DATA``,
+    else :func:`user_cache_dir` ``/lipcli/data``."""
+    env = os.environ.get(DATA_ENV, "").strip()
+    return Path(env).expanduser().absolute() if env else user_cache_dir() / "lipcli" / "data"
 
 
 def check_data_dir(component: Component, root: str | None, download: bool) -> str | None:

@@ -62,12 +62,12 @@ def test_debug_after_the_subcommand_shows_the_traceback(tmp_path):
 
 
 def test_a_failed_download_is_a_runtime_error(tmp_path, monkeypatch):
-    import torchvision
+    import torchvision.datasets.utils
 
     def offline(*args, **kwargs):
         raise OSError("network is unreachable")
 
-    monkeypatch.setattr(torchvision.datasets, "CIFAR10", offline)
+    monkeypatch.setattr(torchvision.datasets.utils, "download_and_extract_archive", offline)
     r = runner.invoke(app, ["train", "--dataset", "cifar10", "--data-dir", str(tmp_path / "c"),
                             "--download", "--width", "4", "--epochs", "1",
                             "--out", str(tmp_path / "m.safetensors")])
