@@ -11,8 +11,8 @@ import typer
 from lipcli.cli.common import cli_errors, print_json
 from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, recipe_text
 from lipcli.cli.options import DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption
-from lipcli.train.config import (DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, OPTIMIZER_LR,
-                                 SCHEDULES, TrainConfig)
+from lipcli.train.config import (DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS,
+                                 MAX_NPROC_PER_NODE, OPTIMIZER_LR, SCHEDULES, TrainConfig)
 
 _COMPONENT = "NAME or NAME:key=value,..."
 #: the defaults the options have and show (written once, in TrainConfig); an option counts as
@@ -104,7 +104,7 @@ def train(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing model file (--out) and "
         "a finished run in the run directory (its log and checkpoint); without it lip train "
         "refuses to replace them.")] = False,
-    nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", min=1, help="Processes on this "
+    nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", min=1, max=MAX_NPROC_PER_NODE, help="Processes on this "
         "machine. 1: train in this process; N > 1: validate the run here, then start N worker "
         "processes (DDP; gloo on CPU, one GPU each with CUDA) and wait for them, as `torchrun "
         "--nproc-per-node N -m lipcli train ...` does.")] = DEFAULT_NPROC_PER_NODE,

@@ -215,6 +215,8 @@ def _read_raw(path: str | os.PathLike, *, tensors: bool) -> tuple[dict[str, torc
     if path.is_dir():
         raise ModelFileError(f"{path} is a directory, not a model file")
     _check_header_size(path)
+    if not _utf8_name(path):
+        return _read_by_python(path, tensors=tensors)
     try:
         out: dict[str, torch.Tensor] = {}
         with safe_open(str(path), framework="pt", device="cpu") as fh:
@@ -224,6 +226,41 @@ def _read_raw(path: str | os.PathLike, *, tensors: bool) -> tuple[dict[str, torc
                     out[key] = fh.get_tensor(key)
     except OSError as exc:
         raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelFileError(
+            f"{path} is not a valid safetensors model file (truncated or corrupt?): {first}"
+        ) from None
+    return out, raw
+
+
+def _utf8_name(path: Path) -> bool:
+    """Whether ``path`` is valid UTF-8 (safetensors opens files by a UTF-8 name only; a POSIX
+    file name may be any bytes, which Python carries as surrogate escapes)."""
+    try:
+        os.fsdecode(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _read_by_python(path: Path, *, tensors: bool) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """:func:`_read_raw` for a file whose name is not UTF-8: Python opens it, safetensors
+    parses the bytes (the header's ``__metadata__`` read as safetensors stores it)."""
+    from safetensors.torch import load
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read() if tensors else fh.read(8)
+            size = int.from_bytes(data[:8], "little")
+            header = data[8:8 + size] if tensors else fh.read(size)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        raw = json.loads(header).get("__metadata__") or {}
+        out = load(data) if tensors else {}
+        if not isinstance(raw, dict):
+            raise ValueError("__metadata__ is not an object")
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelFileError(

@@ -259,7 +259,7 @@ def test_bad_inputs_give_one_line_and_exit_code(model_file: Path, tmp_path: Path
     cases = [
         ([str(tmp_path / "missing.safetensors")], 2, "not found"),
         ([m, "--dataset", "nope"], 2, "unknown dataset 'nope'"),
-        ([m, "--dataset", "cifar10"], 2, "--data-dir"),
+        ([m, "--dataset", "cifar10", "--no-download", "-q"], 2, "no-data-root does not exist"),
         ([m, "--dataset", "cifar10", "--data-dir", str(tmp_path / "nodir")], 2, "--data-dir: data directory"),
         ([m, "--dataset", "cifar10", "--data-dir", str(tmp_path)], 2, "cifar"),
         ([m, "--split", "validation"], 2, "validation"),
