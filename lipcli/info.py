@@ -187,26 +187,31 @@ def _results(meta: dict[str, Any], weights: str | None = None) -> dict[str, Any]
     res = meta.get("results")
     if not isinstance(res, dict):
         return None
-    out: dict[str, Any] = {k: v for k, v in res.items() if k != "certify"}
+    out: dict[str, Any] = {k: v for k, v in res.items() if k not in ("certify", "certify_runs")}
     if "weights_sha256" in res:  # lip train's evaluation
         out["weights_match"] = _matches(res, weights)
-    cert = res.get("certify")
-    if isinstance(cert, dict):
-        out["certify"] = StoredCertification(
-            dataset=cert.get("dataset"),
-            clean_accuracy=cert.get("clean_accuracy"),
-            total=cert.get("total"),
-            radii=[{k: r.get(k) for k in ("radius_units", "radius", "certified_accuracy")}
-                   for r in cert.get("radii", []) if isinstance(r, dict)],
-            radius_unit=cert.get("radius_unit"),
-            certificate=(cert.get("certificate") or {}).get("name"),
-            lipschitz=(cert.get("lipschitz") or {}).get("label"),
-            sound=cert.get("sound"),
-            attack=None if not isinstance(cert.get("attack"), dict) else {
-                k: cert["attack"].get(k) for k in ("steps", "restarts", "violations")},
-            weights_sha256=cert.get("weights_sha256"), weights_match=_matches(cert, weights),
-        )
+    if isinstance(res.get("certify"), dict):
+        out["certify"] = _certification(res["certify"], weights)
+    if isinstance(res.get("certify_runs"), list):  # every distinct certification stored
+        out["certify_runs"] = [_certification(r, weights) for r in res["certify_runs"] if isinstance(r, dict)]
     return out
+
+
+def _certification(cert: dict[str, Any], weights: str | None) -> StoredCertification:
+    return StoredCertification(
+        dataset=cert.get("dataset"),
+        clean_accuracy=cert.get("clean_accuracy"),
+        total=cert.get("total"),
+        radii=[{k: r.get(k) for k in ("radius_units", "radius", "certified_accuracy")}
+               for r in cert.get("radii", []) if isinstance(r, dict)],
+        radius_unit=cert.get("radius_unit"),
+        certificate=(cert.get("certificate") or {}).get("name"),
+        lipschitz=(cert.get("lipschitz") or {}).get("label"),
+        sound=cert.get("sound"),
+        attack=None if not isinstance(cert.get("attack"), dict) else {
+            k: cert["attack"].get(k) for k in ("steps", "restarts", "violations")},
+        weights_sha256=cert.get("weights_sha256"), weights_match=_matches(cert, weights),
+    )
 
 
 def _training(meta: dict[str, Any]) -> dict[str, Any] | None:

@@ -39,6 +39,38 @@ from lipcli.sdk.errors import LipError
 
 #: the model file's ``results`` key holding the summary
 RESULTS_KEY = "certify"
+#: the ``results`` key listing the summaries of distinct certifications (oldest first; a run
+#: of the same evaluation replaces its record), so that concurrent runs all keep theirs
+HISTORY_KEY = "certify_runs"
+MAX_HISTORY = 16
+
+
+def evaluation_key(record: Any) -> str:
+    """What makes two stored certifications the same evaluation: the weights, the data
+    (name, parameters, split, points, limit), the certificate, the Lipschitz constant, the
+    radii and the attack settings."""
+    import json
+
+    if not isinstance(record, dict):
+        return ""
+    ds = record.get("dataset") if isinstance(record.get("dataset"), dict) else {}
+    cert = record.get("certificate") if isinstance(record.get("certificate"), dict) else {}
+    lip = record.get("lipschitz") if isinstance(record.get("lipschitz"), dict) else {}
+    attack = record.get("attack") if isinstance(record.get("attack"), dict) else {}
+    key = [record.get("weights_sha256"), [ds.get(k) for k in ("name", "params", "split", "size", "limit")],
+           cert.get("name"), cert.get("top_k"), lip.get("method"),
+           [r.get("radius") for r in record.get("radii") or [] if isinstance(r, dict)],
+           [attack.get(k) for k in ("steps", "restarts")]]
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+def _with_history(results: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """``results`` with ``record`` as the latest certification and in the history."""
+    history = results.get(HISTORY_KEY)
+    history = [r for r in history if isinstance(r, dict)] if isinstance(history, list) else []
+    key = evaluation_key(record)
+    history = [r for r in history if evaluation_key(r) != key] + [record]
+    return {**results, RESULTS_KEY: record, HISTORY_KEY: history[-MAX_HISTORY:]}
 
 
 def _store_results(
@@ -62,7 +94,7 @@ def _store_results(
             cache = metadata.get("cache")
             updates["cache"] = {**(cache if isinstance(cache, dict) else {}), cert.name: cert.cache}
         results = metadata.get("results")
-        updates["results"] = {**(results if isinstance(results, dict) else {}), RESULTS_KEY: record}
+        updates["results"] = _with_history(results if isinstance(results, dict) else {}, record)
         return updates
 
     summary.written = []

@@ -41,6 +41,20 @@ def _for_weights(match: bool | None) -> str:
     return "for these weights" if match else "for OTHER weights: the file was replaced since; rerun"
 
 
+def _certification_line(cert: Any) -> str:
+    """One stored certification (a :class:`~lipcli.info.StoredCertification`) as a line."""
+    radii = ", ".join(f"{_fmt(r['radius_units'])}: {100 * r['certified_accuracy']:.2f}%"
+                      for r in cert.radii)
+    ds_c = cert.dataset or {}
+    attack = cert.attack
+    return (f"lip certify ({cert.certificate}, Lipschitz {cert.lipschitz}, "
+            f"{'sound' if cert.sound else 'NOT sound'}) on {ds_c.get('name')} "
+            f"{ds_c.get('split')} ({cert.total} points): clean {100 * cert.clean_accuracy:.2f}%, "
+            f"certified at {radii} (radii x1/{_fmt(cert.radius_unit)})"
+            + ("" if not attack else f"; PGD check {attack['steps']} steps x {attack['restarts']}: "
+               f"{attack['violations']} violations") + f" ({_for_weights(cert.weights_match)})")
+
+
 def print_card(card: Any) -> None:
     """A :class:`~lipcli.info.ModelCard` on stdout (plain text, no markup, control characters
     removed: file strings are inert)."""
@@ -85,16 +99,10 @@ def print_card(card: Any) -> None:
             f"{_for_weights(res.get('weights_match'))})")
     cert = res.get("certify")
     if cert:
-        radii = ", ".join(f"{_fmt(r['radius_units'])}: {100 * r['certified_accuracy']:.2f}%"
-                          for r in cert.radii)
-        ds_c = cert.dataset or {}
-        attack = cert.attack
-        say(f"lip certify ({cert.certificate}, Lipschitz {cert.lipschitz}, "
-            f"{'sound' if cert.sound else 'NOT sound'}) on {ds_c.get('name')} "
-            f"{ds_c.get('split')} ({cert.total} points): clean {100 * cert.clean_accuracy:.2f}%, "
-            f"certified at {radii} (radii x1/{_fmt(cert.radius_unit)})"
-            + ("" if not attack else f"; PGD check {attack['steps']} steps x {attack['restarts']}: "
-               f"{attack['violations']} violations") + f" ({_for_weights(cert.weights_match)})")
+        say(_certification_line(cert))
+        others = [c for c in res.get("certify_runs") or [] if c != cert]
+        for other in others:
+            say("  also stored: " + _certification_line(other))
     else:
         say("lip certify: no stored results")
     tr = card.training

@@ -101,8 +101,23 @@ def test_concurrent_certifies_and_lipschitz_write_all_survive(tmp_path):
     meta = read_metadata(a)
     weights = tensors_fingerprint(read_model_file(a).tensors)
     assert meta["results"]["certify"]["total"] in totals
+    runs = meta["results"]["certify_runs"]  # every distinct certification is kept
+    assert sorted(r["total"] for r in runs) == [6, 7, 8] == sorted(totals)
+    assert meta["results"]["certify"] == runs[-1]
     assert meta["results"]["certify"]["weights_sha256"] == weights
     assert meta["lipschitz"]["weights_sha256"] == weights
+
+
+def test_the_same_evaluation_replaces_its_record_and_info_lists_the_others(tmp_path):
+    a = save_tiny_model(tmp_path / "a.safetensors", dataset=DIGITS)
+    for limit in ("6", "8", "6"):
+        assert runner.invoke(app, ["certify", str(a), "--radii", "36", "--limit", limit, "-q"]).exit_code == 0
+    results = read_metadata(a)["results"]
+    assert [r["total"] for r in results["certify_runs"]] == [8, 6] and results["certify"]["total"] == 6
+    card = json.loads(runner.invoke(app, ["info", str(a), "--json"]).stdout)
+    assert [r["total"] for r in card["results"]["certify_runs"]] == [8, 6]
+    text = runner.invoke(app, ["info", str(a)]).stdout
+    assert "(6 points)" in text and "  also stored: lip certify" in text and "(8 points)" in text
 
 
 def test_info_says_whether_stored_results_match_the_weights(tmp_path):
