@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from lipcli.certify.attack import attack_radii
-from lipcli.certify.data import check_class_names, check_compatible, load_dataset
+from lipcli.certify.data import check_class_names, check_compatible, limit_subset, load_dataset
 from lipcli.certify.options import CertifyOptions
 from lipcli.certify.results import (
     BOUND_TEXT,
@@ -160,16 +160,7 @@ def run_certification(
     n = len(dataset) if options.limit is None else min(options.limit, len(dataset))
     ds_info.size = n
     ds_info.limit = options.limit
-    indices = None  # the points evaluated: the whole split, or the subset lip train evaluates
-    if n < len(dataset):
-        from torch.utils.data import Subset
-
-        from lipcli.host.data import dataset_labels, stratified_indices
-
-        indices = stratified_indices(dataset_labels(dataset), n)
-        dataset = Subset(dataset, indices)
-        notes.append(f"limit {n}: a seeded, class-stratified subset of the split's {len(dataset.dataset)} "
-                     "points (the same for every model; the one lip train evaluates with the same limit)")
+    dataset, indices = limit_subset(dataset, n, notes)  # indices: None for the whole split
 
     # -- 2. features (float32, eval mode) --------------------------------------------------------
     from lipcli.host.promises import capture_inputs, verify_promises
