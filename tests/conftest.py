@@ -50,7 +50,7 @@ IMAGEFOLDER_CLASSES = ("circle", "cross", "square")
 def _no_user_data_root(tmp_path_factory, monkeypatch):
     """The default data root of every test is an empty folder of its own (never the user's
     cache): a test needing CIFAR there writes it (tests never download)."""
-    monkeypatch.setenv("LIPCLI_DATA", str(tmp_path_factory.getbasetemp() / "no-data-root"))
+    monkeypatch.setenv("LIPCLI_DATA", str(tmp_path_factory.mktemp("data") / "no-data-root"))
 
 
 @pytest.fixture(autouse=True)
