@@ -52,6 +52,7 @@ class StoredLipschitz:
         "upper bound: product of per-layer guaranteed bounds (SPEC §5); estimate: product "
         "of per-layer power-method estimates (not guaranteed)"
     )
+    weights_match: bool | None = None  # stored for the file's weights (None: not recorded)
 
 
 @dataclass
@@ -67,6 +68,8 @@ class StoredCertification:
     lipschitz: Any  # the label of the Lipschitz constant used
     sound: Any
     attack: dict[str, Any] | None
+    weights_sha256: Any = None
+    weights_match: bool | None = None  # certified the file's weights (None: not recorded)
 
 
 @dataclass
@@ -76,6 +79,7 @@ class ModelCard:
     file: str
     bytes: int
     sha256: str
+    weights_sha256: str | None  # fingerprint of the tensors (stored results carry theirs)
     written_by: str | None
     format_version: int
     components: list[ComponentCard]
@@ -146,7 +150,26 @@ def _components(config: dict[str, Any]) -> tuple[list[ComponentCard], list[str]]
     return cards, missing
 
 
-def _lipschitz(meta: dict[str, Any]) -> StoredLipschitz | None:
+def _weights_sha256(path: Path) -> str | None:
+    """The fingerprint of the file's tensors (:func:`~lipcli.host.modelfile.tensors_fingerprint`);
+    ``None`` when they cannot be read (the card is still shown)."""
+    from lipcli.host.modelfile import read_model_file, tensors_fingerprint
+
+    try:
+        return tensors_fingerprint(read_model_file(path).tensors)
+    except ModelFileError:
+        return None
+
+
+def _matches(record: Any, weights: str | None) -> bool | None:
+    """Whether a stored record's ``weights_sha256`` is the file's (``None``: unknown)."""
+    stored = record.get("weights_sha256") if isinstance(record, dict) else None
+    if not isinstance(stored, str) or weights is None:
+        return None
+    return stored == weights
+
+
+def _lipschitz(meta: dict[str, Any], weights: str | None = None) -> StoredLipschitz | None:
     lip = meta.get("lipschitz")
     if not isinstance(lip, dict):
         return None
@@ -155,30 +178,39 @@ def _lipschitz(meta: dict[str, Any]) -> StoredLipschitz | None:
         **{k: lip.get(k) for k in ("upper_bound", "upper_bound_label", "estimate", "estimate_label",
                                     "estimate_iters", "includes_normalization", "weights_sha256")},
         empirical_lower=emp.get("value") if isinstance(emp, dict) else emp,
+        weights_match=_matches(lip, weights),
     )
 
 
-def _results(meta: dict[str, Any]) -> dict[str, Any] | None:
+def _results(meta: dict[str, Any], weights: str | None = None) -> dict[str, Any] | None:
     res = meta.get("results")
     if not isinstance(res, dict):
         return None
-    out: dict[str, Any] = {k: v for k, v in res.items() if k != "certify"}
-    cert = res.get("certify")
-    if isinstance(cert, dict):
-        out["certify"] = StoredCertification(
-            dataset=cert.get("dataset"),
-            clean_accuracy=cert.get("clean_accuracy"),
-            total=cert.get("total"),
-            radii=[{k: r.get(k) for k in ("radius_units", "radius", "certified_accuracy")}
-                   for r in cert.get("radii", []) if isinstance(r, dict)],
-            radius_unit=cert.get("radius_unit"),
-            certificate=(cert.get("certificate") or {}).get("name"),
-            lipschitz=(cert.get("lipschitz") or {}).get("label"),
-            sound=cert.get("sound"),
-            attack=None if not isinstance(cert.get("attack"), dict) else {
-                k: cert["attack"].get(k) for k in ("steps", "restarts", "violations")},
-        )
+    out: dict[str, Any] = {k: v for k, v in res.items() if k not in ("certify", "certify_runs")}
+    if "weights_sha256" in res:  # lip train's evaluation
+        out["weights_match"] = _matches(res, weights)
+    if isinstance(res.get("certify"), dict):
+        out["certify"] = _certification(res["certify"], weights)
+    if isinstance(res.get("certify_runs"), list):  # every distinct certification stored
+        out["certify_runs"] = [_certification(r, weights) for r in res["certify_runs"] if isinstance(r, dict)]
     return out
+
+
+def _certification(cert: dict[str, Any], weights: str | None) -> StoredCertification:
+    return StoredCertification(
+        dataset=cert.get("dataset"),
+        clean_accuracy=cert.get("clean_accuracy"),
+        total=cert.get("total"),
+        radii=[{k: r.get(k) for k in ("radius_units", "radius", "certified_accuracy")}
+               for r in cert.get("radii", []) if isinstance(r, dict)],
+        radius_unit=cert.get("radius_unit"),
+        certificate=(cert.get("certificate") or {}).get("name"),
+        lipschitz=(cert.get("lipschitz") or {}).get("label"),
+        sound=cert.get("sound"),
+        attack=None if not isinstance(cert.get("attack"), dict) else {
+            k: cert["attack"].get(k) for k in ("steps", "restarts", "violations")},
+        weights_sha256=cert.get("weights_sha256"), weights_match=_matches(cert, weights),
+    )
 
 
 def _training(meta: dict[str, Any]) -> dict[str, Any] | None:
@@ -205,10 +237,12 @@ def model_card(path: str | os.PathLike) -> ModelCard:
     except (OSError, ValueError) as exc:
         raise ModelFileError(f"{p}: cannot read the tensor header: {exc}") from None
     image = config.get("image_size") or [32, 32]
+    weights = _weights_sha256(p)
     return ModelCard(
-        file=str(p), bytes=p.stat().st_size, sha256=_sha256(p), written_by=meta.get("version"),
+        file=str(p), bytes=p.stat().st_size, sha256=_sha256(p), weights_sha256=weights,
+        written_by=meta.get("version"),
         format_version=meta.get("format_version"), components=components, missing=missing,
         num_classes=config.get("num_classes"), input_shape=[config.get("in_channels"), *image],
         parameters=params, dataset=meta.get("dataset"), normalization=meta.get("normalization"),
-        lipschitz=_lipschitz(meta), results=_results(meta), training=_training(meta), notes=notes,
+        lipschitz=_lipschitz(meta, weights), results=_results(meta, weights), training=_training(meta), notes=notes,
     )

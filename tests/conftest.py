@@ -50,6 +50,13 @@ IMAGEFOLDER_CLASSES = ("circle", "cross", "square")
 
 
 @pytest.fixture(autouse=True)
+def _no_user_data_root(tmp_path_factory, monkeypatch):
+    """The default data root of every test is an empty folder of its own (never the user's
+    cache): a test needing CIFAR there writes it (tests never download)."""
+    monkeypatch.setenv("LIPCLI_DATA", str(tmp_path_factory.mktemp("data") / "no-data-root"))
+
+
+@pytest.fixture(autouse=True)
 def _restore_torch_threads():
     """Every test starts with the session's torch thread count: CLI tests that pass
     ``--threads 1`` and expect a usage error set it before failing, and single-threaded

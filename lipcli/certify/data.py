@@ -138,3 +138,19 @@ def stack(dataset: Any, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]
         images.append(torch.as_tensor(img, dtype=torch.float32))
         labels.append(int(lab))
     return torch.stack(images), torch.tensor(labels, dtype=torch.long)
+
+
+def limit_subset(dataset: Any, n: int, notes: list[str]) -> tuple[Any, list[int] | None]:
+    """The ``n`` points to certify: the whole split (indices ``None``), or the seeded,
+    class-stratified subset that ``lip train --limit-test n`` evaluates too
+    (:func:`lipcli.data.loaders.stratified_indices`; a note says so)."""
+    if n >= len(dataset):
+        return dataset, None
+    from torch.utils.data import Subset
+
+    from lipcli.data.loaders import dataset_labels, stratified_indices
+
+    indices = stratified_indices(dataset_labels(dataset), n)
+    notes.append(f"limit {n}: a seeded, class-stratified subset of the split's {len(dataset)} points "
+                 "(the same for every model; the one lip train evaluates with the same limit)")
+    return Subset(dataset, indices), indices

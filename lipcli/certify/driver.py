@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from lipcli.certify.attack import attack_radii
-from lipcli.certify.data import check_class_names, check_compatible, load_dataset
+from lipcli.certify.data import check_class_names, check_compatible, limit_subset, load_dataset
 from lipcli.certify.options import CertifyOptions
 from lipcli.certify.results import (
     BOUND_TEXT,
@@ -36,7 +36,7 @@ from lipcli._util.outputs import check_model_writable
 from lipcli._util.strictjson import strict_json
 from lipcli.numerics.precision import in_full_float32_precision
 from lipcli.sdk.errors import LipError
-from lipcli.host.modelfile import update_metadata
+from lipcli.host.modelfile import update_metadata, update_results_locked
 from lipcli.host.plugins import get_registry
 from lipcli.lipschitz.bound import BOUND_LABEL
 from lipcli.lipschitz.promises import capture_inputs, verify_promises
@@ -44,33 +44,72 @@ from lipcli.host.models import load_model
 
 #: the model file's ``results`` key holding the summary
 RESULTS_KEY = "certify"
+#: the ``results`` key listing the summaries of distinct certifications (oldest first; a run
+#: of the same evaluation replaces its record), so that concurrent runs all keep theirs
+HISTORY_KEY = "certify_runs"
+MAX_HISTORY = 16
+
+
+def evaluation_key(record: Any) -> str:
+    """What makes two stored certifications the same evaluation: the weights, the data
+    (name, parameters, split, points, limit), the certificate, the Lipschitz constant, the
+    radii and the attack settings."""
+    import json
+
+    if not isinstance(record, dict):
+        return ""
+    ds = record.get("dataset") if isinstance(record.get("dataset"), dict) else {}
+    cert = record.get("certificate") if isinstance(record.get("certificate"), dict) else {}
+    lip = record.get("lipschitz") if isinstance(record.get("lipschitz"), dict) else {}
+    attack = record.get("attack") if isinstance(record.get("attack"), dict) else {}
+    key = [record.get("weights_sha256"), [ds.get(k) for k in ("name", "params", "split", "size", "limit")],
+           cert.get("name"), cert.get("top_k"), lip.get("method"),
+           [r.get("radius") for r in record.get("radii") or [] if isinstance(r, dict)],
+           [attack.get(k) for k in ("steps", "restarts")]]
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+def _with_history(results: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """``results`` with ``record`` as the latest certification and in the history."""
+    history = results.get(HISTORY_KEY)
+    history = [r for r in history if isinstance(r, dict)] if isinstance(history, list) else []
+    key = evaluation_key(record)
+    history = [r for r in history if evaluation_key(r) != key] + [record]
+    return {**results, RESULTS_KEY: record, HISTORY_KEY: history[-MAX_HISTORY:]}
 
 
 def _store_results(
-    model_path: str | os.PathLike, metadata: dict[str, Any], cert: CertificateRun,
-    file_cache: dict[str, Any], outcome: CertifyOutcome,
+    model_path: str | os.PathLike, weights_sha256: str, cert: CertificateRun, outcome: CertifyOutcome,
 ) -> None:
     """Write ``results["certify"]`` (and a changed certificate cache) into the model file;
-    sets ``summary.written``.  A failed write raises :class:`ResultsNotWrittenError`
-    carrying the finished outcome."""
+    sets ``summary.written``.  Under the model file's lock the file is read again: the slots
+    are merged into what it holds now (another write-back meanwhile is kept), and nothing is
+    written when its weights are no longer those certified (``weights_sha256``: replaced
+    during the run).  A failed write raises :class:`ResultsNotWrittenError` carrying the
+    finished outcome."""
     summary = outcome.summary
-    updates: dict[str, Any] = {}
-    if isinstance(cert.cache, dict) and cert.cache != cert.cache_before:
-        file_cache[cert.name] = cert.cache
-        updates["cache"] = file_cache
-    stored_results = metadata.get("results")
-    stored_results = dict(stored_results) if isinstance(stored_results, dict) else {}
-    stored_results[RESULTS_KEY] = strict_json(summary.to_json())
-    updates["results"] = stored_results
+    record = strict_json(summary.to_json())
+    changed = isinstance(cert.cache, dict) and cert.cache != cert.cache_before
+
+    def merge(metadata: dict[str, Any]) -> dict[str, Any]:
+        updates: dict[str, Any] = {}
+        if changed:
+            cache = metadata.get("cache")
+            updates["cache"] = {**(cache if isinstance(cache, dict) else {}), cert.name: cert.cache}
+        results = metadata.get("results")
+        updates["results"] = _with_history(results if isinstance(results, dict) else {}, record)
+        return updates
+
     summary.written = []
     try:
-        update_metadata(model_path, updates)
+        written = update_results_locked(model_path, merge, weights_sha256=weights_sha256,
+                                        what="certification")
     except (LipError, OSError) as exc:
         text = str(exc) if isinstance(exc, LipError) else f"cannot write {model_path}: {exc.strerror or exc}"
-        raise ResultsNotWrittenError(
-            f"{text} (the results were not stored in the model file)", outcome
-        ) from None
-    summary.written = sorted(updates)
+        if "results not written" not in text:
+            text += " (the results were not stored in the model file)"
+        raise ResultsNotWrittenError(text, outcome) from None
+    summary.written = sorted(written)
 
 
 @in_full_float32_precision
@@ -99,6 +138,9 @@ def run_certification(
     t0 = time.perf_counter()
     model, mf = load_model(model_path, registry=reg, device=device)
     model.eval()
+    from lipcli.host.modelfile import tensors_fingerprint
+
+    loaded_sha256 = tensors_fingerprint(mf.tensors)  # the weights certified (checked before the write)
     config = model.lipcli_config
     times["load"] = time.perf_counter() - t0
     notes: list[str] = []
@@ -118,6 +160,7 @@ def run_certification(
     n = len(dataset) if options.limit is None else min(options.limit, len(dataset))
     ds_info.size = n
     ds_info.limit = options.limit
+    dataset, indices = limit_subset(dataset, n, notes)  # indices: None for the whole split
 
     # -- 2. features (float32, eval mode) --------------------------------------------------------
 
@@ -162,6 +205,8 @@ def run_certification(
             model, dataset, predictions, correct, radius, options, rows, device, report
         )
         times["attack"] = time.perf_counter() - t0
+        for v in violations if indices is not None else ():
+            v.index = indices[v.index]  # the point's index in the split
 
     times["total"] = time.perf_counter() - t_start
     guaranteed = options.lipschitz == "bound"
@@ -214,10 +259,10 @@ def run_certification(
         summary.notes.append(unsound)
     outcome = CertifyOutcome(
         summary=summary, labels=labels, predictions=predictions, radius=radius,
-        violations=violations,
+        violations=violations, indices=indices,
     )
     if options.write and not violations:
-        _store_results(model_path, mf.metadata, cert, file_cache, outcome)
+        _store_results(model_path, loaded_sha256, cert, outcome)
     else:
         summary.written = []
     return outcome

@@ -142,13 +142,14 @@ class CertifySummary(JsonRecord):
 
 @dataclass
 class CertifyOutcome:
-    """The summary plus per-input arrays (index order of the evaluated split)."""
+    """The summary plus per-input arrays (in the order of ``indices`` in the split)."""
 
     summary: CertifySummary
     labels: torch.Tensor
     predictions: torch.Tensor
     radius: torch.Tensor  # float64, input space, radius of the predicted class
     violations: list[Violation] = field(default_factory=list)
+    indices: list[int] | None = None  # the points' indices in the split (None: all, in order)
 
     @property
     def correct(self) -> torch.Tensor:

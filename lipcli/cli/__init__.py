@@ -80,7 +80,8 @@ def main() -> None:
         code = app(args=debug_first(sys.argv[1:]), prog_name="lip", standalone_mode=False)
     except Exception as exc:  # Typer's (vendored) click exceptions, matched by shape
         name = type(exc).__name__
-        if name == "NoArgsIsHelpError":  # plain ``lip``: the help was printed already
+        if name == "NoArgsIsHelpError":  # plain ``lip`` / ``lip bench``: their help, as click shows it
+            exc.show()  # type: ignore[attr-defined]
             sys.exit(2)
         if name == "Abort":
             typer.echo("error: aborted", err=True)

@@ -33,9 +33,10 @@ def certify(
         "--dataset", help="Data set NAME[:key=value,...] (default: the one recorded in the model file).",
     )] = _C.dataset,
     data_dir: DataDirOption = None,
-    download: DownloadOption = _C.download,
+    download: DownloadOption = None,
     split: Annotated[str, typer.Option("--split", help="Data set split to certify.")] = _C.split,
-    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N points of the split.")] = _C.limit,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Only N points of the split: a seeded subset stratified by "
+        "class, the same for every model and the one `lip train --limit-test N` evaluates.")] = _C.limit,
     batch_size: Annotated[int, typer.Option(
         "--batch-size", help="Batch size for features, certificates and attacks.")] = _C.batch_size,
     device: DeviceOption = _C.device,
@@ -114,9 +115,12 @@ def certify(
         check_output_file(per_sample, "--per-sample")
     if per_sample is not None and plot is not None and per_sample.resolve() == plot.resolve():
         raise LipUsageError(f"--per-sample and --plot name the same file {plot}")
+    from lipcli.cli.dataroot import for_certification
+
+    root, download = for_certification(model, dataset, data_dir, download, quiet)
     options = CertifyOptions(
         radii=radii_list, radius_unit=radius_unit, dataset=dataset,
-        data_dir=None if data_dir is None else str(data_dir), download=download, split=split,
+        data_dir=root, download=download, split=split,
         limit=limit, batch_size=batch_size, device=device, lipschitz=lipschitz,
         lipschitz_iters=lipschitz_iters, top_k=top_k, attack=attack, attack_steps=attack_steps,
         attack_restarts=attack_restarts, write=not no_write, ignore_class_names=ignore_class_names,
@@ -182,7 +186,8 @@ def write_per_sample_csv(path: Path, outcome: Any) -> None:
     labels = outcome.labels.tolist()
     preds = outcome.predictions.tolist()
     radius = outcome.radius.tolist()
-    for i, (lab, pred, rad) in enumerate(zip(labels, preds, radius)):
+    indices = outcome.indices if outcome.indices is not None else range(len(labels))
+    for i, lab, pred, rad in zip(indices, labels, preds, radius):
         lines.append(f"{i},{lab},{pred},{int(lab == pred)},{rad!r}")
     try:
         path.write_text("\n".join(lines) + "\n")

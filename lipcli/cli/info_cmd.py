@@ -34,6 +34,27 @@ def _fmt(value: Any, digits: int = 6) -> str:
     return str(value)
 
 
+def _for_weights(match: bool | None) -> str:
+    """Whether a stored record belongs to the file's weights (its ``weights_sha256``)."""
+    if match is None:
+        return "weights not recorded"
+    return "for these weights" if match else "for OTHER weights: the file was replaced since; rerun"
+
+
+def _certification_line(cert: Any) -> str:
+    """One stored certification (a :class:`~lipcli.info.StoredCertification`) as a line."""
+    radii = ", ".join(f"{_fmt(r['radius_units'])}: {100 * r['certified_accuracy']:.2f}%"
+                      for r in cert.radii)
+    ds_c = cert.dataset or {}
+    attack = cert.attack
+    return (f"lip certify ({cert.certificate}, Lipschitz {cert.lipschitz}, "
+            f"{'sound' if cert.sound else 'NOT sound'}) on {ds_c.get('name')} "
+            f"{ds_c.get('split')} ({cert.total} points): clean {100 * cert.clean_accuracy:.2f}%, "
+            f"certified at {radii} (radii x1/{_fmt(cert.radius_unit)})"
+            + ("" if not attack else f"; PGD check {attack['steps']} steps x {attack['restarts']}: "
+               f"{attack['violations']} violations") + f" ({_for_weights(cert.weights_match)})")
+
+
 def print_card(card: Any) -> None:
     """A :class:`~lipcli.info.ModelCard` on stdout (plain text, no markup, control characters
     removed: file strings are inert)."""
@@ -68,25 +89,20 @@ def print_card(card: Any) -> None:
         say(f"Lipschitz as stored in the file (not rechecked here): {lip.upper_bound_label} "
             f"{_fmt(lip.upper_bound, 8)}; "
             f"estimate {_fmt(lip.estimate, 8)} (not guaranteed); empirical lower bound "
-            f"{_fmt(lip.empirical_lower, 8)}")
+            f"{_fmt(lip.empirical_lower, 8)} ({_for_weights(lip.weights_match)})")
     else:
         say("Lipschitz: none stored (lip lipschitz MODEL --write)")
     res = card.results or {}
     if "test_accuracy" in res:
         say(f"training evaluation: test accuracy {_fmt(res['test_accuracy'], 4)} on "
-            f"{res.get('test_examples')} images ({res.get('selection')})")
+            f"{res.get('test_examples')} images ({res.get('selection')}; "
+            f"{_for_weights(res.get('weights_match'))})")
     cert = res.get("certify")
     if cert:
-        radii = ", ".join(f"{_fmt(r['radius_units'])}: {100 * r['certified_accuracy']:.2f}%"
-                          for r in cert.radii)
-        ds_c = cert.dataset or {}
-        attack = cert.attack
-        say(f"lip certify ({cert.certificate}, Lipschitz {cert.lipschitz}, "
-            f"{'sound' if cert.sound else 'NOT sound'}) on {ds_c.get('name')} "
-            f"{ds_c.get('split')} ({cert.total} points): clean {100 * cert.clean_accuracy:.2f}%, "
-            f"certified at {radii} (radii x1/{_fmt(cert.radius_unit)})"
-            + ("" if not attack else f"; PGD check {attack['steps']} steps x {attack['restarts']}: "
-               f"{attack['violations']} violations"))
+        say(_certification_line(cert))
+        others = [c for c in res.get("certify_runs") or [] if c != cert]
+        for other in others:
+            say("  also stored: " + _certification_line(other))
     else:
         say("lip certify: no stored results")
     tr = card.training

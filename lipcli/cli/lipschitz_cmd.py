@@ -45,7 +45,6 @@ def lipschitz(
     from lipcli._util.devices import resolve_device
     from lipcli.sdk.errors import LipUsageError
     from lipcli.lipschitz.bound import lipschitz_report, merge_stored_record
-    from lipcli.host.modelfile import update_metadata
     from lipcli.host.models import load_model
     from lipcli.lipschitz.promises import verify_promises
 
@@ -68,8 +67,18 @@ def lipschitz(
     report.promises = promises
     report.model = str(model)
     if write:
-        record = merge_stored_record(report.record(), mf.metadata.get("lipschitz"))
-        update_metadata(model, {"lipschitz": record})
+        from lipcli.host.modelfile import tensors_fingerprint, update_results_locked
+
+        fresh = report.record()
+        stored: dict = {}
+
+        def merge(metadata: dict) -> dict:  # under the file's lock, with the slot stored now
+            stored["record"] = merge_stored_record(fresh, metadata.get("lipschitz"))
+            return {"lipschitz": stored["record"]}
+
+        update_results_locked(model, merge, weights_sha256=tensors_fingerprint(mf.tensors),
+                              what="the Lipschitz computation")
+        record = stored["record"]
         report.written = True
         if record.get("carried_over"):
             report.carried_over = record["carried_over"]

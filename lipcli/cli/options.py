@@ -24,8 +24,11 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable outpu
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output on stderr.")]
 DataDirOption = Annotated[Optional[Path], typer.Option("--data-dir", help="Data set root directory (cifar10: "
                                                        "DIR/cifar-10-batches-py/...; imagefolder: DIR/train, DIR/test).")]
-DownloadOption = Annotated[bool, typer.Option("--download", help="Download the data set into --data-dir if "
-                                              "missing.")]
+DownloadOption = Annotated[Optional[bool], typer.Option(
+    "--download/--no-download", show_default=False, help="Download a missing CIFAR-10/100 (the published "
+    "archive; torchvision checks its MD5). Default: only into the default data root, used when "
+    "--data-dir is not given ($LIPCLI_DATA, else the user cache folder + lipcli/data); --download: "
+    "also into --data-dir; --no-download: never.")]
 
 
 def _apply_threads(value: Optional[int]) -> Optional[int]:

@@ -12,8 +12,8 @@ from lipcli.cli.common import cli_errors, print_json
 from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, recipe_text
 from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption,
                                 ThreadsOption)
-from lipcli.train.config import (DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, OPTIMIZER_LR,
-                                 SCHEDULES, TrainConfig)
+from lipcli.train.config import (DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS,
+                                 MAX_NPROC_PER_NODE, OPTIMIZER_LR, SCHEDULES, TrainConfig)
 
 _COMPONENT = "NAME or NAME:key=value,..."
 #: the defaults the options have and show (written once, in TrainConfig); an option counts as
@@ -41,7 +41,7 @@ def train(
     dataset: Annotated[str, typer.Option("--dataset", help="Data set: cifar10, cifar100, imagefolder, "
         "digits, or a plugin's.")] = _D.dataset,
     data_dir: DataDirOption = None,
-    download: DownloadOption = _D.download,
+    download: DownloadOption = None,
     extra_data: Annotated[Optional[Path], typer.Option("--extra-data", help="Extra training images: an "
         "uncompressed .npz (or a directory) with 'image' uint8 NxHxWxC and 'label'; "
         "memory-mapped, augmented like the data set.")] = None,
@@ -92,8 +92,9 @@ def train(
         "epoch (needs --val-split).")] = _D.keep_best,
     limit_train: Annotated[Optional[int], typer.Option("--limit-train", help="Train on a seeded random "
         "subset of N images.")] = _D.limit_train,
-    limit_test: Annotated[Optional[int], typer.Option("--limit-test", help="Test on a seeded random subset "
-        "of N images.")] = _D.limit_test,
+    limit_test: Annotated[Optional[int], typer.Option("--limit-test", help="Test on N images: a seeded subset "
+        "stratified by class, the same for every --seed and the one `lip certify --limit N` "
+        "evaluates.")] = _D.limit_test,
     lipschitz_estimate: Annotated[bool, typer.Option("--lipschitz-estimate/--no-lipschitz-estimate",
         help="Also store the power-method estimate of Lip(g) (the guaranteed bound is always "
         "stored).")] = _D.lipschitz_estimate,
@@ -104,7 +105,7 @@ def train(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing model file (--out) and "
         "a finished run in the run directory (its log and checkpoint); without it lip train "
         "refuses to replace them.")] = False,
-    nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", min=1, help="Processes on this "
+    nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", min=1, max=MAX_NPROC_PER_NODE, help="Processes on this "
         "machine. 1: train in this process; N > 1: validate the run here, then start N worker "
         "processes (DDP; gloo on CPU, one GPU each with CUDA) and wait for them, as `torchrun "
         "--nproc-per-node N -m lipcli train ...` does.")] = DEFAULT_NPROC_PER_NODE,
@@ -139,7 +140,9 @@ def train(
             cfg = _without_file_width(
                 cfg.updated(load_config_file(config), source=str(config)), given
             )
-        positional = [cfg.updated(given, source="command line")]
+        from lipcli.cli.dataroot import for_training
+
+        positional = [for_training(cfg.updated(given, source="command line"), "download" in given, quiet)]
         plan = {"run_dir": None if run_dir is None else str(run_dir)}
     plan.update(out=None if out is None else str(out), overwrite=overwrite)
     if nproc_per_node > 1:

@@ -8,8 +8,10 @@ test set, the class names and the normalisation constants for the model's input 
 
 Reproducibility (used by ``lip train --resume``):
 
-* subsets (``limit``) and the validation split are seeded permutations of the indices, so
-  the same seed always selects the same images;
+* the training subset (``limit_train``) and the validation split are seeded permutations of
+  the indices, so the same seed always selects the same images; the test subset
+  (``limit_test``, and ``lip certify --limit``) is class-stratified with a constant seed
+  (:func:`stratified_indices`): the same images for every run and model;
 * the training order comes from a :class:`~torch.utils.data.DistributedSampler` for every
   run (one process is ``num_replicas=1``), reshuffled per epoch from ``seed + epoch``;
 * augmentation randomness is made a function of ``(seed, epoch, rank)`` by
@@ -22,7 +24,8 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
@@ -92,6 +95,35 @@ def limit_indices(n: int, limit: int | None, seed: int, salt: str) -> list[int]:
     return sorted(seeded_permutation(n, seed, salt)[:limit].tolist())
 
 
+#: the seed of the evaluation subsets (``lip train --limit-test``, ``lip certify --limit``): a
+#: constant, so that every model and every run is evaluated on the same images
+EVAL_SUBSET_SEED = 0
+
+
+def stratified_indices(labels: Sequence[int], limit: int | None, seed: int = EVAL_SUBSET_SEED,
+                       salt: str = "limit-test") -> list[int]:
+    """``limit`` indices out of ``range(len(labels))`` (sorted), stratified by class: each
+    class gets its share of ``limit`` (largest remainders, ties to the lower class), its
+    members chosen by a seeded permutation of that class.  An evaluation subset of a split
+    sorted by class (an image folder's) is not mostly one class, unlike its first N points."""
+    n = len(labels)
+    if limit is None or limit >= n:
+        return list(range(n))
+    by_class: dict[int, list[int]] = {}
+    for i, label in enumerate(labels):
+        by_class.setdefault(int(label), []).append(i)
+    classes = sorted(by_class)
+    quota = {c: limit * len(by_class[c]) / n for c in classes}
+    counts = {c: int(quota[c]) for c in classes}
+    for c in sorted(classes, key=lambda c: (counts[c] - quota[c], c))[: limit - sum(counts.values())]:
+        counts[c] += 1
+    chosen = []
+    for c in classes:
+        members = by_class[c]
+        chosen += [members[i] for i in seeded_permutation(len(members), seed, f"{salt}:{c}")[: counts[c]].tolist()]
+    return sorted(chosen)
+
+
 def split_indices(indices: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """Hold out ``round(fraction * len)`` of ``indices`` (at least 1) as a validation set."""
     n_val = max(1, round(fraction * len(indices)))
@@ -108,6 +140,36 @@ def split_indices(indices: list[int], fraction: float, seed: int) -> tuple[list[
 def resolve_dataset(choice: str | dict, registry: Registry | None = None) -> Component:
     """``"name"`` / ``"name:key=value"`` -> a dataset Component (unknown names: exit 2)."""
     return (registry or get_registry()).component("dataset", choice)
+
+
+#: the environment variable naming the default data root
+DATA_ENV = "LIPCLI_DATA"
+#: the built-in data sets that download themselves (published archives, MD5-checked) and so
+#: have a default data root
+DOWNLOADABLE = ("cifar10", "cifar100")
+
+
+def user_cache_dir() -> Path:
+    """The platform's per-user cache folder: ``$XDG_CACHE_HOME`` (absolute) or ``~/.cache``
+    on Linux and other POSIX systems, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on
+    Windows (as the platformdirs package decides, without depending on it)."""
+    import sys
+
+    home = Path(os.path.expanduser("~"))
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA", "")
+        return Path(local) if local else home / "AppData" / "Local"
+    if sys.platform == "darwin":
+        return home / "Library" / "Caches"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return Path(xdg) if os.path.isabs(xdg) else home / ".cache"  # a relative one is invalid
+
+
+def default_data_root() -> Path:
+    """Where a downloadable data set lives when no directory is given: ``$LIPCLI_DATA``,
+    else :func:`user_cache_dir` ``/lipcli/data``."""
+    env = os.environ.get(DATA_ENV, "").strip()
+    return Path(env).expanduser().absolute() if env else user_cache_dir() / "lipcli" / "data"
 
 
 def check_data_dir(component: Component, root: str | None, download: bool) -> str | None:
@@ -138,7 +200,8 @@ def _build(component: Component, root: str | None, split: str, *, download: bool
         raise LipUsageError(f"dataset {component.name!r}: {exc}") from None
 
 
-def _labels_of(ds: Dataset) -> list[int]:
+def dataset_labels(ds: Dataset) -> list[int]:
+    """The label of every point of ``ds`` (its ``targets`` when it has them)."""
     targets = getattr(ds, "targets", None)
     if targets is not None:
         return [int(t) for t in targets]
@@ -169,7 +232,7 @@ def load_data(
 
     classes = list(getattr(train_full, "classes", None) or [])
     if not classes:
-        n = spec.num_classes or (max(_labels_of(train_full)) + 1)
+        n = spec.num_classes or (max(dataset_labels(train_full)) + 1)
         classes = [str(i) for i in range(n)]
     if spec.num_classes is not None and len(classes) != spec.num_classes:
         raise LipUsageError(
@@ -188,7 +251,7 @@ def load_data(
         train_idx, val_idx = split_indices(train_idx, val_split, seed)
         val = Subset(train_plain, val_idx)  # type: ignore[arg-type]
     train: Dataset = train_full if len(train_idx) == len(train_full) else Subset(train_full, train_idx)  # type: ignore[arg-type]
-    test_idx = limit_indices(len(test_full), limit_test, seed, "limit-test")  # type: ignore[arg-type]
+    test_idx = stratified_indices(dataset_labels(test_full), limit_test)
     test: Dataset = test_full if len(test_idx) == len(test_full) else Subset(test_full, test_idx)  # type: ignore[arg-type]
 
     sample = train_full[0][0]

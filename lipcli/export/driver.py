@@ -126,11 +126,14 @@ def _check_options(model_path: Path, options: ExportOptions) -> tuple[Any, Path]
         check_output_file(out, "output")
     except LipUsageError as exc:
         raise SettingError("output", str(exc)) from None
+    if out.resolve() == model_path.resolve():
+        raise ExportUsageError(f"{{output}} {literal(out)} is the model file itself")
+    if out.name.lower().endswith(".safetensors"):  # overwrite or not: never a model file's name
+        raise ExportUsageError(f"{{output}} {literal(out)} has the model files' suffix .safetensors; an "
+                               f"export is a {fmt.suffix} program: give a {fmt.suffix} file name")
     if out.exists() and not options.overwrite:
         raise ExportUsageError(f"{literal(out)} already exists; pass {{overwrite}} to replace it or choose "
                                "another {output}")
-    if out.resolve() == model_path.resolve():
-        raise ExportUsageError(f"{{output}} {literal(out)} is the model file itself")
     fmt.available()
     return fmt, out
 

@@ -19,17 +19,20 @@ parses only the safetensors header and raw tensor data: no code is ever executed
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import time
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
 from lipcli.version import __version__
-from lipcli.sdk.errors import ModelFileError
+from lipcli.host.locks import FileLock, LockedError, output_lock_path
+from lipcli.sdk.errors import LipError, ModelFileError
 
 FORMAT_NAME = "lipcli-model"
 FORMAT_VERSION = 1
@@ -141,6 +144,66 @@ def update_metadata(path: str | os.PathLike, updates: dict[str, Any]) -> None:
     save_model_file(path, mf.tensors, meta)
 
 
+def tensors_fingerprint(tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 over tensors in name order (name, shape, dtype, bytes): identifies the weights
+    that a stored value or result belongs to.  A model's state dict and the file it was
+    loaded from give the same digest (:func:`lipcli.lipschitz.bound.weights_fingerprint`)."""
+    digest = hashlib.sha256()
+    for key, value in sorted(tensors.items()):
+        t = value.detach().contiguous().cpu()
+        digest.update(f"{key}|{tuple(t.shape)}|{t.dtype}|".encode())
+        # reshape(-1): a 0-d tensor cannot be viewed as bytes directly
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+class ModelFileChangedError(LipError):
+    """The model file's weights are no longer the ones a result was computed for (the file
+    was replaced meanwhile); nothing was written (exit 1)."""
+
+
+#: how long a write-back waits for the model file's lock (held briefly by another write-back,
+#: for a whole run by ``lip train`` writing the same file)
+LOCK_WAIT_S = 60.0
+
+
+def update_results_locked(
+    path: str | os.PathLike, update: Callable[[dict[str, Any]], dict[str, Any]], *,
+    weights_sha256: str, what: str, wait_s: float = LOCK_WAIT_S,
+) -> dict[str, Any]:
+    """Write back results into the model file at ``path`` without losing anyone's update:
+    under the file's lock (the one ``lip train`` holds on its output), re-read the file,
+    refuse with :class:`ModelFileChangedError` unless its tensors still have the fingerprint
+    ``weights_sha256`` (those ``what`` was computed for), then apply ``update(metadata)``
+    (the slots to replace, merged into the current metadata by the caller) and rewrite it
+    atomically.  Returns the slots written."""
+    path = Path(path)
+    lock = FileLock(output_lock_path(path), f"model file {path}")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            lock.acquire()
+            break
+        except LockedError as exc:
+            if time.monotonic() >= deadline:
+                who = f"process {exc.holder}" if exc.holder else "another process"
+                raise LipError(f"model file {path} stayed locked by {who} (a lip train run writing "
+                               f"it?) for {wait_s:g} s; {what} results not written") from None
+            time.sleep(0.05)
+    try:
+        mf = read_model_file(path)
+        if tensors_fingerprint(mf.tensors) != weights_sha256:
+            raise ModelFileChangedError(
+                f"model file {path} changed during {what} (its weights are no longer the ones "
+                "evaluated); results not written"
+            )
+        updates = update(dict(mf.metadata))
+        save_model_file(path, mf.tensors, {**mf.metadata, **updates})
+        return updates
+    finally:
+        lock.release()
+
+
 def _read_raw(path: str | os.PathLike, *, tensors: bool) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     from safetensors import safe_open
 
@@ -150,6 +213,8 @@ def _read_raw(path: str | os.PathLike, *, tensors: bool) -> tuple[dict[str, torc
     if path.is_dir():
         raise ModelFileError(f"{path} is a directory, not a model file")
     _check_header_size(path)
+    if not _utf8_name(path):
+        return _read_by_python(path, tensors=tensors)
     try:
         out: dict[str, torch.Tensor] = {}
         with safe_open(str(path), framework="pt", device="cpu") as fh:
@@ -159,6 +224,41 @@ def _read_raw(path: str | os.PathLike, *, tensors: bool) -> tuple[dict[str, torc
                     out[key] = fh.get_tensor(key)
     except OSError as exc:
         raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelFileError(
+            f"{path} is not a valid safetensors model file (truncated or corrupt?): {first}"
+        ) from None
+    return out, raw
+
+
+def _utf8_name(path: Path) -> bool:
+    """Whether ``path`` is valid UTF-8 (safetensors opens files by a UTF-8 name only; a POSIX
+    file name may be any bytes, which Python carries as surrogate escapes)."""
+    try:
+        os.fsdecode(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _read_by_python(path: Path, *, tensors: bool) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """:func:`_read_raw` for a file whose name is not UTF-8: Python opens it, safetensors
+    parses the bytes (the header's ``__metadata__`` read as safetensors stores it)."""
+    from safetensors.torch import load
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read() if tensors else fh.read(8)
+            size = int.from_bytes(data[:8], "little")
+            header = data[8:8 + size] if tensors else fh.read(size)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        raw = json.loads(header).get("__metadata__") or {}
+        out = load(data) if tensors else {}
+        if not isinstance(raw, dict):
+            raise ValueError("__metadata__ is not an object")
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelFileError(

@@ -222,6 +222,8 @@ def parse_component_choice(text: str) -> tuple[str, dict[str, str]]:
             key, sep, value = item.partition("=")
             if not sep or not key.strip():
                 raise LipUsageError(f"bad component parameter {item!r} in {text!r}; use key=value")
+            if key.strip() in params:
+                raise LipUsageError(f"parameter {key.strip()!r} given twice in {text!r}")
             params[key.strip()] = value.strip()
     return name.strip(), params
 

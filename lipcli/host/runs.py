@@ -40,6 +40,20 @@ def _is_model_file(path: Path) -> bool:
         return False
 
 
+def _suffixed_files(base: Path) -> list[Path]:
+    """Every ``*.safetensors`` under ``base``, following symlinked directories (a run
+    directory linked into the runs directory counts), each real directory once."""
+    found, seen = [], set()
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:  # a link loop or a second link to the same directory
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        found += [Path(dirpath) / name for name in filenames if name.endswith(MODEL_SUFFIX)]
+    return found
+
+
 def latest_model(root: Path | None = None) -> Path:
     """The most recently modified lipcli model file under ``root`` (default
     :func:`runs_root`), searched recursively; :class:`LipUsageError` naming the directory
@@ -50,7 +64,7 @@ def latest_model(root: Path | None = None) -> Path:
     if not base.is_dir():
         raise LipUsageError(f"no MODEL given and no runs directory {where}; pass a model file")
     candidates = sorted(
-        (p for p in base.rglob(f"*{MODEL_SUFFIX}") if p.is_file() and _is_model_file(p)),
+        (p for p in _suffixed_files(base) if p.is_file() and _is_model_file(p)),
         key=lambda p: (p.stat().st_mtime_ns, str(p)),
     )
     if not candidates:
@@ -60,8 +74,13 @@ def latest_model(root: Path | None = None) -> Path:
 
 
 def resolve_model_argument(model: Path | None) -> Path:
-    """``model`` as given, else :func:`latest_model` (announced on stderr)."""
+    """``model`` as given (a missing file or a directory: :class:`LipUsageError`, exit 2, in
+    every command), else :func:`latest_model` (announced on stderr)."""
     if model is not None:
+        if model.is_dir():
+            raise LipUsageError(f"{model} is a directory, not a model file")
+        if not model.exists():
+            raise LipUsageError(f"model file not found: {model}")
         return model
     found = latest_model()
     import sys

@@ -27,7 +27,6 @@ composition, ``Lip(g) <= prod_i Lip(child_i)`` (SPEC §5), so three numbers are 
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -106,14 +105,11 @@ def layer_input_shapes(model: nn.Module, input_shape: tuple[int, int, int] | Non
 
 def weights_fingerprint(model: nn.Module) -> str:
     """SHA-256 over the state dict (names, shapes, dtypes, bytes): identifies the weights
-    (and power-iteration buffers) that a stored Lipschitz value or result belongs to."""
-    digest = hashlib.sha256()
-    for key, value in sorted(model.state_dict().items()):
-        t = value.detach().contiguous().cpu()
-        digest.update(f"{key}|{tuple(t.shape)}|{t.dtype}|".encode())
-        # reshape(-1): a 0-d tensor cannot be viewed as bytes directly
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return digest.hexdigest()
+    (and power-iteration buffers) that a stored Lipschitz value or result belongs to; equal
+    to :func:`~lipcli.host.modelfile.tensors_fingerprint` of the model file's tensors."""
+    from lipcli.host.modelfile import tensors_fingerprint
+
+    return tensors_fingerprint(model.state_dict())
 
 
 def _layer_kind(child: nn.Module) -> str:

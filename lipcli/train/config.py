@@ -45,6 +45,10 @@ INTERRUPT_ENV = "LIPCLI_TRAIN_INTERRUPT_AT"
 #: processes per node of ``lip train`` (``--nproc-per-node``): 1 is one plain process; N > 1
 #: launches N worker processes (:mod:`lipcli.train.launch`)
 DEFAULT_NPROC_PER_NODE = 1
+#: upper limits of settings whose larger values can only be typos (the paper trains 200
+#: epochs; a machine has far fewer than 256 accelerators or useful CPU processes)
+MAX_EPOCHS = 100_000
+MAX_NPROC_PER_NODE = 256
 #: set to ``"lipcli"`` in the environment of the workers that :mod:`lipcli.train.launch`
 #: starts (unset under ``torchrun``): the messages that tell how to continue a run name the
 #: launcher that started it
@@ -154,6 +158,7 @@ class TrainConfig:
             return f", got {literal(repr(getattr(self, name)))}"
 
         need(self.epochs >= 1, "{epochs} must be at least 1" + got("epochs"))
+        need(self.epochs <= MAX_EPOCHS, f"{{epochs}} must be at most {MAX_EPOCHS}" + got("epochs"))
         need(self.batch_size >= 1, "{batch_size} must be at least 1" + got("batch_size"))
         need(self.eval_batch_size >= 1, "eval_batch_size must be at least 1" + got("eval_batch_size"))
         need(self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "{lr} must be positive" + got("lr"))
@@ -269,6 +274,8 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     A top-level ``[train]`` table / ``train:`` mapping is used if present, else the whole file.
     """
     p = Path(path)
+    if p.is_dir():
+        raise LipUsageError(f"config file {p} is a directory; give a .toml, .json or .yaml file")
     if not p.is_file():
         raise LipUsageError(f"config file {p} does not exist")
     suffix = p.suffix.lower()

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli.train.locks import check_run_unlocked
+from lipcli.host.locks import check_run_unlocked
 from lipcli.sdk.errors import LipError
 from lipcli.train.checkpoint import read_checkpoint
 from lipcli.train.config import (CHECKPOINT_NAME, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, MODEL_NAME,

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from lipcli.sdk.errors import LipError, LipUsageError
-from lipcli.train.locks import check_run_unlocked
+from lipcli.host.locks import check_run_unlocked
 from lipcli._util.outputs import cannot_create_in
 from lipcli.host.runs import runs_root
 from lipcli.train.checkpoint import read_checkpoint
@@ -93,7 +93,7 @@ def plan_paths(
     * An existing model file, or a run directory holding a finished run, is refused unless
       ``overwrite``: its files would be replaced.  A file at
       ``out`` that is not a lipcli model file is never replaced.
-    * A run directory or model file held by a live run (:mod:`lipcli.train.locks`) is refused.
+    * A run directory or model file held by a live run (:mod:`lipcli.host.locks`) is refused.
     """
     if out is not None:
         out_path = Path(out).expanduser()

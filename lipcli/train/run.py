@@ -21,7 +21,7 @@ from lipcli.train.checkpoint import (_prefixed, flatten_state, rng_state, set_rn
 from lipcli.train.config import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, INTERRUPT_ENV
 from lipcli.train.errors import NamedSettings, TrainError, literal
 from lipcli.train.evaluation import evaluate, lipschitz_record
-from lipcli.train.locks import run_locks
+from lipcli.host.locks import run_locks
 from lipcli.train.distributed import lost_connection
 from lipcli.train.loop import TrainingLoop
 from lipcli.train.objective import loss_record
@@ -30,7 +30,7 @@ from lipcli.train.parts import Loaders, Optimization, RunSettings
 from lipcli.train.paths import check_replaceable
 from lipcli.train.results import Evaluation, TrainSummary
 from lipcli._util.safetext import clean
-from lipcli.host.modelfile import atomic_write_bytes, read_model_file
+from lipcli.host.modelfile import atomic_write_bytes, read_model_file, tensors_fingerprint
 from lipcli.host.models import save_model
 from lipcli.lipschitz.promises import capture_inputs
 
@@ -83,7 +83,7 @@ class TrainingRun:
             self.restore_checkpoint(ckpt_tensors, ckpt_meta)
         self.make_dirs()
         paths = self.settings.paths
-        # one writer per run directory and model file for the whole run (lipcli.train.locks)
+        # one writer per run directory and model file for the whole run (lipcli.host.locks)
         with run_locks(paths.run_dir, paths.out, enabled=self.settings.ctx.is_main):
             self.create_run_dir()
             self.announce()
@@ -287,6 +287,7 @@ class TrainingRun:
             print(clean(f"warning: {lipschitz['promise_broken']}; the model file records no "
                         "Lipschitz bound"), file=sys.stderr)
         training = self._training_metadata(graphs)
+        results = {**results, "weights_sha256": tensors_fingerprint(self.model.state_dict())}
         try:  # never replace a file that appeared meanwhile unless ``overwrite`` (and a model)
             check_replaceable(self.settings.paths.out, self.settings.overwrite)
             save_model(self.model, self.settings.paths.out, dataset=self.data.info(), lipschitz=lipschitz,

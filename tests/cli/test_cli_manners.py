@@ -62,12 +62,12 @@ def test_debug_after_the_subcommand_shows_the_traceback(tmp_path):
 
 
 def test_a_failed_download_is_a_runtime_error(tmp_path, monkeypatch):
-    import torchvision
+    import torchvision.datasets.utils
 
     def offline(*args, **kwargs):
         raise OSError("network is unreachable")
 
-    monkeypatch.setattr(torchvision.datasets, "CIFAR10", offline)
+    monkeypatch.setattr(torchvision.datasets.utils, "download_and_extract_archive", offline)
     r = runner.invoke(app, ["train", "--dataset", "cifar10", "--data-dir", str(tmp_path / "c"),
                             "--download", "--width", "4", "--epochs", "1",
                             "--out", str(tmp_path / "m.safetensors")])
@@ -83,3 +83,15 @@ def test_lipschitz_device_defaults_to_auto_like_certify():
         return next(p.default for p in command.params if p.name == "device")
 
     assert default("lipschitz") == default("certify") == "auto"
+
+
+@pytest.mark.parametrize("args", [[], ["bench"]], ids=["lip", "lip bench"])
+def test_a_bare_group_prints_its_help(args, tmp_path):
+    """Bare ``lip`` and ``lip bench`` (no subcommand): the group's help, exit 2 (issue 26 item 2;
+    typer 0.29 printed nothing)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "lipcli", *args], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 2
+    assert r.stderr.startswith("Usage: lip") and "Commands:" in r.stderr
+    assert ("profile" if args else "certify") in r.stderr

@@ -35,14 +35,15 @@ def test_info_card_reads_back_the_stored_certify_and_lipschitz_results(tiny_mode
     card = _json(["info", str(model), "--json"])
     stored = card["results"]["certify"]
     assert list(stored) == ["dataset", "clean_accuracy", "total", "radii", "radius_unit",
-                            "certificate", "lipschitz", "sound", "attack"]
+                            "certificate", "lipschitz", "sound", "attack", "weights_sha256", "weights_match"]
+    assert stored["weights_match"] is True and stored["weights_sha256"] == card["weights_sha256"]
     assert stored["total"] == cert["total"] == 8 and stored["sound"] is cert["sound"] is True
     assert stored["clean_accuracy"] == cert["clean_accuracy"]
     assert stored["radii"] == [{k: r[k] for k in ("radius_units", "radius", "certified_accuracy")}
                                for r in cert["radii"]]
     assert stored["certificate"] == cert["certificate"]["name"] and stored["attack"] is None
     assert card["lipschitz"]["upper_bound"] == lip["upper_bound"] == cert["lipschitz"]["upper_bound"]
-    assert list(card["lipschitz"])[-2:] == ["empirical_lower", "how"]
+    assert list(card["lipschitz"])[-3:] == ["empirical_lower", "how", "weights_match"]
     text = runner.invoke(app, ["info", str(model)]).stdout
     assert f"lip certify ({cert['certificate']['name']}, Lipschitz GUARANTEED upper bound, sound)" in text
     assert "8 points" in text

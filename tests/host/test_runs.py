@@ -68,10 +68,16 @@ def test_no_model_anywhere_is_one_line_naming_the_directory(tmp_path, command, m
 
 
 def test_train_default_dataset_says_what_it_needs(tmp_path, monkeypatch):
+    """The command as typed: CIFAR-10 in the default data root, downloaded there; offline (a
+    refused local port stands for the network) one line naming the folder and digits."""
+    import torchvision
+
     monkeypatch.chdir(tmp_path)
-    r = runner.invoke(app, ["train", "--arch", "lipconvnet-20", "--head", "mlp"])
-    assert r.exit_code == 2
-    assert r.stderr.strip().splitlines() == [
-        "error: --data-dir: dataset 'cifar10' needs a data directory (the folder holding its "
-        "files; when downloading, where to fetch them); the digits data set is embedded and needs none"]
+    monkeypatch.setattr(torchvision.datasets.CIFAR10, "url", "http://127.0.0.1:9/cifar-10-python.tar.gz")
+    monkeypatch.setenv("LIPCLI_DATA", str(tmp_path / "data"))
+    r = runner.invoke(app, ["train", "--arch", "lipconvnet-20", "--head", "mlp", "-q"])
+    assert r.exit_code == 1
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"error: could not download cifar10 into {tmp_path / 'data'} (")
+    assert "put the folder cifar-10-batches-py" in line and line.endswith("--dataset digits")
     assert not (tmp_path / "runs").exists()

@@ -372,7 +372,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_checkpoint(tmp_path, monkeypatch):
         (["--dataset", "mnist"], 2, "unknown dataset 'mnist'; valid names: cifar10, cifar100, digits"),
         (["--conv", "soc-fast:nope=1"], 2, "has no parameter 'nope'"),
         (["--dataset", "cifar10", "--data-dir", "missing-dir"], 2, "missing-dir does not exist"),
-        (["--dataset", "cifar10"], 2, "--data-dir: dataset 'cifar10' needs a data directory"),
+        (["--dataset", "cifar10", "--no-download", "-q"], 2, "no-data-root does not exist (dataset 'cifar10')"),
         (["--epochs", "-1"], 2, "--epochs must be at least 1, got -1"),
         (["--val-split", "1.5"], 2, "--val-split must be in [0, 1)"),
         (["--keep-best"], 2, "--keep-best needs --val-split"),

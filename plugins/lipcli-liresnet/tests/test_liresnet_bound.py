@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lipcli.host.lipschitz import guaranteed_upper_bound
+from lipcli.lipschitz.bound import guaranteed_upper_bound
 from lipcli.host.models import create_model
 from lipcli.host.plugins import create_host
 from lipcli_liresnet import plugin as liresnet_plugin

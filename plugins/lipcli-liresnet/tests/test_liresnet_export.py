@@ -16,7 +16,7 @@ import torch
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.host.lipschitz import guaranteed_upper_bound
+from lipcli.lipschitz.bound import guaranteed_upper_bound
 from lipcli.host.models import create_model, load_model, save_model
 from lipcli.host.plugins import get_registry, register_plugin, unregister_plugin
 from lipcli_liresnet import plugin as liresnet_plugin

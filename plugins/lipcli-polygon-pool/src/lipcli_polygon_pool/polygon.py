@@ -71,6 +71,9 @@ MIN_VERTICES = 3
 MAX_VERTICES = 16
 #: every radius is ``softplus(rho) + MIN_RADIUS`` (keeps edges of positive length)
 MIN_RADIUS = 1e-2
+#: largest initial circumradius (features are normalised: a far larger polygon is a typo, and
+#: its squared radii would leave float32)
+MAX_RADIUS = 1e4
 #: relative std of the multiplicative noise on the initial radii
 INIT_NOISE = 0.05
 
@@ -259,8 +262,9 @@ class PolygonPool(nn.Module):
         if channels < 2 or channels % 2:
             raise ValueError(f"PolygonPool needs a positive even number of channels, got {channels}")
         polygon_angles(vertices)  # validates the vertex count
-        if not math.isfinite(radius) or radius <= MIN_RADIUS:
-            raise ValueError(f"radius must be a finite number above {MIN_RADIUS}, got {radius}")
+        if not math.isfinite(radius) or not MIN_RADIUS < radius <= MAX_RADIUS:
+            raise ValueError(f"radius must be a finite number above {MIN_RADIUS} and at most "
+                             f"{MAX_RADIUS:g}, got {radius}")
         self.channels = channels
         self.vertices = vertices
         self.radius = float(radius)

@@ -1,4 +1,4 @@
-"""One writer per run (lipcli.train.locks) and what a resumed or finishing run may replace.
+"""One writer per run (lipcli.host.locks) and what a resumed or finishing run may replace.
 
 Real processes throughout where the behaviour is about processes: a second ``lip train``
 while the first holds its locks (the first is frozen with SIGSTOP so that the timing cannot
@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.train.locks import LockedError, check_run_unlocked, output_lock_path, run_dir_lock_path, run_locks
+from lipcli.host.locks import LockedError, check_run_unlocked, output_lock_path, run_dir_lock_path, run_locks
 from lipcli.host.modelfile import read_metadata
 from lipcli.train import INTERRUPT_ENV, read_checkpoint
 
@@ -62,7 +62,7 @@ def wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300) ->
 
 def holder(directory: Path, out: Path) -> subprocess.Popen:
     """A process that holds the run locks of ``directory``/``out`` until killed."""
-    code = ("import sys, time\nfrom pathlib import Path\nfrom lipcli.train.locks import run_locks\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom lipcli.host.locks import run_locks\n"
             f"with run_locks(Path({str(directory)!r}), Path({str(out)!r})):\n"
             "    print('held', flush=True)\n    time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
