@@ -61,8 +61,8 @@ def _read_pid(fd: int) -> int | None:
 def _locked(what: str, holder: int | None) -> LockedError:
     who = f"process {holder}" if holder else "another process"
     return LockedError(
-        f"{what} is in use by another lip train run ({who}); wait for it to finish, or "
-        "choose another --out/--run-dir", holder,
+        f"{what} is in use by another lipcli process ({who}: a training run or a certification "
+        "writing its results); wait for it to finish, or choose another output", holder,
     )
 
 

@@ -23,7 +23,7 @@ import torchvision
 from typer.testing import CliRunner
 
 from lipcli.cli import app
-from lipcli.host import data as host_data
+from lipcli.data import loaders as host_data
 from lipcli.host.modelfile import read_metadata
 
 from conftest import save_tiny_model, write_cifar10

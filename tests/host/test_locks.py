@@ -116,7 +116,7 @@ def test_a_second_run_on_the_same_output_or_run_directory_is_refused(tmp_path):
         assert code == 1, err
         lines = err.strip().splitlines()
         assert len(lines) == 1 and f"(process {first.pid})" in lines[0], err
-        assert "in use by another lip train run" in lines[0]
+        assert "in use by another lipcli process" in lines[0]
     code, _, err = finish(first)
     assert code == 0, err
     log = (tmp_path / "ra" / "train_log.jsonl").read_text().splitlines()

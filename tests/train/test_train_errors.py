@@ -60,4 +60,4 @@ def test_no_string_in_the_trainer_names_an_option():
                 found.append(f"{path.name}: {node.value!r}")
     # the one exception is a record, not an error: the model file's cuda_graphs.reason,
     # kept as 0.1.0 wrote it
-    assert found == ["run.py: 'off (--cuda-graphs off)'"]
+    assert found == ["loop.py: 'off (--cuda-graphs off)'"]
