@@ -12,6 +12,7 @@ from typing import Any
 
 from lipcli.sdk.errors import LipUsageError
 from lipcli._util.devices import check_device_name
+from lipcli.host.defaults import DEFAULT_COMPONENTS
 from lipcli.train.errors import TrainUsageError, literal
 
 
@@ -63,14 +64,14 @@ class TrainConfig:
     """
 
     # model (component choices accept "name:key=value,...")
-    arch: str = "lipconvnet-5"
-    conv: str = "soc-fast"
-    activation: str = "maxmin"
-    pool: str = "max"
-    head: str = "lln"
+    arch: str = DEFAULT_COMPONENTS["arch"]
+    conv: str = DEFAULT_COMPONENTS["conv"]
+    activation: str = DEFAULT_COMPONENTS["activation"]
+    pool: str = DEFAULT_COMPONENTS["pool"]
+    head: str = DEFAULT_COMPONENTS["head"]
     width: int | None = None
     # data
-    dataset: str = "cifar10"
+    dataset: str = DEFAULT_COMPONENTS["dataset"]
     data_dir: str | None = None
     download: bool = False
     augment: bool = True
