@@ -213,8 +213,9 @@ def command_line_args(ctx: typer.Context, exclude: Collection[str] = ()) -> list
 
 def _given_settings(ctx: typer.Context) -> dict[str, Any]:
     """The TrainConfig settings given on the command line (not those left at their default),
-    as TrainConfig values (paths as strings, ``cuda_graphs`` normalised)."""
-    given = {}
+    as TrainConfig values (paths as strings, ``cuda_graphs`` normalised), with the loss
+    parameters' shortcut settings (:mod:`lipcli.cli.registry_options`)."""
+    given = given_shortcuts(ctx)
     for name in TrainConfig.field_names():
         source = ctx.get_parameter_source(name) if name in ctx.params else None
         if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
