@@ -53,7 +53,9 @@ _COMMANDS = (
 )
 
 for _mod, _attr, _name, _summary in _COMMANDS:
-    app.command(_name, short_help=_summary)(getattr(importlib.import_module(f"{__name__}.{_mod}"), _attr))
+    _module = importlib.import_module(f"{__name__}.{_mod}")
+    # COMMAND_CLASS: a command completed from the plugin registry on use (lip train)
+    app.command(_name, short_help=_summary, cls=getattr(_module, "COMMAND_CLASS", None))(getattr(_module, _attr))
 
 app.add_typer(importlib.import_module(f"{__name__}.bench_cmd").bench_app, name="bench",
               short_help="Speed: Table 1 training steps, certification, a step profile.")

@@ -12,6 +12,7 @@ from lipcli.cli import bench_tables as tables
 from lipcli.cli.common import cli_errors, dumps_json, fail, print_json, stderr_console
 from lipcli.cli.options import DeviceOption, JsonOption, QuietOption, ThreadsOption
 from lipcli._util.devices import DEFAULT_DEVICE
+from lipcli.host.defaults import DEFAULT_COMPONENTS as _DC
 
 bench_app = typer.Typer(
     help=(
@@ -156,12 +157,12 @@ def train(
         "(any installed plugin's; inline parameters as name:key=value).",
     )] = None,
     activation: Annotated[Optional[str], typer.Option(
-        "--activation", help="Compare these activations, e.g. maxmin,householder (default: maxmin).",
+        "--activation", help=f"Compare these activations, e.g. maxmin,householder (default: {_DC['activation']}).",
     )] = None,
     head: Annotated[str, typer.Option(
-        "--head", help="Head component(s) (Table 1: lln); several compare them.")] = "lln",
+        "--head", help="Head component(s) (Table 1: lln); several compare them.")] = _DC["head"],
     pool: Annotated[str, typer.Option(
-        "--pool", help="Pool component(s) (Table 1: max); several compare them.")] = "max",
+        "--pool", help="Pool component(s) (Table 1: max); several compare them.")] = _DC["pool"],
     classes: Classes = 10,
     seed: Annotated[int, typer.Option(
         "--seed", help="Seed for weights and synthetic batches.")] = 0,
@@ -232,10 +233,10 @@ def certify(
     model_path: Annotated[Optional[str], typer.Argument(
         metavar="[MODEL]", help="A lipcli model file (default: a random model).")] = None,
     arch: Annotated[str, typer.Option(
-        "--arch", help="Architecture (e.g. 5 or lipconvnet-10).")] = "lipconvnet-5",
-    head: Annotated[str, typer.Option("--head", help="Head: lln (linear) or mlp (CRC-Lip).")] = "lln",
-    conv: Conv = "soc-fast",
-    pool: Pool = "max",
+        "--arch", help="Architecture (e.g. 5 or lipconvnet-10).")] = _DC["arch"],
+    head: Annotated[str, typer.Option("--head", help="Head: lln (linear) or mlp (CRC-Lip).")] = _DC["head"],
+    conv: Conv = _DC["conv"],
+    pool: Pool = _DC["pool"],
     width: Width = 32,
     classes: Annotated[int, typer.Option(
         "--classes", help="Number of classes (10 or 100 for CIFAR).")] = 10,
@@ -312,14 +313,14 @@ def certify(
 def profile(
     arch: Annotated[str, typer.Option(
         "--arch", help="Architecture (e.g. 20 or lipconvnet-20).")] = "lipconvnet-20",
-    conv: Conv = "soc-fast",
+    conv: Conv = _DC["conv"],
     batch_size: StepBatch = 128,
     steps: Annotated[int, typer.Option("--steps", help="Profiled steps.")] = 3,
     warmup: Annotated[int, typer.Option("--warmup", help="Unprofiled warm-up steps.")] = 1,
     device: DeviceOption = DEFAULT_DEVICE,
     width: Width = 32,
-    head: Annotated[str, typer.Option("--head", help="Head component.")] = "lln",
-    pool: Pool = "max",
+    head: Annotated[str, typer.Option("--head", help="Head component.")] = _DC["head"],
+    pool: Pool = _DC["pool"],
     classes: Classes = 10,
     target: Annotated[float, typer.Option(
         "--target", help="Convolution share to check against (%).")] = 90.0,

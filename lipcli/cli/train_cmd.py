@@ -9,13 +9,15 @@ from typing import Annotated, Any, Optional
 import typer
 
 from lipcli.cli.common import cli_errors, print_json
-from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, recipe_text
+from lipcli.cli.registry_options import RegistryCommand, given_shortcuts
 from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption,
                                 ThreadsOption)
 from lipcli.train.config import (DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS,
                                  MAX_NPROC_PER_NODE, OPTIMIZER_LR, SCHEDULES, TrainConfig)
 
 _COMPONENT = "NAME or NAME:key=value,..."
+#: the command class: options and help texts completed from the plugin registry
+COMMAND_CLASS = RegistryCommand
 #: the defaults the options have and show (written once, in TrainConfig); an option counts as
 #: given (over a --config file, or over the stored settings with --resume) only when it was
 #: on the command line
@@ -26,16 +28,16 @@ _LRS = ", ".join(f"{name} {lr:g}" for name, lr in OPTIMIZER_LR.items())
 @cli_errors
 def train(
     ctx: typer.Context,
-    arch: Annotated[str, typer.Option("--arch", help=f"Architecture ({_COMPONENT}); lipconvnet-5 is the "
+    arch: Annotated[str, typer.Option("--arch", help=f"Architecture ({_COMPONENT}); {_D.arch} is the "
         "CPU-friendly baseline, the paper's best CIFAR models are lipconvnet-10..40.")] = _D.arch,
     conv: Annotated[str, typer.Option("--conv", help=f"Convolution ({_COMPONENT}).")] = _D.conv,
     activation: Annotated[str, typer.Option("--activation", help="Activation.")] = _D.activation,
     pool: Annotated[str, typer.Option("--pool", help="Pooling (max, projection, ...).")] = _D.pool,
-    head: Annotated[str, typer.Option("--head", help="Head: lln (trained with ce) or mlp (trained with "
-        "crc-lip: feature attack + curvature regulariser).")] = _D.head,
-    loss: Annotated[Optional[str], typer.Option("--loss", help=f"Training loss ({_COMPONENT}): ce, crc-lip, "
-        "cr, margin-offset or a plugin's; default: the head's (lln: ce, mlp: crc-lip). "
-        "`lip plugins -v` lists parameters.")] = _D.loss,
+    # the help of --head, --loss and --grad-clip lists the installed components
+    # (RegistryCommand fills it in)
+    head: Annotated[str, typer.Option("--head", help="Head.")] = _D.head,
+    loss: Annotated[Optional[str], typer.Option("--loss", help=f"Training loss ({_COMPONENT}); "
+        "default: the head's.")] = _D.loss,
     width: Annotated[Optional[int], typer.Option("--width", help="Architecture width (channels after the "
         "stem; paper 32); default: the architecture's.")] = _D.width,
     dataset: Annotated[str, typer.Option("--dataset", help="Data set: cifar10, cifar100, imagefolder, "
@@ -79,13 +81,9 @@ def train(
         "kernel launches).")] = _D.cuda_graphs,
     augment: Annotated[bool, typer.Option("--augment/--no-augment", help="Random crop (+ flip) "
         "augmentation.")] = _D.augment,
-    attack_radius: Annotated[Optional[float], typer.Option("--attack-radius", help="Sets the loss parameter "
-        "radius (crc-lip: input-space l2 radius rho of the feature attack; default "
-        f"{recipe_text(0)}).")] = _D.attack_radius,
-    curvature_weight: Annotated[Optional[float], typer.Option("--curvature-weight", help="Sets the loss "
-        f"parameter gamma (crc-lip: curvature weight; default {recipe_text(1)}).")] = _D.curvature_weight,
+    # here RegistryCommand adds the loss parameters' shortcut options (Param.shortcut)
     grad_clip: Annotated[Optional[float], typer.Option("--grad-clip", help="Gradient-norm clipping "
-        f"(default: the loss's, {CRC_GRAD_CLIP} for crc-lip, off otherwise; 0 = off).")] = _D.grad_clip,
+        "(default: the loss's; 0 = off).")] = _D.grad_clip,
     val_split: Annotated[float, typer.Option("--val-split", help="Hold out this fraction of the training "
         "set for validation (never the test set).")] = _D.val_split,
     keep_best: Annotated[bool, typer.Option("--keep-best", help="Keep the weights of the best validation "
@@ -236,8 +234,9 @@ def command_line_args(ctx: typer.Context, exclude: Collection[str] = ()) -> list
 
 def _given_settings(ctx: typer.Context) -> dict[str, Any]:
     """The TrainConfig settings given on the command line (not those left at their default),
-    as TrainConfig values (paths as strings, ``cuda_graphs`` normalised)."""
-    given = {}
+    as TrainConfig values (paths as strings, ``cuda_graphs`` normalised), with the loss
+    parameters' shortcut settings (:mod:`lipcli.cli.registry_options`)."""
+    given = given_shortcuts(ctx)
     for name in TrainConfig.field_names():
         source = ctx.get_parameter_source(name) if name in ctx.params else None
         if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):

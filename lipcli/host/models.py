@@ -28,15 +28,17 @@ from lipcli.sdk.specs import Component
 
 from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
 from lipcli._util.safetext import clean, install_hint, is_distribution_name
+from lipcli.host.defaults import DEFAULT_COMPONENTS, LAYER_KINDS
 from lipcli.host.modelcheck import check_config_limits, guarded_build
 from lipcli.host.plugins import DISABLE_AUTOLOAD_ENV, autoload_disabled
 from lipcli.sdk.loading import loading_tensors
 COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
-DEFAULTS = {"conv": "soc-fast", "activation": "maxmin", "pool": "max", "head": "lln"}
+#: the default layer components (from :data:`~lipcli.host.defaults.DEFAULT_COMPONENTS`)
+DEFAULTS = {kind: DEFAULT_COMPONENTS[kind] for kind in LAYER_KINDS}
 
 
 def make_config(
-    arch: str | dict = "lipconvnet-5",
+    arch: str | dict = DEFAULT_COMPONENTS["arch"],
     *,
     conv: str | dict = DEFAULTS["conv"],
     activation: str | dict = DEFAULTS["activation"],
@@ -174,7 +176,7 @@ def build_model(config: dict[str, Any], registry: Registry | None = None) -> nn.
 
 
 def create_model(
-    arch: str = "lipconvnet-5",
+    arch: str = DEFAULT_COMPONENTS["arch"],
     *,
     conv: str = DEFAULTS["conv"],
     activation: str = DEFAULTS["activation"],

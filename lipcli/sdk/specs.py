@@ -57,12 +57,19 @@ class Param:
     default: Any
     help: str = ""
     choices: tuple[Any, ...] | None = None
+    #: a ``loss`` parameter only: a setting of its own (a settings-file key and the ``lip
+    #: train`` option ``--KEY`` with ``_`` written ``-``) that sets this parameter of whichever
+    #: loss is chosen, e.g. ``attack_radius`` for ``crc-lip``'s ``radius``; ``None``: only
+    #: inline (``--loss NAME:name=value``)
+    shortcut: str | None = None
 
     def __post_init__(self) -> None:
         if self.type not in _PARAM_TYPES:
             raise TypeError(f"Param {self.name!r}: type must be one of int, float, str, bool")
         if not self.name.isidentifier():
             raise ValueError(f"Param name {self.name!r} is not a valid identifier")
+        if self.shortcut is not None and not (self.shortcut.isidentifier() and self.shortcut.islower()):
+            raise ValueError(f"Param {self.name!r}: shortcut {self.shortcut!r} is not a lower-case identifier")
 
     def parse(self, text: str) -> Any:
         """Convert a command-line string to this parameter's type (``ValueError`` if bad)."""

@@ -39,6 +39,7 @@ from lipcli.sdk.specs import ONE_LIPSCHITZ, ORTHOGONAL, ConvSpec
 from lipcli.testing.base import fail
 from lipcli.testing.modules import check_state_roundtrip
 from lipcli.testing.specs import check_component_spec
+from lipcli.host.defaults import DEFAULT_COMPONENTS
 from lipcli.host.models import create_model
 from lipcli.lipschitz.promises import perturbed_copies
 from lipcli.lipschitz.bound import guaranteed_upper_bound
@@ -265,7 +266,7 @@ def check_conv_network_bound(
     conv: str,
     *,
     registry: Any = None,
-    arch: str = "lipconvnet-5",
+    arch: str = DEFAULT_COMPONENTS["arch"],
     width: int = 4,
     points: int = 2,
     seed: int = 0,

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from lipcli.testing.base import fail, require_equal
+from lipcli.host.defaults import DEFAULT_COMPONENTS
 from lipcli.host.plugins import get_registry
 from lipcli.host.models import create_model, load_model, save_model
 
@@ -27,12 +28,12 @@ class RoundtripReport:
 
 
 def check_model_roundtrip(
-    pool: str = "max",
+    pool: str = DEFAULT_COMPONENTS["pool"],
     *,
-    arch: str = "lipconvnet-5",
-    conv: str = "soc-fast",
-    activation: str = "maxmin",
-    head: str = "lln",
+    arch: str = DEFAULT_COMPONENTS["arch"],
+    conv: str = DEFAULT_COMPONENTS["conv"],
+    activation: str = DEFAULT_COMPONENTS["activation"],
+    head: str = DEFAULT_COMPONENTS["head"],
     width: int = 4,
     num_classes: int = 10,
     batch: int = 2,

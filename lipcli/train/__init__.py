@@ -80,7 +80,7 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_NPROC_PER_NODE": "config",
     "LAUNCHER_ENV": "config",
     "LOG_NAME": "config",
-    "LOSS_SHORTHANDS": "config",
+    "loss_shortcut_names": "config",
     "MAX_CUDA_WORKERS": "config",
     "MODEL_NAME": "config",
     "OPTIMIZER_LR": "config",

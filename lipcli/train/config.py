@@ -12,18 +12,10 @@ from typing import Any
 
 from lipcli.sdk.errors import LipUsageError
 from lipcli._util.devices import check_device_name
+from lipcli.host.defaults import DEFAULT_COMPONENTS
 from lipcli.train.errors import TrainUsageError, literal
 
 
-#: older names of loss parameters, kept as settings (and ``lip train`` options): each sets the
-#: parameter of that name of whatever loss is chosen (an error for a loss without it)
-LOSS_SHORTHANDS: dict[str, str] = {
-    "attack_radius": "radius",
-    "curvature_weight": "gamma",
-    "attack_steps": "attack_steps",
-    "curvature_power_steps": "power_steps",
-    "curvature_classes": "classes",
-}
 #: optimisers (``--optimizer``) and the learning rate each uses when ``--lr`` is not given
 OPTIMIZER_LR: dict[str, float] = {"sgd": 0.1, "adamw": 1e-3, "nadam": 1e-3}
 #: learning-rate schedules (``--schedule``): the paper's step decay, or cosine to 0
@@ -70,14 +62,14 @@ class TrainConfig:
     """
 
     # model (component choices accept "name:key=value,...")
-    arch: str = "lipconvnet-5"
-    conv: str = "soc-fast"
-    activation: str = "maxmin"
-    pool: str = "max"
-    head: str = "lln"
+    arch: str = DEFAULT_COMPONENTS["arch"]
+    conv: str = DEFAULT_COMPONENTS["conv"]
+    activation: str = DEFAULT_COMPONENTS["activation"]
+    pool: str = DEFAULT_COMPONENTS["pool"]
+    head: str = DEFAULT_COMPONENTS["head"]
     width: int | None = None
     # data
-    dataset: str = "cifar10"
+    dataset: str = DEFAULT_COMPONENTS["dataset"]
     data_dir: str | None = None
     download: bool = False
     augment: bool = True
@@ -106,12 +98,10 @@ class TrainConfig:
     lipschitz_estimate: bool = True
     # training loss (a ``loss`` component); None: the head's default (``HeadSpec.loss``)
     loss: str | None = None
-    # shorthands for loss parameters (LOSS_SHORTHANDS); None: not given
-    attack_radius: float | None = None
-    curvature_weight: float | None = None
-    attack_steps: int | None = None
-    curvature_power_steps: int | None = None
-    curvature_classes: int | None = None
+    # loss parameters given by their shortcut settings (declared by the loss specs,
+    # ``Param.shortcut``; a settings key or ``lip train --KEY``): shortcut -> value; folded
+    # into ``loss`` (and emptied) by :func:`lipcli.train.objective.resolve_loss`
+    loss_shortcuts: dict[str, Any] = field(default_factory=dict)
     # execution
     device: str = "auto"
     workers: int | None = None
@@ -130,15 +120,26 @@ class TrainConfig:
         return [f.name for f in dataclasses.fields(cls)]
 
     def updated(self, data: dict[str, Any], *, source: str = "config") -> "TrainConfig":
-        """A copy with ``data`` applied (keys may use '-' for '_'); values are type-checked."""
+        """A copy with ``data`` applied (keys may use '-' for '_'); values are type-checked.
+        A key that is no field but a loss parameter's shortcut (:func:`loss_shortcut_names`)
+        goes into ``loss_shortcuts`` (``None``: not given, as older model files store them)."""
         names = set(self.field_names())
         changes: dict[str, Any] = {}
+        shortcuts = dict(self.loss_shortcuts)
         for raw_key, value in data.items():
             key = str(raw_key).replace("-", "_")
             if key not in names:
-                raise LipUsageError(
-                    f"{source}: unknown setting {raw_key!r}; valid: {', '.join(sorted(names))}"
-                )
+                valid = loss_shortcut_names()
+                if key not in valid:
+                    raise LipUsageError(f"{source}: unknown setting {raw_key!r}; "
+                                        f"valid: {', '.join(sorted(names - {'loss_shortcuts'} | valid))}")
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, str))):
+                    raise LipUsageError(f"{source}: setting {key!r} must be a number or a string, got {value!r}")
+                shortcuts.pop(key, None)
+                if value is not None:
+                    shortcuts[key] = value
+                changes["loss_shortcuts"] = shortcuts
+                continue
             changes[key] = _coerce(key, value, source)
         return dataclasses.replace(self, **changes)
 
@@ -189,17 +190,6 @@ class TrainConfig:
             need(value is None or value >= 1, f"{{{name}}} must be at least 1" + got(name))
         need(self.width is None or self.width >= 1, "{width} must be at least 1" + got("width"))
         need(self.power_iter_steps >= 1, "power_iter_steps must be at least 1" + got("power_iter_steps"))
-        need(
-            self.attack_radius is None or (math.isfinite(self.attack_radius) and self.attack_radius >= 0),
-            "{attack_radius} must be >= 0" + got("attack_radius"),
-        )
-        need(
-            self.curvature_weight is None or self.curvature_weight >= 0,
-            "{curvature_weight} must be >= 0" + got("curvature_weight"),
-        )
-        need(self.attack_steps is None or self.attack_steps >= 1, "attack_steps must be at least 1" + got("attack_steps"))
-        need(self.curvature_power_steps is None or self.curvature_power_steps >= 0, "curvature_power_steps must be >= 0")
-        need(self.curvature_classes is None or self.curvature_classes >= 0, "curvature_classes must be >= 0 (0 = all classes)")
         need(self.workers is None or self.workers >= 0, "{workers} must be >= 0" + got("workers"))
         need(self.seed >= 0, "{seed} must be >= 0" + got("seed"))
         from lipcli.train.cuda_graphs import GRAPH_MODES  # lazy: imports torch; this module is read by lip --help
@@ -224,9 +214,8 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
-_OPTIONAL_INT = {"width", "limit_train", "limit_test", "workers", "attack_steps",
-                 "curvature_power_steps", "curvature_classes"}
-_OPTIONAL_FLOAT = {"grad_clip", "attack_radius", "curvature_weight", "lr", "extra_ratio"}
+_OPTIONAL_INT = {"width", "limit_train", "limit_test", "workers"}
+_OPTIONAL_FLOAT = {"grad_clip", "lr", "extra_ratio"}
 _OPTIONAL_STR = {"data_dir", "loss", "extra_data"}
 
 
@@ -240,6 +229,10 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if key in _OPTIONAL_INT | _OPTIONAL_FLOAT | _OPTIONAL_STR:
             return None
         raise bad("set")
+    if key == "loss_shortcuts":
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise bad("a table of loss parameter shortcuts")
+        return TrainConfig().updated(value, source=source).loss_shortcuts
     if key == "lr_milestones":
         if not isinstance(value, (list, tuple)) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
@@ -266,6 +259,14 @@ def _coerce(key: str, value: Any, source: str) -> Any:
     if not isinstance(value, str):
         raise bad("a string")
     return value
+
+
+def loss_shortcut_names() -> set[str]:
+    """The shortcut settings that the installed losses declare (``Param.shortcut``)."""
+    from lipcli.host.plugins import get_registry  # lazy: loads the plugins (torch); lip --help reads this module
+
+    reg = get_registry()
+    return {p.shortcut for name in reg.names("loss") for p in reg.get("loss", name).params if p.shortcut}
 
 
 def load_config_file(path: str | os.PathLike) -> dict[str, Any]:

@@ -43,6 +43,8 @@ COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset", "
 
 def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Any) -> bool:
     """Whether ``given`` (a resume override) equals the stored value of setting ``key``."""
+    if not hasattr(stored, key):  # a loss parameter's shortcut: the stored loss has it written out
+        return False
     try:
         value = getattr(stored.updated({key: given}, source="resume"), key)
     except LipError:
@@ -263,7 +265,7 @@ def _resume_plan(
     if fixed:
         raise TrainUsageError(
             "{resume} continues a run with its stored settings; cannot change "
-            + ", ".join(f"{{{k}}} (stored: {literal(repr(getattr(cfg, k)))})" for k in fixed)
+            + ", ".join(f"{{{k}}} (stored: {literal(repr(getattr(cfg, k, cfg.loss)))})" for k in fixed)
         )
     cfg = cfg.updated({k: v for k, v in overrides.items() if k in RESUME_CHANGEABLE}, source="resume")
     stored_out = ckpt_meta.get("out")

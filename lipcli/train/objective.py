@@ -3,9 +3,8 @@
 The trainer knows no loss by name.  The loss is a ``loss`` component (``lip_losses`` hook,
 protocol in :mod:`lipcli.sdk.losses`): the ``loss`` setting ``NAME:key=value`` or, when not
 given, the head's ``HeadSpec.loss``.  Resolution order of each loss parameter: given inline in
-``loss`` > a shorthand setting (``attack_radius`` etc.,
-:data:`~lipcli.train.config.LOSS_SHORTHANDS`) > the spec's ``recipe(dataset)`` > the
-parameter's default.  ``grad_clip`` not given: the spec's ``grad_clip``.
+``loss`` > its shortcut setting, declared by the loss spec (``Param.shortcut``, held in
+``TrainConfig.loss_shortcuts``) > the spec's ``recipe(dataset)`` > the parameter's default.  ``grad_clip`` not given: the spec's ``grad_clip``.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from torch import nn
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.losses import LossContext, LossOutput, has_trainable_parameters, resolved_loss_params
 from lipcli.sdk.specs import Component
-from lipcli.train.config import LOSS_SHORTHANDS, TrainConfig
+from lipcli.train.config import TrainConfig
 from lipcli.train.errors import TrainUsageError, literal
 from lipcli.host.plugins import parse_component_choice
 
@@ -33,37 +32,44 @@ def _choice_text(name: str, params: dict[str, Any]) -> str:
 
 def resolve_loss(cfg: TrainConfig, head: Component, dataset_name: str, reg: Any) -> tuple[TrainConfig, Component]:
     """The loss component of a run and the config with ``loss`` (every parameter written out)
-    and ``grad_clip`` resolved; the shorthand settings are folded into ``loss`` (and cleared)."""
+    and ``grad_clip`` resolved; the shortcut settings are folded into ``loss`` (and cleared)."""
     default_loss = getattr(head.spec, "loss", "ce")
     choice = cfg.loss or default_loss
     name, inline = parse_component_choice(choice)
     spec = reg.get("loss", name)
-    param_names = {p.name for p in spec.params}
     given: dict[str, Any] = dict(inline)
-    for setting, param in LOSS_SHORTHANDS.items():
-        value = getattr(cfg, setting)
-        if value is None:
-            continue
-        if param not in param_names:
-            origin = f"loss {name!r}" + ("" if cfg.loss else f" (head {head.name!r}'s default loss)")
-            having = [n for n in reg.names("loss") if param in {p.name for p in reg.get("loss", n).params}]
-            raise TrainUsageError(
-                f"{{{setting}}} sets the loss parameter {literal(repr(param))}, which {literal(origin)} "
-                f"does not have; choose a loss with it ({{loss}} {literal(' | '.join(having) or 'none installed')})"
-            )
+    for setting, value in cfg.loss_shortcuts.items():
+        param = _shortcut_param(reg, spec, setting, cfg.loss is None, head.name)
         if param in inline:
             raise TrainUsageError(
                 f"{{{setting}}} and {{loss}} {literal(choice)} both set {literal(repr(param))}; give it once")
-        given[param] = value
+        try:
+            given[param] = spec.param(param).parse(value) if isinstance(value, str) else value
+        except ValueError as exc:
+            raise TrainUsageError(f"{{{setting}}}: {literal(exc)}") from None
     recipe = spec.recipe(dataset_name) if spec.recipe is not None else {}
     for key, value in recipe.items():
         given.setdefault(key, value)
     component = reg.component("loss", name, given)
-    changes: dict[str, Any] = {setting: None for setting in LOSS_SHORTHANDS}
-    changes["loss"] = _choice_text(name, component.params)
+    changes: dict[str, Any] = {"loss_shortcuts": {}, "loss": _choice_text(name, component.params)}
     if cfg.grad_clip is None:
         changes["grad_clip"] = float(spec.grad_clip)
     return dataclasses.replace(cfg, **changes), component
+
+
+def _shortcut_param(reg: Any, spec: Any, setting: str, head_default: bool, head_name: str) -> str:
+    """The parameter of loss ``spec`` that shortcut ``setting`` sets (a usage error naming the
+    losses that have it when ``spec`` has not)."""
+    for p in spec.params:
+        if p.shortcut == setting:
+            return p.name
+    having = {n: p.name for n in reg.names("loss") for p in reg.get("loss", n).params if p.shortcut == setting}
+    param = next(iter(having.values()), setting)
+    origin = f"loss {spec.name!r}" + (f" (head {head_name!r}'s default loss)" if head_default else "")
+    raise TrainUsageError(
+        f"{{{setting}}} sets the loss parameter {literal(repr(param))}, which {literal(origin)} "
+        f"does not have; choose a loss with it ({{loss}} {literal(' | '.join(having) or 'none installed')})"
+    )
 
 
 def build_loss(component: Component, context: LossContext) -> nn.Module:

@@ -72,24 +72,51 @@ def test_recipe_defaults():
     crc, name, params = loss_of(cfg, mlp, "cifar10")  # the MLP head's loss, the paper's values
     assert name == "crc-lip" and crc.grad_clip == 1.0
     assert params["radius"] == pytest.approx(36 / 255) and params["gamma"] == 0.5
-    assert crc.loss.startswith("crc-lip:radius=0.1411") and crc.attack_radius is None
+    assert crc.loss.startswith("crc-lip:radius=0.1411") and crc.loss_shortcuts == {}
     assert loss_of(cfg, mlp, "cifar100")[2]["radius"] == 0.2
     assert loss_of(cfg, mlp, "cifar100")[2]["gamma"] == 0.75
     assert loss_of(cfg, mlp, "digits")[2]["gamma"] == 0.5
     lln, name, _ = loss_of(cfg, lln_head, "cifar10")
     assert name == "ce" and lln.grad_clip == 0.0 and lln.loss == "ce"
-    # the shorthand options set the loss parameters; inline parameters win over the recipe
-    short, _, params = loss_of(TrainConfig(attack_radius=0.1, curvature_weight=0.0), mlp, "cifar100")
-    assert params["radius"] == 0.1 and params["gamma"] == 0.0 and short.curvature_weight is None
+    # the shortcut settings that crc-lip's spec declares set its parameters (given as settings,
+    # as in a settings file); inline parameters win over the recipe
+    short, _, params = loss_of(TrainConfig().updated({"attack_radius": 0.1, "curvature-weight": 0}), mlp, "cifar100")
+    assert params["radius"] == 0.1 and params["gamma"] == 0.0 and short.loss_shortcuts == {}
+    assert loss_of(TrainConfig(loss_shortcuts={"curvature_classes": 3}), mlp, "cifar10")[2]["classes"] == 3
     assert loss_of(TrainConfig(loss="crc-lip:gamma=0.25"), lln_head, "cifar100")[2]["gamma"] == 0.25
     with pytest.raises(LipUsageError, match="attack_radius sets the loss parameter 'radius', which loss 'ce'") as err:
-        resolve_loss(TrainConfig(attack_radius=0.1), lln_head, "cifar10", reg)
+        resolve_loss(TrainConfig(loss_shortcuts={"attack_radius": 0.1}), lln_head, "cifar10", reg)
     # the library names settings, never options; the losses that have the parameter come
     # from the registry, and a front end spells the settings its own way
     assert "--" not in str(err.value) and err.value.settings == ("attack_radius", "loss")
     assert err.value.render(lambda n: f"<{n}>").endswith("choose a loss with it (<loss> crc-lip)")
     with pytest.raises(LipUsageError, match="give it once"):
-        resolve_loss(TrainConfig(loss="crc-lip:radius=0.2", attack_radius=0.1), mlp, "cifar10", reg)
+        resolve_loss(TrainConfig(loss="crc-lip:radius=0.2", loss_shortcuts={"attack_radius": 0.1}), mlp, "cifar10", reg)
+
+
+def test_loss_shortcuts_come_from_the_loss_specs():
+    """The shortcut settings are declared by the loss specs (``Param.shortcut``), never by the
+    trainer: older model files' stored configs (the shortcut keys as null) still read, a
+    settings-file key reaches ``loss_shortcuts``, an unknown key is still refused, and the
+    core modules name no loss parameter."""
+    from lipcli.train.config import loss_shortcut_names
+
+    assert {"attack_radius", "curvature_weight", "attack_steps", "curvature_power_steps",
+            "curvature_classes"} <= loss_shortcut_names()
+    old = {**TrainConfig().to_json(), "attack_radius": None, "curvature_weight": None}
+    del old["loss_shortcuts"]
+    assert TrainConfig().updated(old).loss_shortcuts == {}
+    assert TrainConfig().updated({"attack_radius": 0.1}).loss_shortcuts == {"attack_radius": 0.1}
+    assert TrainConfig().updated({"attack_radius": 0.1}).updated({"attack_radius": None}).loss_shortcuts == {}
+    with pytest.raises(LipUsageError, match="unknown setting 'attack_radiuss'"):
+        TrainConfig().updated({"attack_radiuss": 0.1})
+    with pytest.raises(LipUsageError, match="must be a number"):
+        TrainConfig().updated({"attack_radius": [1]})
+    root = Path(__file__).resolve().parents[2] / "lipcli"
+    for module in ("train/config.py", "train/objective.py", "train/__init__.py", "cli/train_cmd.py"):
+        text = (root / module).read_text()
+        for word in ("crc", "attack_radius", "curvature_weight", "CRC"):
+            assert word not in text, (module, word)
 
 
 def test_config_files(tmp_path):

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, PAPER_CRC_SETTINGS, paper_recipe
+from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, PAPER_CRC_SETTINGS, paper_recipe, recipe_text
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.losses import LossContext, LossOutput, at_least_float32, class_margins
@@ -240,14 +240,18 @@ def crc_loss_spec() -> LossSpec:
         factory=_crc_factory,
         description="CRC-Lip: CE under a feature-space l2 attack + curvature regulariser (eq. 5)",
         params=(
-            Param(name="radius", type=float, default=_RHO,
-                  help="input-space l2 radius rho of the feature attack (0 = no attack)"),
-            Param(name="gamma", type=float, default=_GAMMA,
-                  help="curvature weight (0 = no curvature term)"),
-            Param(name="attack_steps", type=int, default=5, help="feature attack steps"),
-            Param(name="power_steps", type=int, default=2,
+            # the shortcuts: settings (and `lip train` options) of their own, kept for users'
+            # commands and settings files from before --loss took inline parameters
+            Param(name="radius", type=float, default=_RHO, shortcut="attack_radius",
+                  help="input-space l2 radius rho of the feature attack (0 = no attack; "
+                  f"recipe default {recipe_text(0)})"),
+            Param(name="gamma", type=float, default=_GAMMA, shortcut="curvature_weight",
+                  help=f"curvature weight (0 = no curvature term; recipe default {recipe_text(1)})"),
+            Param(name="attack_steps", type=int, default=5, shortcut="attack_steps",
+                  help="feature attack steps"),
+            Param(name="power_steps", type=int, default=2, shortcut="curvature_power_steps",
                   help="power steps per class pair for the curvature estimate"),
-            Param(name="classes", type=int, default=0,
+            Param(name="classes", type=int, default=0, shortcut="curvature_classes",
                   help="other classes per example in the curvature term (0 = all)"),
         ),
         recipe=paper_recipe,

@@ -1,0 +1,21 @@
+"""The default component of each kind, written once (torch-free).
+
+Read by :class:`~lipcli.train.config.TrainConfig` (``lip train``'s defaults and their help),
+:func:`~lipcli.host.models.create_model`, ``lip bench`` and the conformance helpers of
+:mod:`lipcli.testing`: the paper's CPU-friendly baseline LipConvnet-5 with SOC (fast filter
+gradient), MaxMin, max pooling and the LLN head, trained on CIFAR-10.
+"""
+
+from __future__ import annotations
+
+#: component kind -> the name used when none is chosen
+DEFAULT_COMPONENTS: dict[str, str] = {
+    "arch": "lipconvnet-5",
+    "conv": "soc-fast",
+    "activation": "maxmin",
+    "pool": "max",
+    "head": "lln",
+    "dataset": "cifar10",
+}
+#: the layer kinds an architecture is assembled from (the keys ``create_model`` takes)
+LAYER_KINDS: tuple[str, ...] = ("conv", "activation", "pool", "head")
