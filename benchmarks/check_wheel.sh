@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Release check: build lipcli and the polygon plugin (sdist + wheel) with `python -m build`,
+# Release check: build lipcli and every plugin distribution under plugins/ (sdist + wheel) with `python -m build`,
 # install the wheels into a fresh venv OUTSIDE the source tree, and run what a user runs:
 # `lip --version`, `lip plugins`, a short quick start (train, certify, info, export) and the
-# test suite's fast subset against the installed package; then the plugin's wheel
+# test suite's fast subset against the installed package; then every plugin's wheel
 # (installed last: some tests check the messages for a model whose plugin is missing).
 #
 #   bash benchmarks/check_wheel.sh [WORKDIR] [--smoke]
@@ -20,9 +20,13 @@ mkdir -p "$WORK"
 cd "$WORK"
 echo "== build ($WORK/dist)"
 "$PY" -m build --sdist --wheel --outdir dist "$ROOT" >build.log 2>&1 || { tail -20 build.log; exit 1; }
-"$PY" -m build --sdist --wheel --outdir dist "$ROOT/plugins/lipcli-polygon-pool" >>build.log 2>&1 || { tail -20 build.log; exit 1; }
+PLUGINS=()
+for plugin in "$ROOT"/plugins/*/; do
+  PLUGINS+=("$(basename "$plugin")")
+  "$PY" -m build --sdist --wheel --outdir dist "$plugin" >>build.log 2>&1 || { tail -20 build.log; exit 1; }
+done
 ls dist
-version="$("$PY" -c "import ast,sys; t=ast.parse(open(sys.argv[1]).read()); print([n.value.value for n in t.body if isinstance(n, ast.Assign) and n.targets[0].id == '__version__'][0])" "$ROOT/lipcli/__init__.py")"
+version="$("$PY" -c "import ast,sys; t=ast.parse(open(sys.argv[1]).read()); print([n.value.value for n in t.body if isinstance(n, ast.Assign) and n.targets[0].id == '__version__'][0])" "$ROOT/lipcli/version.py")"
 test -f "dist/lipcli-$version-py3-none-any.whl" && test -f "dist/lipcli-$version.tar.gz"
 "$PY" -c "import sys, zipfile; names = zipfile.ZipFile(sys.argv[1]).namelist(); assert 'lipcli/py.typed' in names, 'no py.typed'" "dist/lipcli-$version-py3-none-any.whl"
 echo "== fresh venv ($WORK/venv)"
@@ -68,8 +72,13 @@ if [ "$SMOKE" = "--smoke" ]; then
 else
   ../venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow"
 fi
-echo "== the polygon plugin's wheel"
-../venv/bin/python -m pip install -q --no-deps --no-index ../dist/lipcli_polygon_pool-*.whl
+echo "== every plugin's wheel (${PLUGINS[*]})"
+for plugin in "${PLUGINS[@]}"; do
+  wheel=(../dist/"${plugin//-/_}"-*.whl)
+  test -f "${wheel[0]}" || { echo "no wheel for $plugin"; exit 1; }
+  test -f ../dist/"${plugin//-/_}"-*.tar.gz || test -f ../dist/"$plugin"-*.tar.gz || { echo "no sdist for $plugin"; exit 1; }
+  ../venv/bin/python -m pip install -q --no-deps --no-index "${wheel[0]}"
+done
 ../venv/bin/lip plugins | tee plugins.txt
-grep -q "lipcli-polygon-pool" plugins.txt
+for plugin in "${PLUGINS[@]}"; do grep -q "$plugin" plugins.txt || { echo "lip plugins does not list $plugin"; exit 1; }; done
 echo "wheel check passed"

@@ -2,4 +2,4 @@
 file's metadata and ``lip --version``); a module of its own so that no module below
 :mod:`lipcli` imports the package root."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

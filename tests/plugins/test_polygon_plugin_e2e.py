@@ -28,7 +28,7 @@ def test_polygon_plugin_end_to_end(plugin_site, tmp_path):
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
     info = {p["name"]: p for p in data["plugins"]}["polygon"]
-    assert info["distribution"] == "lipcli-polygon-pool" and info["version"] == "0.1.0"
+    assert info["distribution"] == "lipcli-polygon-pool" and info["version"] == "0.2.0"
     assert info["components"] == {"pool": ["polygon"]} and info["error"] is None
 
     model = tmp_path / "poly.safetensors"

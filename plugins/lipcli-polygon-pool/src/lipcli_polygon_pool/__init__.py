@@ -6,7 +6,7 @@ channel): the paper's open direction of §6, 1-Lipschitz by Theorem 2 / Corollar
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .polygon import PolygonPool, star_polygon_signed_distance  # noqa: E402
 
