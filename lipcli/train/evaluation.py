@@ -37,14 +37,14 @@ def lipschitz_record(model: nn.Module, *, estimate: bool = True,
                      inputs: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """The model file's ``lipschitz`` slot.
 
-    Uses :func:`lipcli.lipschitz.bound.lipschitz_report` (guaranteed upper bound + power
+    Uses :func:`lipcli.lipschitz.report.lipschitz_report` (guaranteed upper bound + power
     estimate), after :func:`lipcli.lipschitz.promises.verify_promises` has measured every layer the
     bound counts as 1 by its promise with the trained parameters (at the layer ``inputs``
     recorded by :func:`~lipcli.lipschitz.promises.capture_inputs`, else at random images).  A
     broken promise keeps the trained weights but no guaranteed bound: ``upper_bound`` is
     ``None``, ``upper_bound_label`` says why and ``promise_broken`` holds the error line.
     """
-    from lipcli.lipschitz.bound import lipschitz_report  # lazy: looked up at call time (tests replace it on its module)
+    from lipcli.lipschitz.report import lipschitz_report  # lazy: looked up at call time (tests replace it on its module)
 
     broken = None
     try:

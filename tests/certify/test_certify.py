@@ -349,7 +349,7 @@ def test_certification_runs_without_tf32():
     being certified; certification turns it off and restores the setting afterwards."""
     import lipcli.certify as certify_module
     from lipcli.numerics import precision
-    from lipcli.lipschitz.bound import lipschitz_report
+    from lipcli.lipschitz.report import lipschitz_report
 
     seen = []
 
