@@ -348,6 +348,8 @@ class CertifyBenchReport(BenchReport):
     lipschitz: LipschitzTiming
     certificates: list[CertificateTiming]
     notes: list[str]
+    #: series against lowered feature pass (lipcli.bench.certify.FeaturePath), interleaved
+    feature_paths: list[Any] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
