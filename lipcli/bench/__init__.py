@@ -25,7 +25,7 @@ Three measurements:
     Inputs/s of feature extraction (eval mode, evaluation terms), of every certificate
     method applicable to the head (its spec's ``certificate``; optionally also with
     ``top_k``), and the time of the GUARANTEED Lipschitz bound and of the power estimate
-    (:func:`lipcli.lipschitz.bound.lipschitz_report`).
+    (:func:`lipcli.lipschitz.report.lipschitz_report`).
 
 ``profile``
     :mod:`torch.profiler` over a few training steps; every operator's *self* time is put in

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from lipcli.sdk.errors import LipUsageError, SettingError
 from lipcli.numerics.precision import in_full_float32_precision
@@ -25,8 +26,51 @@ from lipcli.bench.inputs import Progress, _check_positive, environment, _no_prog
 from lipcli.bench.models import count_parameters
 from lipcli.bench.step import _timed
 from lipcli.host.plugins import get_registry
+from lipcli.lipschitz.lowered import lowered_network, lowered_upper_bound
 from lipcli.sdk.certificates import CertifyResult
-from lipcli.lipschitz.bound import lipschitz_report, model_input_shape
+from lipcli.bench.reports import FeaturePath
+from lipcli.lipschitz.bound import model_input_shape
+from lipcli.lipschitz.report import lipschitz_report
+
+
+def _flop_per_input(network: nn.Module, shape: tuple[int, ...], device: torch.device) -> int:
+    """Floating-point operations of one input's feature pass (torch's flop counter)."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        network.features(torch.zeros((1, *shape), device=device))
+    return int(counter.get_total_flops())
+
+
+def feature_paths(model: nn.Module, shape: tuple[int, ...], batch_size: int, rounds: int,
+                  device: torch.device, gen: torch.Generator,
+                  dense_max_mib: float | None = None) -> list[FeaturePath]:
+    """Series against lowered feature pass, interleaved: ``rounds`` rounds, each timing one
+    batch of ``batch_size`` through both paths (the order alternating), after one warm-up
+    each; FLOP per input by :class:`torch.utils.flop_counter.FlopCounterMode`."""
+    t0 = time.perf_counter()
+    lowered = lowered_network(model, shape, dense_max_mib=dense_max_mib)
+    build = time.perf_counter() - t0
+    series = lowered_network(model, shape, series=True)
+    nets = {"series": series, "lowered": lowered}
+    builds = {"series": 0.0, "lowered": build}
+    dense = {"series": [], "lowered": lowered.dense_layers}
+    flops = {name: _flop_per_input(net, shape, device) for name, net in nets.items()}
+    times: dict[str, list[float]] = {name: [] for name in nets}
+    x = torch.rand((batch_size, *shape), generator=gen).to(device)
+    with torch.no_grad():
+        for net in nets.values():
+            net.features(x)  # warm-up
+        for r in range(rounds):
+            order = list(nets) if r % 2 == 0 else list(reversed(list(nets)))
+            for name in order:
+                dt, _ = _timed(lambda net=nets[name]: net.features(x), device)
+                times[name].append(dt)
+    out = []
+    for name, net in nets.items():
+        bound = lowered_upper_bound(model, net)[0]
+        median = sorted(times[name])[len(times[name]) // 2] if times[name] else float("nan")
+        out.append(FeaturePath(name, flops[name], times[name], batch_size / median if median > 0 else 0.0,
+                               builds[name], dense[name], bound))
+    return out
 
 
 def fit_head(
@@ -145,6 +189,8 @@ def bench_certify(
     source: str = "random weights (untrained)",
     seed: int = 0,
     progress: Progress = _no_progress,
+    path_rounds: int = 3,
+    dense_max_mib: float | None = None,
 ) -> CertifyBenchReport:
     """Throughput of feature extraction, the head's certificate(s) and the Lipschitz numbers.
 
@@ -182,6 +228,10 @@ def bench_certify(
     # -- feature extraction ------------------------------------------------------------
     progress(f"features: {n} inputs in batches of {batch_size}")
     t_feat, features = _timed_features(model, shape, n=n, batch_size=batch_size, gen=gen, device=device)
+    paths: list[FeaturePath] = []
+    if path_rounds > 0:
+        progress(f"feature paths: series vs lowered, {path_rounds} interleaved rounds")
+        paths = feature_paths(model, shape, min(batch_size, n), path_rounds, device, gen, dense_max_mib)
     head = model.head
     fit = None
     if fit_head_steps > 0:
@@ -238,4 +288,5 @@ def bench_certify(
         ),
         certificates=certs,
         notes=notes,
+        feature_paths=paths,
     )

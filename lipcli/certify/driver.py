@@ -39,6 +39,7 @@ from lipcli.sdk.errors import LipError
 from lipcli.host.modelfile import update_metadata, update_results_locked
 from lipcli.host.plugins import get_registry
 from lipcli.lipschitz.bound import BOUND_LABEL
+from lipcli.lipschitz.lowered import lowered_network
 from lipcli.lipschitz.promises import capture_inputs, verify_promises
 from lipcli.host.models import load_model
 
@@ -162,11 +163,22 @@ def run_certification(
     ds_info.limit = options.limit
     dataset, indices = limit_subset(dataset, n, notes)  # indices: None for the whole split
 
-    # -- 2. features (float32, eval mode) --------------------------------------------------------
+    # -- 2. features (float32, eval mode), by the eval lowering (lipcli.lipschitz.lowered:
+    #    dense matrices where cheaper, built once per model and input shape) ------------------------
+    t0 = time.perf_counter()
+    network = lowered_network(model, tuple(dataset[0][0].shape), dense_max_mib=options.dense_max_mib,
+                              series=options.series)
+    times["lowering"] = time.perf_counter() - t0
+    if network.dense_layers:
+        notes.append(
+            f"eval lowering: {len(network.dense_layers)} layers run as dense float32 matrices "
+            f"(cap {network.dense_max_mib:g} MiB per layer); the Lipschitz bound covers them"
+        )
 
     t0 = time.perf_counter()
     with capture_inputs(model) as layer_inputs:  # for the promise check below
-        feats = extract_features(model, dataset, n, options.batch_size, device, ds_info.name, report)
+        feats = extract_features(model, dataset, n, options.batch_size, device, ds_info.name, report,
+                                 network)
     times["features"] = time.perf_counter() - t0
     # -- 2b. every layer counted as 1 by its promise, measured with the trained parameters at
     #    the first data points (lipcli.lipschitz.promises; a broken promise is an error) ----------------
@@ -187,7 +199,7 @@ def run_certification(
 
     # -- 4. Lipschitz constant of g (normalisation included) -------------------------------------
     t0 = time.perf_counter()
-    lip = lipschitz_constant(model, mf.metadata.get("lipschitz"), options, notes, report)
+    lip = lipschitz_constant(model, mf.metadata.get("lipschitz"), options, notes, report, network)
     times["lipschitz"] = time.perf_counter() - t0
 
     # -- 5. input-space radii and certified accuracy ---------------------------------------------
@@ -202,7 +214,7 @@ def run_certification(
     if options.attack:
         t0 = time.perf_counter()
         violations, attack_info = attack_radii(
-            model, dataset, predictions, correct, radius, options, rows, device, report
+            network, dataset, predictions, correct, radius, options, rows, device, report
         )
         times["attack"] = time.perf_counter() - t0
         for v in violations if indices is not None else ():

@@ -72,6 +72,13 @@ class CertifyOptions:
     write: bool = True
     seed: int = 0
     ignore_class_names: bool = False
+    #: run every layer in its literal form (no dense eval lowering), for comparison
+    series: bool = False
+    #: per-layer cap of the dense eval lowering, MiB of float32 (0: no dense layer, the default:
+    #: building a layer's matrix costs about d_in literal passes, which one run of a few
+    #: thousand inputs does not earn back on CPU; None: the device's default,
+    #: :func:`lipcli.lipschitz.lowered.default_dense_max_mib`)
+    dense_max_mib: float | None = 0.0
 
     def check(self) -> None:
         """Bad values (before any work): :class:`SettingError` naming the field."""
@@ -87,3 +94,8 @@ class CertifyOptions:
                 raise SettingError(name, f"{name} must be >= 1, got {value}")
         if not self.radii:
             raise SettingError("radii", "no radii given")
+        if self.dense_max_mib is not None and not (
+            math.isfinite(self.dense_max_mib) and self.dense_max_mib >= 0
+        ):
+            raise SettingError("dense_max_mib", f"the dense lowering cap must be a finite number of "
+                               f"MiB >= 0, got {self.dense_max_mib}")

@@ -13,12 +13,14 @@ import torch
 from torch import nn
 
 from lipcli.certify.data import batches, stack
+from lipcli.lipschitz.lowered import lowered_upper_bound
 from lipcli.certify.options import CertifyOptions
 from lipcli.certify.results import ESTIMATE_WARNING, MeanCertifiedRadius, RadiusRow
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.sdk.specs import SOUND
 from lipcli.sdk.certificates import CertifyResult
-from lipcli.lipschitz.bound import guaranteed_upper_bound, lipschitz_report, weights_fingerprint
+from lipcli.lipschitz.bound import guaranteed_upper_bound, weights_fingerprint
+from lipcli.lipschitz.report import lipschitz_report
 from lipcli.lipschitz.promises import locate_nonfinite
 
 #: ``progress(stage, done, total)``; stages: "features", "certificate", "attack eps=..." (counted
@@ -38,8 +40,11 @@ class Features:
 
 def extract_features(
     model: nn.Module, dataset: Any, n: int, batch_size: int, device: torch.device,
-    dataset_name: str, report: Progress,
+    dataset_name: str, report: Progress, network: nn.Module | None = None,
 ) -> Features:
+    """Features and forward predictions, computed by ``network`` (the eval lowering,
+    :mod:`lipcli.lipschitz.lowered`; default the model itself)."""
+    run = model if network is None else network
     num_classes = int(model.lipcli_config["num_classes"])
     feats, labels_list, fwd_preds = [], [], []
     with torch.no_grad():
@@ -49,11 +54,11 @@ def extract_features(
                 raise LipUsageError(
                     f"data set {dataset_name!r} has labels outside 0..{num_classes - 1}"
                 )
-            y = model.features(images.to(device))
+            y = run.features(images.to(device))
             if not bool(torch.isfinite(y).all()):
                 raise _nonfinite_features(model, images.to(device))
             feats.append(y.float().cpu())
-            fwd_preds.append(model.head(y).argmax(1).cpu())
+            fwd_preds.append(run.head(y).argmax(1).cpu())
             labels_list.append(labels)
             report("features", stop, n)
     return Features(torch.cat(feats), torch.cat(labels_list), torch.cat(fwd_preds))
@@ -126,12 +131,16 @@ class LipschitzConstant:
 
 def lipschitz_constant(
     model: nn.Module, stored: Any, options: CertifyOptions, notes: list[str], report: Progress,
+    network: Any = None,
 ) -> LipschitzConstant:
-    """The fresh guaranteed bound; with ``lipschitz="estimate"`` the power estimate (read from
+    """The fresh guaranteed bound of the operator that runs (``network``: the eval lowering,
+    :func:`lipcli.lipschitz.lowered.lowered_upper_bound`; else the model's own); with ``lipschitz="estimate"`` the power estimate (read from
     the file's ``lipschitz`` slot when it was made for the same weights and iterations)."""
 
     fingerprint = weights_fingerprint(model)
-    bound, _ = guaranteed_upper_bound(model)
+    computed = guaranteed_upper_bound(model)
+    model_bound = computed[0]
+    bound = lowered_upper_bound(model, network, computed)[0] if network is not None else model_bound
     stored = stored if isinstance(stored, dict) else {}
     same_weights = stored.get("weights_sha256") == fingerprint
     estimate = None
@@ -148,11 +157,11 @@ def lipschitz_constant(
             ).estimate
     if (
         same_weights and isinstance(stored.get("upper_bound"), (int, float))
-        and not math.isclose(float(stored["upper_bound"]), bound, rel_tol=1e-6)
+        and not math.isclose(float(stored["upper_bound"]), model_bound, rel_tol=1e-6)
     ):
         notes.append(
             f"the Lipschitz bound stored in the model file ({stored['upper_bound']:.9g}) "
-            f"differs from the fresh one ({bound:.9g}); the fresh one is used"
+            f"differs from the fresh one ({model_bound:.9g}); the fresh one is used"
         )
     value = float(estimate) if estimate is not None else bound
     return LipschitzConstant(value, bound, estimate, fingerprint)

@@ -263,10 +263,19 @@ def certify(
     cudnn_benchmark: Annotated[bool, typer.Option(
         _CUDNN, help="CUDA: let cuDNN autotune convolution algorithms (lip certify does not).",
     )] = False,
+    path_rounds: Annotated[int, typer.Option(
+        "--path-rounds", help="Rounds of the interleaved series-vs-lowered feature pass "
+        "comparison (one batch each per round, FLOP per input by torch's flop counter); 0: none.",
+    )] = 3,
+    dense_max_mib: Annotated[Optional[float], typer.Option(
+        "--dense-max-mib", help="Cap of the eval lowering per layer, MiB of float32 "
+        "(default: lip certify's, 64 on CPU, 256 on CUDA).",
+    )] = None,
     json_out: JsonOption = False, output: Output = None, quiet: QuietOption = False,
 ) -> None:
     """Inputs/s of feature extraction and of the head's certificate(s), and the time of the
-    guaranteed Lipschitz bound and of the power estimate."""
+    guaranteed Lipschitz bound and of the power estimate; the feature pass in its literal
+    form (series) against the eval lowering that lip certify runs, interleaved."""
     from lipcli.bench import bench_certify, build_model
     from lipcli.sdk.errors import LipUsageError
 
@@ -303,7 +312,8 @@ def certify(
     report = bench_certify(
         model, batch_size=batch_size, n=n, device=dev, top_k=top_k, fit_head_steps=fit_head,
         fit_loss=fit_loss, lipschitz_iters=lipschitz_iters, refresh_steps=refresh_steps,
-        source=source, seed=seed, progress=_progress(quiet),
+        source=source, seed=seed, progress=_progress(quiet), path_rounds=path_rounds,
+        dense_max_mib=dense_max_mib,
     )
     _finish(report, output, json_out, tables.print_certify)
 

@@ -217,6 +217,12 @@ def print_certify(report: CertifyBenchReport) -> None:
             f"{c.inputs_per_s:.1f}" if c.inputs_per_s else "n/a",
             f"input radius median {c.input_radius.median:.4g}, nonzero {100 * c.nonzero_fraction:.0f}%",
         )
+    for fp in report.feature_paths:
+        secs = sorted(fp.seconds)[len(fp.seconds) // 2] if fp.seconds else float("nan")
+        dense = f", {len(fp.dense_layers)} dense layers (built in {fp.build_s:.2f} s)" if fp.dense_layers else ""
+        table.add_row(f"feature pass, {fp.path} (interleaved, median of {len(fp.seconds)})",
+                      f"{secs:.3f}", f"{fp.inputs_per_s:.1f}",
+                      f"{fp.flop_per_input / 1e9:.3g} GFLOP/input, Lip bound {fp.lipschitz_upper_bound:.9g}{dense}")
     console.print(table)
     for note in report.notes:
         _note(console, f"note: {note}")

@@ -71,6 +71,19 @@ def certify(
         help="Certify even if the data set's class names differ from those recorded in the "
         "model file (by default that is refused: same class count, different data).",
     )] = _C.ignore_class_names,
+    series: Annotated[bool, typer.Option(
+        "--series",
+        help="Run every layer in its literal form (e.g. SOC's 15-term series) instead of the "
+        "eval lowering (a layer whose fixed linear map is cheaper as one dense matrix on this "
+        "input size runs as that matrix; the bound covers it). For comparison.",
+    )] = _C.series,
+    dense_max_mib: Annotated[Optional[float], typer.Option(
+        "--dense-max-mib",
+        help="Largest dense matrix per layer of the eval lowering, MiB of float32: a layer whose "
+        "matrix fits and is at least 4x cheaper per input runs as that matrix (the bound covers "
+        "it). Building it costs about d_in literal passes per layer, once per process, so it pays "
+        "off only for many inputs; 0 (default): every layer literal.",
+    )] = _C.dense_max_mib,
     json_out: JsonOption = False,
     no_write: Annotated[bool, typer.Option(
         "--no-write",
@@ -124,6 +137,7 @@ def certify(
         limit=limit, batch_size=batch_size, device=device, lipschitz=lipschitz,
         lipschitz_iters=lipschitz_iters, top_k=top_k, attack=attack, attack_steps=attack_steps,
         attack_restarts=attack_restarts, write=not no_write, ignore_class_names=ignore_class_names,
+        series=series, dense_max_mib=dense_max_mib,
     )
     options.check()
     if options.write:  # before the work, with this command's hint (the driver checks it too)

@@ -208,7 +208,7 @@ class ProgressBars:
     """rich progress bars on stderr, one task per stage (quiet when stderr is not a TTY).
 
     ``update(stage, done, total)`` is the ``progress`` callback of the library functions
-    (:func:`lipcli.certify.run_certification`, :func:`lipcli.lipschitz.bound.lipschitz_report`)."""
+    (:func:`lipcli.certify.run_certification`, :func:`lipcli.lipschitz.report.lipschitz_report`)."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled

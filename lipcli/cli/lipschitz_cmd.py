@@ -44,7 +44,7 @@ def lipschitz(
     from lipcli._util.outputs import check_model_writable
     from lipcli._util.devices import resolve_device
     from lipcli.sdk.errors import LipUsageError
-    from lipcli.lipschitz.bound import lipschitz_report, merge_stored_record
+    from lipcli.lipschitz.report import lipschitz_report, merge_stored_record
     from lipcli.host.models import load_model
     from lipcli.lipschitz.promises import verify_promises
 
@@ -89,7 +89,7 @@ def lipschitz(
 
 
 def print_report(report: Any) -> None:
-    """A :class:`~lipcli.lipschitz.bound.LipschitzReport` as a table on stdout (rich); strings
+    """A :class:`~lipcli.lipschitz.report.LipschitzReport` as a table on stdout (rich); strings
     from the model file are made inert (no control characters, no markup)."""
     from rich.markup import escape
     from rich.table import Table

@@ -47,6 +47,7 @@ from lipcli._util.outputs import check_output_file
 from lipcli.export.program import ROUND_DOWN
 from lipcli.host.models import recorded_dataset
 from lipcli.host.plugins import get_registry
+from lipcli.lipschitz.lowered import lowered_network, lowered_upper_bound
 from lipcli.lipschitz.promises import verify_promises
 from lipcli.lipschitz.bound import guaranteed_upper_bound, model_input_shape
 from lipcli.host.modelfile import atomic_write_bytes
@@ -209,17 +210,22 @@ def _relative(diff: np.ndarray, ref: np.ndarray) -> float:
     return worst / scale if scale > 0 else worst
 
 
-def compare(run: Any, model: torch.nn.Module, certificate: Any, lipschitz: float | None,
+def compare(run: Any, model: torch.nn.Module, certificate: Any,
             images: torch.Tensor, source: str, batch: int = 256) -> ExportCheck:
-    """Run the loaded program and lipcli on ``images``; differences (see module docstring)."""
+    """Run the loaded program and lipcli on ``images``; differences (see module docstring).
+    lipcli's side is what ``lip certify`` runs: its eval lowering
+    (:func:`lipcli.lipschitz.lowered.lowered_network`, device defaults) and the guaranteed
+    bound of that operator."""
+    network = lowered_network(model)
+    lipschitz = lowered_upper_bound(model, network)[0] if certificate is not None else None
     got_logits, got_radius, ref_logits, ref_radius = [], [], [], []
     with torch.no_grad():
         for s in range(0, images.shape[0], batch):
             x = images[s : s + batch]
             logits, radius = run(x.numpy())
             got_logits.append(np.asarray(logits, dtype=np.float64))
-            y = model.features(x)
-            ref_logits.append(model.head(y).double().numpy())
+            y = network.features(x)
+            ref_logits.append(network.head(y).double().numpy())
             if certificate is not None:
                 got_radius.append(np.asarray(radius, dtype=np.float64))
                 r = certificate.reference(y).double() / lipschitz * ROUND_DOWN
@@ -262,7 +268,6 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
             # parameters at the check images (as lip certify does): a broken promise is an
             # error, never a GUARANTEED bound in the exported program; nothing is written
             verify_promises(model, images)
-            lipschitz = guaranteed_upper_bound(model)[0]
             name = reg.get("head", model.lipcli_config["head"]["name"]).certificate
             certifier = reg.component("certificate", name).build()
             certificate = lower_certificate(certifier, model.head, name)
@@ -270,7 +275,10 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
             times["certificate"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         report("export", 0, 1)
-        program = build_program(model, certificate, lipschitz, shape, options.dense_max_bytes)
+        # with a certificate, the program divides by the GUARANTEED bound of its own lowered
+        # operator (dense layers' float32 matrices included, lipcli.lipschitz.lowered)
+        program = build_program(model, certificate, None, shape, options.dense_max_bytes)
+        lipschitz = program.lipschitz if certificate is not None else None
         record = export_record(model, mf, model_path, fmt, certificate, lipschitz, shape,
                                lowering_record(program, options.dense_max_mib))
         example = torch.rand((EXAMPLE_BATCH, *shape), generator=torch.Generator().manual_seed(0))
@@ -298,7 +306,7 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
                 ) from None
             if stored != record:
                 raise ExportCheckError("the metadata record read back differs from the one written")
-            check = compare(run, model, certificate, lipschitz, images, source)
+            check = compare(run, model, certificate, images, source)
             outcome["check"] = check
             report("check", 1, 1)
             times["check"] = time.perf_counter() - t1

@@ -20,7 +20,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from types import SimpleNamespace
+
+from lipcli.lipschitz.lowered import lower_body, lowered_upper_bound
 from lipcli.sdk.export import LOWERING_ATTRIBUTE, ExportContext, ExportedCertificate, lower_module
+from lipcli.sdk.lowering import DenseOperator
 from lipcli.export.options import DENSE_MAX_MIB
 from lipcli.sdk.export import ExportError
 
@@ -59,10 +63,13 @@ def build_program(model: nn.Module, certificate: ExportedCertificate | None = No
                   lipschitz: float | None = None, input_shape: tuple[int, ...] | None = None,
                   dense_max_bytes: int = int(DENSE_MAX_MIB * 2**20)) -> ExportedProgram:
     """Lower every child of ``model.body`` and ``model.head`` (errors name the layer and its
-    component); ``certificate`` and ``lipschitz`` for ``--certify``.  With ``input_shape``
-    (one example, no batch) each child is lowered with an :class:`ExportContext` holding the
-    shape of its input (found by running one zero example through the eval-mode model) and
-    ``dense_max_bytes``."""
+    component); ``certificate`` and ``lipschitz`` for ``--certify`` (``lipschitz`` ``None``:
+    the GUARANTEED bound of the lowered operator,
+    :func:`lipcli.lipschitz.lowered.lowered_upper_bound`).  With ``input_shape`` (one
+    example, no batch) the body is lowered by :func:`lipcli.lipschitz.lowered.lower_body`
+    (the eval lowering ``lip certify`` runs: each child with an
+    :class:`~lipcli.sdk.export.ExportContext` holding its input shape and
+    ``dense_max_bytes``)."""
     body = getattr(model, "body", None)
     head = getattr(model, "head", None)
     if not isinstance(body, nn.Sequential) or not isinstance(head, nn.Module):
@@ -70,29 +77,33 @@ def build_program(model: nn.Module, certificate: ExportedCertificate | None = No
             f"{type(model).__name__} has no 'body' nn.Sequential and 'head': lip export needs the "
             "feature map / head layout of lipcli architectures"
         )
-    lowering: list[dict[str, Any]] = []
-    h = None if input_shape is None else torch.zeros((1, *input_shape))
-
-    def lower(child: nn.Module, name: str, where: str) -> nn.Module:
-        nonlocal h
-        context = None
-        if h is not None:
-            context = ExportContext(tuple(h.shape[1:]), int(dense_max_bytes))
-            with torch.no_grad():
-                h = child(h)
-        lowered = lower_module(child, where, context)
-        described = getattr(lowered, LOWERING_ATTRIBUTE, None)
-        if isinstance(described, dict):
-            lowering.append({"layer": name, **described})
-        return lowered
-
-    lowered = nn.Sequential()
-    for name, child in body.named_children():
-        lowered.add_module(name, lower(child, name, f"layer {name!r}"))
+    if input_shape is not None:  # the eval lowering shared with lip certify
+        lowered, lowering = lower_body(model, tuple(input_shape), int(dense_max_bytes), plain=True)
+    else:
+        lowered, lowering = nn.Sequential(), []
+        for name, child in body.named_children():
+            lowered.add_module(name, lower_module(child, f"layer {name!r}"))
+    excess = {name: float(child.bound_excess) for name, child in lowered.named_children()
+              if isinstance(child, DenseOperator)}
+    if certificate is not None and lipschitz is None:
+        # the GUARANTEED bound of the operator that runs (dense layers' float32 matrices included)
+        lipschitz = lowered_upper_bound(model, SimpleNamespace(excess=excess))[0]
+    context = None
+    if input_shape is not None:
+        with torch.no_grad():
+            param = next(model.parameters(), None)
+            probe = torch.zeros((1, *input_shape), dtype=param.dtype if param is not None else None,
+                                device=param.device if param is not None else None)
+            context = ExportContext(tuple(lowered(probe).shape[1:]), int(dense_max_bytes))
+    head_lowered = lower_module(head, "the head", context)
+    described = getattr(head_lowered, LOWERING_ATTRIBUTE, None)
+    if isinstance(described, dict):
+        lowering.append({"layer": "head", **described})
     program = ExportedProgram(
-        lowered, lower(head, "head", "the head"),
+        lowered, head_lowered,
         None if certificate is None else certificate.module.eval(), lipschitz,
     )
+    program.excess = excess
     program.lowering = lowering
     for p in program.parameters():
         p.requires_grad_(False)

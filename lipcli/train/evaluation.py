@@ -12,7 +12,7 @@ from torch import nn
 from lipcli.train.distributed import DistContext
 from lipcli.train.results import Evaluation
 from lipcli.lipschitz.promises import BrokenPromiseError, NonFiniteModelError, verify_promises
-from lipcli.lipschitz.bound import lipschitz_report
+from lipcli.lipschitz.report import lipschitz_report
 
 
 @torch.no_grad()
@@ -38,7 +38,7 @@ def lipschitz_record(model: nn.Module, *, estimate: bool = True,
                      inputs: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """The model file's ``lipschitz`` slot.
 
-    Uses :func:`lipcli.lipschitz.bound.lipschitz_report` (guaranteed upper bound + power
+    Uses :func:`lipcli.lipschitz.report.lipschitz_report` (guaranteed upper bound + power
     estimate), after :func:`lipcli.lipschitz.promises.verify_promises` has measured every layer the
     bound counts as 1 by its promise with the trained parameters (at the layer ``inputs``
     recorded by :func:`~lipcli.lipschitz.promises.capture_inputs`, else at random images).  A

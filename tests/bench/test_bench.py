@@ -188,6 +188,14 @@ def test_certify_json_lln(one_thread):
     assert _positive(cert["inputs_per_s"])
     assert cert["input_radius"]["median"] == pytest.approx(
         cert["feature_radius"]["median"] / lip["upper_bound"])
+    # series against the eval lowering, interleaved, with FLOP per input
+    series, lowered = report["feature_paths"]
+    assert (series["path"], lowered["path"]) == ("series", "lowered")
+    assert len(series["seconds"]) == len(lowered["seconds"]) == 3
+    assert series["dense_layers"] == [] and lowered["dense_layers"]
+    assert 0 < lowered["flop_per_input"] < series["flop_per_input"]
+    assert series["lipschitz_upper_bound"] == pytest.approx(lip["upper_bound"], rel=1e-12)
+    assert series["lipschitz_upper_bound"] < lowered["lipschitz_upper_bound"] < series["lipschitz_upper_bound"] * (1 + 1e-5)
 
 
 def test_certify_json_mlp_top_k(one_thread):

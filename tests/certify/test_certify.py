@@ -354,7 +354,7 @@ def test_certification_runs_without_tf32():
     being certified; certification turns it off and restores the setting afterwards."""
     import lipcli.certify as certify_module
     from lipcli.numerics import precision
-    from lipcli.lipschitz.bound import lipschitz_report
+    from lipcli.lipschitz.report import lipschitz_report
 
     seen = []
 
@@ -415,3 +415,21 @@ def test_machine_json_is_strict_even_with_infinite_radii(capsys):
     assert data == {"radius": "inf", "rows": [1.0, "-inf", "nan"], "n": 3}
     assert float(data["radius"]) == float("inf")
     assert strict_json((0.5, {"a": 2})) == [0.5, {"a": 2}]
+
+
+def test_lowered_path_radii_equal_the_series_path_and_pgd_finds_no_violation(model_file: Path) -> None:
+    """The eval lowering (dense matrices on the small images) gives the series path's radii
+    to 1e-5 relative, and PGD through the lowered network breaks no certificate."""
+    common = dict(radii=parse_radii("36,72"), limit=40, write=False)
+    lowered = run_certification(model_file, CertifyOptions(attack=True, attack_steps=20,
+                                                           attack_restarts=1, **common))
+    series = run_certification(model_file, CertifyOptions(series=True, **common))
+    assert any("eval lowering" in note for note in lowered.summary.notes)
+    assert not any("eval lowering" in note for note in series.summary.notes)
+    assert lowered.summary.lipschitz.value >= series.summary.lipschitz.value
+    assert torch.equal(lowered.predictions, series.predictions)
+    scale = float(series.radius.abs().max())
+    assert scale > 0
+    assert float((lowered.radius - series.radius).abs().max()) <= 1e-5 * scale
+    assert lowered.violations == [] and lowered.summary.attack.violations == 0
+    assert lowered.summary.attack.violations == 0

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from lipcli.host import plugins
 from lipcli.cli import app
 from lipcli.sdk.errors import LipUsageError
-from lipcli.lipschitz.bound import BOUND_LABEL, ESTIMATE_LABEL, merge_stored_record
+from lipcli.lipschitz.bound import BOUND_LABEL, ESTIMATE_LABEL
+from lipcli.lipschitz.report import merge_stored_record
 from lipcli.host.modelfile import read_metadata
 from lipcli.host.models import ComponentParameterError, create_model
 from lipcli.train import INTERRUPT_ENV, read_checkpoint

@@ -120,7 +120,7 @@ def test_unwritable_locations_are_reported_up_front(model_file: Path, tmp_path: 
     err = _error(runner.invoke(app, ["bench", "certify", "-o", str(ro_dir / "r.json"), *BENCH_TINY]), 2)
     assert "not writable" in err
     # lip lipschitz --write: refused before the (long) bound computation, with its own hint
-    monkeypatch.setattr("lipcli.lipschitz.bound.lipschitz_report",
+    monkeypatch.setattr("lipcli.lipschitz.report.lipschitz_report",
                         lambda *a, **k: pytest.fail("the report ran before the path check"))
     err = _error(runner.invoke(app, ["lipschitz", str(model), "--write", "--no-estimate"]), 2)
     assert str(model) in err and "without --write" in err

@@ -14,12 +14,9 @@ from typer.testing import CliRunner
 from lipcli.builtins.lipconvnet import Normalize
 from lipcli.cli import app
 from lipcli.sdk.errors import LipError
-from lipcli.lipschitz.bound import (
-    empirical_lower_bound,
-    guaranteed_upper_bound,
-    layer_input_shapes,
-    lipschitz_report,
-)
+from lipcli.lipschitz.bound import guaranteed_upper_bound, layer_input_shapes
+from lipcli.lipschitz.empirical import empirical_lower_bound
+from lipcli.lipschitz.report import lipschitz_report
 from lipcli.host.modelfile import read_metadata
 from lipcli.host.models import create_model, save_model
 from lipcli.host.plugins import get_registry

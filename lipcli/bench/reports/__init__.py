@@ -6,7 +6,7 @@ share (environment, step times, memory, CUDA-graph use) are in :mod:`.common`.
 ``report.to_json()`` is the JSON that ``--json`` prints and ``--output`` writes."""
 
 from lipcli.bench.reports.certify import (CertificateTiming, CertifyBenchReport, CertifyBenchSettings,
-                                          FeatureTiming, HeadFit, LipschitzTiming, Quantiles)
+                                          FeaturePath, FeatureTiming, HeadFit, LipschitzTiming, Quantiles)
 from lipcli.bench.reports.common import (BenchReport, Environment, FastExact, GpuEnvironment, GraphUse,
                                          KernelFloor, StepBenchReport, StepBenchSettings, StepMemory,
                                          StepSettings, StepTimes)
@@ -18,7 +18,7 @@ from lipcli.bench.reports.train import ModelTiming, Table1Row, TrainBenchReport,
 
 __all__ = [
     "BenchReport", "CategoryTime", "CertificateTiming", "CertifyBenchReport", "CertifyBenchSettings",
-    "ComponentBenchReport", "ComponentBenchSettings", "Environment", "FastExact", "FeatureTiming",
+    "ComponentBenchReport", "ComponentBenchSettings", "Environment", "FastExact", "FeaturePath", "FeatureTiming",
     "GpuEnvironment", "GpuProfile", "GraphUse", "HeadFit", "KernelFloor", "KernelTime",
     "LipschitzTiming", "ModelTiming", "NodeTime", "OperatorTime", "ProfileReport", "ProfileSettings",
     "Quantiles", "StepBenchReport", "StepBenchSettings", "StepMemory", "StepSettings", "StepTimes",

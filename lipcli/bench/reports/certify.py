@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lipcli._util.records import JsonRecord
@@ -80,6 +80,20 @@ class CertificateTiming(JsonRecord):
     stats: dict[str, Any]
 
 
+@dataclass
+class FeaturePath(JsonRecord):
+    """One feature path of ``lip bench certify``: ``"series"`` (every layer literal,
+    ``lip certify --series``) or ``"lowered"`` (the eval lowering ``lip certify`` runs)."""
+
+    path: str
+    flop_per_input: int
+    seconds: list[float]
+    inputs_per_s: float
+    build_s: float
+    dense_layers: list[str]
+    lipschitz_upper_bound: float
+
+
 @dataclass(kw_only=True)
 class CertifyBenchReport(BenchReport):
     """``lip bench certify`` (:func:`lipcli.bench.bench_certify`)."""
@@ -93,3 +107,5 @@ class CertifyBenchReport(BenchReport):
     lipschitz: LipschitzTiming
     certificates: list[CertificateTiming]
     notes: list[str]
+    #: series against lowered feature pass (:func:`lipcli.bench.certify.feature_paths`), interleaved
+    feature_paths: list[FeaturePath] = field(default_factory=list)

@@ -17,7 +17,7 @@ images of at least :data:`lipcli.builtins.soc.settings.CHANNELS_LAST_MIN_PIXELS`
 the layer on CPU (the convolutions of few channels on large images are about twice as fast
 there; a layout only, same values).
 
-**Dense lowering** (:class:`DenseSOC`).  The exported program's input size is fixed, so the
+**Dense lowering** (:class:`~lipcli.sdk.lowering.DenseOperator`, the SDK's eval lowering).  The exported program's input size is fixed, so the
 layer's linear part ``x ↦ trunc(P_T(S) pad(unshuffle(x)))`` is a fixed matrix ``M`` of size
 ``(c_out·H'·W') × (c_in·H·W)``.  On the small images of the later LipConvnet blocks (many
 channels, few pixels) one matrix product with ``M`` costs far fewer operations than
@@ -43,14 +43,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lipcli.builtins.soc import settings
+from lipcli.numerics.rounding import gamma, round_up
+from lipcli.sdk.lowering import DENSE_MIN_GAIN, DenseOperator, LinearMap, dense_lowering
 
-#: a layer is lowered densely only when one matrix product costs at most ``1/DENSE_MIN_GAIN``
-#: of the series' operations: the matrix is ``(H'·W')²/k²`` times the filter's size and its
-#: memory traffic is not counted (on LipConvnet the ratio is about ``H'·W'/126``: 8×8 images
-#: gain 2×, 4×4 8×, 2×2 32×, 1×1 14×; 8×8 layers stay series)
-DENSE_MIN_GAIN = 4
-
-
+__all__ = ["DENSE_MIN_GAIN", "DenseSOC", "ExportedSOC", "linear_map", "lower_soc", "operator_matrix",
+           "operator_matrix_with_error"]
 
 class ExportedSOC(nn.Module):
     """``P_T(S)`` applied by ``T − 1`` plain convolutions, plus the bias (see module doc)."""
@@ -105,29 +102,8 @@ class ExportedSOC(nn.Module):
                 f"terms={self.terms}, channels_last={self.channels_last}")
 
 
-class DenseSOC(nn.Module):
-    """The layer on inputs of one fixed shape as ``y = M·vec(x) + b``: one matrix product
-    (``F.linear``) between two reshapes; ``matrix`` from :func:`operator_matrix` rounded to
-    the layer's dtype (float32),
-    ``bias`` the layer's bias repeated over the output pixels."""
-
-    def __init__(self, matrix: Tensor, bias: Tensor, *, input_shape: tuple[int, ...],
-                 output_shape: tuple[int, ...]) -> None:
-        super().__init__()
-        if tuple(matrix.shape) != (math.prod(output_shape), math.prod(input_shape)):
-            raise ValueError(f"matrix {tuple(matrix.shape)} does not map {input_shape} to {output_shape}")
-        pixels = math.prod(output_shape[1:])
-        self.register_buffer("matrix", matrix.detach().contiguous())
-        self.register_buffer("bias", bias.detach().to(matrix.dtype).repeat_interleave(pixels).contiguous())
-        self.input_shape = tuple(int(d) for d in input_shape)
-        self.output_shape = tuple(int(d) for d in output_shape)
-
-    def forward(self, x: Tensor) -> Tensor:
-        y = F.linear(x.flatten(1), self.matrix, self.bias)
-        return y.unflatten(1, self.output_shape)
-
-    def extra_repr(self) -> str:
-        return f"input_shape={self.input_shape}, output_shape={self.output_shape}"
+#: the dense form (kept under its old name)
+DenseSOC = DenseOperator
 
 
 def output_shape(layer: nn.Module, input_shape: tuple[int, ...]) -> tuple[int, int, int]:
@@ -163,51 +139,83 @@ def conv_matrix(S: Tensor, h: int, w: int) -> Tensor:
 @torch.no_grad()
 def operator_matrix(layer: nn.Module, input_shape: tuple[int, ...]) -> Tensor:
     """``M`` (float64, ``(c_out·H'·W') × (c_in·H·W)``) with ``layer(x) = M·vec(x) + bias``
-    in eval mode on inputs of shape ``input_shape = (c_in, H, W)``.
+    in eval mode on inputs of shape ``input_shape = (c_in, H, W)`` (see
+    :func:`operator_matrix_with_error`)."""
+    return operator_matrix_with_error(layer, input_shape)[0]
+
+
+@torch.no_grad()
+def operator_matrix_with_error(layer: nn.Module, input_shape: tuple[int, ...],
+                               norm_bound: float | None = None) -> tuple[Tensor, float]:
+    """``(M, e)``: ``M`` as in :func:`operator_matrix` and ``e ≥ ‖M − P_T(S)‖₂`` (the exact
+    map on these inputs, whose norm the layer's bound covers), the float64 rounding of the
+    recurrence.
 
     The layer's eval series in float64 (its eval filter ``S`` cast exactly), on the whole
-    identity basis at once: ``X`` = the unshuffled, channel-padded basis images as rows,
-    ``A`` = :func:`conv_matrix` of ``S``, then Horner ``U ← X + U·Aᵀ/i`` for
-    ``i = T−1 … 1`` (SPEC §1.4; ``T − 1`` matrix products, the rows of ``U`` are the
-    layer's outputs on the basis images), truncated to ``c_out`` channels."""
+    identity basis at once: ``X`` = the unshuffled, channel-padded basis images as rows (0/1,
+    exact), ``A`` = :func:`conv_matrix` of ``S`` (exact copies), then Horner
+    ``U ← X + U·Aᵀ/i`` for ``i = T−1 … 1`` (SPEC §1.4; ``T − 1`` matrix products, the rows of
+    ``U`` are the layer's outputs on the basis images), truncated to ``c_out`` channels.
+
+    Error (Higham §3.5, :mod:`lipcli.numerics.rounding`): one ``addmm`` with inner dimension
+    ``n`` and the rounded ``α = fl(1/i)`` is entrywise off by at most
+    ``γ_{n+3}(|X| + |U||A|ᵀ/i)``, in Frobenius norm ``δ_i ≤ γ_{n+3}(‖X‖_F + ‖Û‖_F‖A‖_F/i)``;
+    the error carried from the previous step grows by at most ``‖A‖₂/i ≤ b/i`` with ``b``
+    (``norm_bound``, default :meth:`SOC.spectral_bound`) the guaranteed bound on ``‖S‖₂`` that
+    also bounds the zero-padded convolution on a finite image.  So ``E ← E·b/i + δ_i`` and
+    ``‖M − P‖₂ ≤ ‖M − P‖_F ≤ E`` (truncating channels does not increase it); every scalar
+    operation is rounded up by :func:`~lipcli.numerics.rounding.round_up`."""
     S = layer.skew_filter().to(torch.float64)
+    b = float(layer.spectral_bound()) if norm_bound is None else float(norm_bound)
     d_in = math.prod(input_shape)
     basis = torch.eye(d_in, dtype=torch.float64).view(d_in, *input_shape)
     X = layer._prepare_input(basis).contiguous()
     _, C, h, w = X.shape
     X = X.view(d_in, C * h * w)
     A_t = conv_matrix(S, h, w).T
+    g = gamma(C * h * w + 3)
+    up = 1.0 + 2.0 * gamma(A_t.numel() + 2)
+    a_fro = math.sqrt(float(A_t.square().sum()) * up) * up
+    x_fro = math.sqrt(d_in)
+    err = 0.0
     U = X
     for i in range(int(layer.eval_terms) - 1, 0, -1):
+        u_fro = math.sqrt(float(U.square().sum()) * up) * up
+        err = round_up(err * b / i + g * (x_fro + u_fro * a_fro / i))
         U = torch.addmm(X, U, A_t, alpha=1.0 / i)
     U = U.view(d_in, C, h, w)[:, : int(layer.out_channels)]
-    return U.reshape(d_in, -1).T.contiguous()
+    return U.reshape(d_in, -1).T.contiguous(), err
+
+
+def linear_map(layer: nn.Module, input_shape: tuple[int, ...]) -> LinearMap:
+    """The SDK's :class:`~lipcli.sdk.lowering.LinearMap` of a SOC layer on ``input_shape``."""
+    shape = tuple(int(d) for d in input_shape)
+    matrix, err = operator_matrix_with_error(layer, shape)
+    return LinearMap(matrix, layer.bias.detach(), output_shape(layer, shape), err, layer.bias.dtype)
 
 
 def lower_soc(layer: nn.Module, context: Any = None) -> nn.Module:
-    """The export stand-in of a SOC layer: :class:`DenseSOC` when ``context`` (an
-    :class:`~lipcli.sdk.export.ExportContext`) gives the input shape, the float32
-    matrix fits ``context.dense_max_bytes`` and one matrix product costs at most
-    ``1/DENSE_MIN_GAIN`` of the series' operations; else :class:`ExportedSOC`.  The choice is described in the returned
-    module's ``export_lowering``."""
+    """The export (and eval) stand-in of a SOC layer: a dense
+    :class:`~lipcli.sdk.lowering.DenseOperator` when ``context`` (an
+    :class:`~lipcli.sdk.export.ExportContext`) gives the input shape, the float32 matrix fits
+    ``context.dense_max_bytes`` and one matrix product costs at most ``1/DENSE_MIN_GAIN`` of
+    the series' operations (:func:`~lipcli.sdk.lowering.dense_lowering`); else
+    :class:`ExportedSOC`.  The choice is described in the returned module's
+    ``export_lowering``."""
     series = ExportedSOC.from_layer(layer)
     if context is None:
         series.export_lowering = {"lowering": "series", "convolutions": series.terms - 1}
         return series
     shape = tuple(int(d) for d in context.input_shape)
     out = output_shape(layer, shape)
-    d_in, d_out = math.prod(shape), math.prod(out)
-    conv_flops, dense_flops = series_flops(layer, shape), 2 * d_in * d_out
-    nbytes = 4 * d_in * d_out
-    facts = {"input_shape": list(shape), "output_shape": list(out),
-             "series_flops_per_image": conv_flops, "dense_flops_per_image": dense_flops,
-             "dense_mib": nbytes / 2**20}
-    if nbytes <= int(context.dense_max_bytes) and dense_flops * DENSE_MIN_GAIN <= conv_flops:
-        matrix = operator_matrix(layer, shape).to(layer.bias.dtype)  # float64 -> float32: once
-        dense = DenseSOC(matrix, layer.bias.detach(),
-                         input_shape=shape, output_shape=out)
-        dense.export_lowering = {"lowering": "dense", **facts}
+    conv_flops = series_flops(layer, shape)
+    dense = dense_lowering(layer, context, conv_flops, out)
+    if dense is not None:
         return dense
+    d_in, d_out = math.prod(shape), math.prod(out)
+    facts = {"input_shape": list(shape), "output_shape": list(out),
+             "series_flops_per_image": conv_flops, "dense_flops_per_image": 2 * d_in * d_out,
+             "dense_mib": 4 * d_in * d_out / 2**20}
     min_pixels = settings.CHANNELS_LAST_MIN_PIXELS
     series.channels_last = min_pixels is not None and out[1] * out[2] >= min_pixels
     series.export_lowering = {"lowering": "series", "convolutions": series.terms - 1,

@@ -43,7 +43,7 @@ from lipcli.builtins.soc.filters import (
 from lipcli.builtins.soc.series import _working_format, soc_series, soc_series_fast, truncated_exp_norm_bound
 from lipcli.numerics.conv import CONV_RESHAPES, conv_reshape_shape, conv_spectral_norm_upper_bound
 from lipcli.sdk.loading import tensors_will_be_loaded
-from lipcli.builtins.soc.export import lower_soc
+from lipcli.builtins.soc.export import linear_map, lower_soc
 
 __all__ = ["SOC", "INIT_POWER_STEPS", "MAX_TERMS", "MAX_POWER_ITERS"]
 
@@ -402,6 +402,11 @@ class SOC(nn.Module):
         (:class:`lipcli.sdk.export.ExportContext`), as one dense matrix when that fits
         the export's cap and is cheaper (:func:`lipcli.builtins.soc.export.lower_soc`)."""
         return lower_soc(self, context)
+
+    def eval_linear_map(self, input_shape: tuple[int, ...]) -> Any:
+        """The eval layer on inputs of ``input_shape`` as one float64 matrix with its error
+        bound (:class:`lipcli.sdk.lowering.LinearMap`, the SDK's eval lowering protocol)."""
+        return linear_map(self, input_shape)
 
     def extra_repr(self) -> str:
         return (

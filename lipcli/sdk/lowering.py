@@ -1,0 +1,151 @@
+"""The eval lowering protocol (plugin SDK): a layer that knows its fixed linear map.
+
+In eval mode many Lipschitz layers are a fixed linear map plus a bias (SOC's truncated
+series, Cayley, BCOP, BRO-type layers).  On inputs of one known shape that map is one
+matrix ``M`` of size ``(d_out × d_in)``, and on small images (many channels, few pixels)
+one matrix product costs far fewer operations than the layer's literal evaluation.  A layer
+takes part by implementing
+
+``eval_linear_map(input_shape) -> LinearMap | None``
+
+returning its map on inputs of shape ``input_shape`` (one example, no batch) as a float64
+matrix together with a bound on how far that matrix is from the exact linear map its
+``lipschitz_upper_bound()`` covers (``None``: not linear, or too large to form).  The layer
+reuses :func:`dense_lowering` in its ``export_module(context)``; ``lip certify``,
+``lip lipschitz --empirical``, the attack and promise checks and ``lip export`` then all run
+the same lowered operator (:mod:`lipcli.lipschitz.lowered` builds and caches it per model
+and input shape).
+
+**The bound of the operator that runs.**  :class:`DenseOperator` applies ``M₃₂``, the
+float64 matrix ``M₆₄`` rounded once to float32.  With ``P`` the exact map that the layer's
+``lipschitz_upper_bound()`` ``U`` covers (``‖P‖₂ ≤ U``),
+
+``‖M₃₂‖₂ ≤ ‖P‖₂ + ‖M₆₄ − P‖₂ + ‖M₃₂ − M₆₄‖₂ ≤ U + e + r``
+
+where ``e ≥ ‖M₆₄ − P‖₂`` is the layer's own float64 error bound (:attr:`LinearMap.error`)
+and ``r ≥ ‖M₃₂ − M₆₄‖₂`` is computed from the rounding error itself: ``Δ = M₃₂ − M₆₄`` is
+exact in float64 (the rounding error of float64 → float32 has at most 29 significant bits),
+and ``‖Δ‖₂ ≤ min(‖Δ‖_F, √(‖Δ‖₁‖Δ‖_∞))``, each a sum of ``≤ d`` non-negative float64 terms,
+rounded up by ``(1 + 2γ_{d+2})`` (:mod:`lipcli.numerics.rounding`).  (Entrywise
+``|Δ| ≤ 2⁻²⁴|M₆₄|``, so ``r ≤ 2⁻²⁴‖M₆₄‖_F``; the computed value is usually a few times
+smaller.)  :attr:`DenseOperator.bound_excess` ``= e + r`` (rounded up) is what the lowered
+network's guaranteed bound adds to the layer's ``U``.  The float32 rounding of *applying*
+``M₃₂`` to an input (one matrix product) is, as for the series' convolutions, a perturbation
+of the computed features and not part of any Lipschitz bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lipcli.numerics.rounding import gamma, round_up
+
+#: name of the method a layer implements to offer its fixed linear map
+LINEAR_MAP_METHOD = "eval_linear_map"
+#: a layer is lowered densely only when one matrix product costs at most
+#: ``1/DENSE_MIN_GAIN`` of its literal evaluation (the matrix's memory traffic is not
+#: counted; on LipConvnet's SOC layers 8×8 images gain 2×, 4×4 8×, 2×2 32×)
+DENSE_MIN_GAIN = 4
+
+
+@dataclass
+class LinearMap:
+    """A layer's eval map on one input shape: ``layer(x) = matrix·vec(x) + bias``.
+
+    Attributes:
+        matrix: float64 ``(d_out, d_in)``, channel-major flattening of input and output.
+        bias: the layer's bias, per output channel ``(c_out,)`` or per output entry ``(d_out,)``.
+        output_shape: one output example's shape (no batch).
+        error: ``≥ ‖matrix − P‖₂`` for the exact map ``P`` that the layer's
+            ``lipschitz_upper_bound()`` bounds (float64 rounding of forming the matrix).
+        dtype: the dtype the layer runs in (the matrix is rounded to it once).
+    """
+
+    matrix: Tensor
+    bias: Tensor
+    output_shape: tuple[int, ...]
+    error: float
+    dtype: torch.dtype = torch.float32
+
+
+def rounding_excess(matrix64: Tensor, rounded: Tensor) -> float:
+    """A guaranteed upper bound on ``‖rounded − matrix64‖₂`` (see the module docstring)."""
+    delta = rounded.to(torch.float64) - matrix64  # exact
+    if delta.numel() == 0:
+        return 0.0
+    a = delta.abs()
+    up = 1.0 + 2.0 * gamma(max(delta.shape) + 2)
+    fro = math.sqrt(float(a.square().sum()) * up) * up
+    holder = math.sqrt(float(a.sum(0).max()) * up * float(a.sum(1).max()) * up) * up
+    return round_up(min(fro, holder))
+
+
+class DenseOperator(nn.Module):
+    """``y = M₃₂·vec(x) + b`` on inputs of one fixed shape: one ``F.linear`` between two
+    reshapes (plain torch, exportable).  ``bound_excess`` is ``e + r`` of the module
+    docstring: the layer's guaranteed bound plus it covers ``‖M₃₂‖₂``."""
+
+    def __init__(self, matrix: Tensor, bias: Tensor, *, input_shape: tuple[int, ...],
+                 output_shape: tuple[int, ...], bound_excess: float = 0.0) -> None:
+        super().__init__()
+        if tuple(matrix.shape) != (math.prod(output_shape), math.prod(input_shape)):
+            raise ValueError(f"matrix {tuple(matrix.shape)} does not map {input_shape} to {output_shape}")
+        bias = bias.detach().to(matrix.dtype).reshape(-1)
+        if bias.numel() == output_shape[0] and bias.numel() != matrix.shape[0]:
+            bias = bias.repeat_interleave(math.prod(output_shape[1:]))
+        self.register_buffer("matrix", matrix.detach().contiguous())
+        self.register_buffer("bias", bias.contiguous())
+        self.input_shape = tuple(int(d) for d in input_shape)
+        self.output_shape = tuple(int(d) for d in output_shape)
+        self.bound_excess = float(bound_excess)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = F.linear(x.flatten(1), self.matrix, self.bias)
+        return y.unflatten(1, self.output_shape)
+
+    def extra_repr(self) -> str:
+        return (f"input_shape={self.input_shape}, output_shape={self.output_shape}, "
+                f"bound_excess={self.bound_excess:.3g}")
+
+
+def dense_operator(linear: LinearMap, input_shape: tuple[int, ...]) -> DenseOperator:
+    """The :class:`DenseOperator` of ``linear``: the matrix rounded once to ``linear.dtype``,
+    its excess ``error + rounding_excess`` (rounded up)."""
+    rounded = linear.matrix.to(linear.dtype)
+    excess = round_up(float(linear.error) + rounding_excess(linear.matrix, rounded))
+    return DenseOperator(rounded, linear.bias, input_shape=input_shape,
+                         output_shape=linear.output_shape, bound_excess=excess)
+
+
+def dense_lowering(layer: nn.Module, context: Any, literal_flops: int,
+                   output_shape: tuple[int, ...]) -> DenseOperator | None:
+    """The dense stand-in of ``layer`` for ``context`` (an :class:`~lipcli.sdk.export.ExportContext`),
+    or ``None`` when the layer should stay literal: no input shape, the float32 matrix over
+    ``context.dense_max_bytes``, one matrix product not ``DENSE_MIN_GAIN`` times cheaper than
+    ``literal_flops`` (the layer's operations per example), or no linear map offered.  The
+    returned module describes itself in ``export_lowering``."""
+    if context is None:
+        return None
+    shape = tuple(int(d) for d in context.input_shape)
+    d_in, d_out = math.prod(shape), math.prod(output_shape)
+    dense_flops = 2 * d_in * d_out
+    nbytes = 4 * d_in * d_out
+    if nbytes > int(context.dense_max_bytes) or dense_flops * DENSE_MIN_GAIN > literal_flops:
+        return None
+    method = getattr(layer, LINEAR_MAP_METHOD, None)
+    linear = method(shape) if callable(method) else None
+    if linear is None:
+        return None
+    dense = dense_operator(linear, shape)
+    dense.export_lowering = {"lowering": "dense", "input_shape": list(shape),
+                             "output_shape": list(output_shape),
+                             "series_flops_per_image": int(literal_flops),
+                             "dense_flops_per_image": dense_flops, "dense_mib": nbytes / 2**20,
+                             "bound_excess": dense.bound_excess}
+    return dense

@@ -1,0 +1,112 @@
+"""The eval lowering (lipcli.lipschitz.lowered, lipcli.sdk.lowering): the dense operators'
+guaranteed bounds cover their float32 matrices, certified radii equal the series path's,
+the network is cached per model and input shape, training is untouched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lipcli.builtins.soc.layer import SOC
+from lipcli.host.models import create_model
+from lipcli.host.plugins import get_registry
+from lipcli.lipschitz.bound import guaranteed_upper_bound
+from lipcli.lipschitz.lowered import lowered_network, lowered_upper_bound
+from lipcli.sdk.export import ExportContext
+from lipcli.sdk.lowering import DenseOperator, rounding_excess
+
+
+def _trained_looking(layer: SOC, seed: int) -> SOC:
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        layer.weight.mul_(3.0)
+        layer.bias.normal_()
+    layer.refresh(50)
+    return layer.eval()
+
+
+@pytest.mark.parametrize("cin,cout,stride,side", [(4, 4, 1, 4), (4, 8, 2, 4), (8, 8, 1, 2), (8, 4, 1, 1)])
+def test_dense_bound_covers_the_float32_matrix(cin: int, cout: int, stride: int, side: int) -> None:
+    layer = _trained_looking(SOC(cin, cout, stride=stride), seed=cin + side)
+    shape = (cin, side, side)
+    dense = layer.export_module(ExportContext(shape, 2**30))
+    if not isinstance(dense, DenseOperator):
+        pytest.skip("not cheaper as a matrix at this size")
+    bound = layer.lipschitz_upper_bound() + dense.bound_excess
+    norm = float(torch.linalg.matrix_norm(dense.matrix.double(), ord=2))
+    assert norm <= bound
+    # the excess is the float32 rounding of a norm-1 matrix: tiny, not a loose 1e-3
+    assert 0 < dense.bound_excess < 1e-5
+    # and the dense operator is the layer (float rounding only)
+    x = torch.randn(5, *shape)
+    with torch.no_grad():
+        assert torch.allclose(dense(x), layer(x), rtol=1e-5, atol=1e-5)
+
+
+def test_rounding_excess_bounds_the_spectral_norm_of_the_rounding_error() -> None:
+    torch.manual_seed(0)
+    m64 = torch.linalg.qr(torch.randn(200, 200, dtype=torch.float64))[0]
+    m32 = m64.float()
+    exact = float(torch.linalg.matrix_norm(m32.double() - m64, ord=2))
+    excess = rounding_excess(m64, m32)
+    assert exact <= excess <= 2**-24 * float(m64.norm()) * 1.01
+
+
+def _radii(model: torch.nn.Module, network: torch.nn.Module, lipschitz: float, x: torch.Tensor) -> torch.Tensor:
+    reg = get_registry()
+    name = reg.get("head", model.lipcli_config["head"]["name"]).certificate
+    certifier = reg.component("certificate", name).build()
+    with torch.no_grad():
+        y = network.features(x)
+    return certifier.certify(model.head, y).radius.double() / lipschitz
+
+
+@pytest.mark.parametrize("depth,head,classes", [(5, "lln", 10), (5, "mlp", 10), (20, "lln", 10), (5, "lln", 100)])
+def test_lowered_radii_equal_the_series_radii(depth: int, head: str, classes: int) -> None:
+    torch.manual_seed(depth + classes)
+    model = create_model(f"lipconvnet-{depth}", width=4, num_classes=classes,
+                         head=head + (":hidden=32" if head == "mlp" else "")).eval()
+    with torch.no_grad():
+        for p in model.head.parameters():
+            p.mul_(4.0)
+    lowered = lowered_network(model)
+    assert lowered.dense_layers, "a small-image layer should run as a matrix"
+    series = lowered_network(model, series=True)
+    assert not series.dense_layers and series.body is model.body
+    l_series = guaranteed_upper_bound(model)[0]
+    l_lowered = lowered_upper_bound(model, lowered)[0]
+    assert l_series <= l_lowered <= l_series * (1 + 1e-5)
+    x = torch.rand(16, 3, 32, 32)
+    r_series = _radii(model, series, l_series, x)
+    r_lowered = _radii(model, lowered, l_lowered, x)
+    scale = float(r_series.abs().max())
+    assert scale > 0
+    assert float((r_lowered - r_series).abs().max()) <= 1e-5 * scale
+
+
+def test_lowered_network_is_cached_per_shape_and_weights() -> None:
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", width=4).eval()
+    first = lowered_network(model)
+    assert lowered_network(model) is first
+    assert lowered_network(model, dense_max_mib=0.0).dense_layers == []
+    again = lowered_network(model)
+    assert again is not first  # only the latest is kept
+    assert lowered_network(model) is again
+    layer = next(m for m in model.modules() if isinstance(m, SOC))
+    with torch.no_grad():
+        layer.bias.add_(1.0)
+    assert lowered_network(model) is not again  # a changed parameter builds it again
+    model.train()
+    with pytest.raises(Exception, match="eval mode"):
+        lowered_network(model)
+
+
+def test_lowering_leaves_the_model_state_untouched() -> None:
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", width=4).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    lowered_network(model)
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
