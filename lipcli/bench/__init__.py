@@ -40,7 +40,8 @@ Modules, by job: :mod:`.inputs` (architecture parsing, step-benchmark settings, 
 environment report), :mod:`.models` (fresh models, the fast/exact twins), :mod:`.step` (the
 recipe training step, synthetic batches, timing), :mod:`.memory` (peak memory of a step),
 :mod:`.table1` (``lip bench train``), :mod:`.compare` (``lip bench train`` with component
-lists), :mod:`.certify` (``lip bench certify``), :mod:`.profile` (``lip bench profile``) and
+lists), :mod:`.certify` (``lip bench certify``), :mod:`.profile` (``lip bench profile``;
+its report's tables: :mod:`.profile_report`) and
 :mod:`.reports` (the reports they return, one module per command:
 :class:`TrainBenchReport`, :class:`ComponentBenchReport`, :class:`CertifyBenchReport`,
 :class:`ProfileReport`; ``report.to_json()`` is what ``--json`` prints).

@@ -15,16 +15,8 @@ import torch
 from torch import nn
 
 from lipcli.sdk.specs import CONVOLUTION_PROFILE_LABEL
-from lipcli.bench.reports import (
-    CategoryTime,
-    GpuProfile,
-    KernelFloor,
-    KernelTime,
-    NodeTime,
-    OperatorTime,
-    ProfileReport,
-    ProfileSettings,
-)
+from lipcli.bench.reports import KernelFloor, ProfileReport, ProfileSettings
+from lipcli.bench.profile_report import CATEGORY_LABELS, CONVOLUTION_RULE, TIME_BASIS, profile_breakdown
 from lipcli.bench.inputs import Progress, _check_step_settings, environment, _no_progress
 from lipcli.bench.models import FAST_CONV, build_model
 from lipcli.bench.step import CIFAR_SHAPE, RecipeStep, _clip_for, _sync, synthetic_batch, _timed
@@ -42,23 +34,6 @@ _POWER_OPS = frozenset({
     "aten::vdot", "aten::bmm", "aten::linalg_vector_norm", "aten::norm", "aten::addmm",
     "aten::frobenius_norm", "aten::linalg_norm",
 })
-
-CATEGORY_LABELS: dict[str, str] = {
-    "convolution": "convolution (forward, input and weight gradients)",
-    "conv_power": "conv layers: power iteration / σ (mm, mv, norm)",
-    "conv_other": "conv layers: other forward (skew, series adds, unshuffle, pad, copies)",
-    "activation": "activations (MaxMin) forward",
-    "pool": "pooling forward",
-    "head": "head forward",
-    "normalize": "input normalisation forward",
-    "other_forward": "other forward (flatten, glue)",
-    "loss": "loss (cross-entropy) forward",
-    "backward": "backward, non-convolution",
-    "optimizer": "optimizer (zero_grad, clipping, SGD step)",
-    "unlabelled": "operators outside the labelled phases",
-    "untracked": "time outside profiled operators (Python, launch gaps)",
-    "unattributed_kernels": "device kernels without a recorded launch, not named as convolutions",
-}
 
 
 def _module_kind(name: str, module: nn.Module) -> str:
@@ -260,21 +235,6 @@ def kernel_floor(model: nn.Module, step: RecipeStep, batches: Sequence[Any],
                        profiled_step_ms=wall_us / 1e3 / n, profiled_steps=len(batches))
 
 
-#: what the shares are of, by whether the device's kernel times are used
-TIME_BASIS = {True: "CUDA kernel time, each kernel once via the operator that launched it",
-              False: "operator self CPU time; shares are of profiled wall time"}
-#: how ``lip bench profile`` decides what is convolution (reported with its settings)
-CONVOLUTION_RULE = (
-    "an operator counts as convolution when it or an operator it was called "
-    "from is a convolution op (aten:: conv2d, convolution, "
-    "convolution_backward, mkldnn/cudnn/slow conv; mkldnn:: fused "
-    "convolution-plus-add) or lies inside a SOC layer's "
-    "'lipcli::soc_convolution' range (its convolutions, including the Horner "
-    "add fused into them and 1x1 convolutions on 1x1 images computed as "
-    "matrix products)"
-)
-
-
 def _sum_events(events: Any) -> tuple[dict[str, float], dict[str, float], dict[tuple[str, str], list[float]],
                                       dict[str, list[float]], dict[tuple[str, str], list[float]], float]:
     """Profiled microseconds by category (CPU self time, device time), by operator and by
@@ -305,12 +265,6 @@ def _sum_events(events: Any) -> tuple[dict[str, float], dict[str, float], dict[t
     return cpu_us, dev_us, per_op, per_node, unlinked, device_events_us
 
 
-def _top_kernels(unlinked: dict[tuple[str, str], list[float]], steps: int, top_ops: int) -> list[KernelTime]:
-    """The ``top_ops`` longest kernels without a launch record, per step."""
-    return [KernelTime(kernel=name, ms_per_step=us / 1e3 / steps, category=cat)
-            for (name, cat), (us,) in sorted(unlinked.items(), key=lambda kv: -kv[1][0])[:top_ops]]
-
-
 def bench_profile(
     arch: str = "lipconvnet-20",
     *,
@@ -326,8 +280,7 @@ def bench_profile(
     CPU: each operator's self CPU time, plus "untracked" = profiled wall time minus the sum
     of operator self times.  CUDA: each kernel's device time, attributed through the CPU
     operator that launched it; shares are of total kernel time (GPU busy time), and the
-    wall time and GPU idle time are reported beside them.  (Over 80 lines: one straight
-    sequence, warm-up, unprofiled and profiled steps, then the shares of one set of sums.)
+    wall time and GPU idle time are reported beside them.
     """
     _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
     device = torch.device(device)
@@ -348,43 +301,7 @@ def bench_profile(
         plain.append(dt)
     progress(f"profile {arch} ({conv}): {steps} profiled steps")
     events, wall_us = _profiled_steps(model, step, batches[warmup:], device)
-    cpu_us, dev_us, per_op, per_node, unlinked, device_events_us = _sum_events(events)
     use_device = device.type == "cuda"
-    times_us = dev_us if use_device else cpu_us
-    tracked = sum(times_us.values())
-    if not use_device:
-        times_us["untracked"] = max(0.0, wall_us - tracked)
-    denom = wall_us if not use_device else tracked
-    if denom <= 0:
-        raise RuntimeError("the profiler recorded no time")
-    rows = [
-        CategoryTime(category=k, label=CATEGORY_LABELS[k], ms_per_step=v / 1e3 / steps,
-                     share_pct=100.0 * v / denom)
-        for k, v in times_us.items() if v > 0
-    ]
-    rows.sort(key=lambda r: -r.ms_per_step)
-    conv_share = 100.0 * times_us["convolution"] / denom
-    ops = sorted(per_op.items(), key=lambda kv: -(kv[1][1] if use_device else kv[1][0]))
-    top = [
-        OperatorTime(op=name, category=cat, ms_per_step=(d if use_device else c) / 1e3 / steps,
-                     share_pct=100.0 * (d if use_device else c) / denom)
-        for (name, cat), (c, d) in ops[:top_ops]
-    ]
-    nodes = sorted(per_node.items(), key=lambda kv: -(kv[1][1] if use_device else kv[1][0]))
-    backward_nodes = [
-        NodeTime(node=name, ms_per_step=(d if use_device else c) / 1e3 / steps,
-                 share_pct=100.0 * (d if use_device else c) / denom)
-        for name, (c, d) in nodes[:top_ops]
-    ]
-    gpu = None
-    if use_device:
-        gpu = GpuProfile(
-            gpu_busy_ms_per_step=tracked / 1e3 / steps,
-            gpu_idle_ms_per_step=max(0.0, wall_us - tracked) / 1e3 / steps,
-            cpu_operator_ms_per_step=sum(cpu_us.values()) / 1e3 / steps,
-            device_events_ms_per_step=device_events_us / 1e3 / steps,
-            kernels_without_launch_record=_top_kernels(unlinked, steps, top_ops),
-        )
     return ProfileReport(
         environment=env,
         settings=ProfileSettings(
@@ -394,12 +311,5 @@ def bench_profile(
             time_basis=TIME_BASIS[use_device], convolution_rule=CONVOLUTION_RULE,
         ),
         step_ms_unprofiled_median=statistics.median(plain) * 1e3,
-        step_ms_profiled=wall_us / 1e3 / steps,
-        categories=rows,
-        convolution_share_pct=conv_share,
-        convolution_share_of_operators_pct=100.0 * times_us["convolution"] / tracked
-        if tracked > 0 else None,
-        top_operators=top,
-        backward_non_convolution_by_node=backward_nodes,
-        gpu=gpu,
+        **profile_breakdown(_sum_events(events), wall_us, steps, top_ops, use_device),
     )

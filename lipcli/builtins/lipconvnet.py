@@ -125,6 +125,94 @@ def _mark(module: nn.Module, promises: tuple[str, ...], component: Component | N
     return module
 
 
+def _check_arguments(
+    depth: int,
+    head: Component,
+    num_classes: int,
+    in_channels: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    width: int,
+    image_size: Sequence[int],
+) -> tuple[int, tuple[float, ...], tuple[float, ...], str]:
+    """Validate :class:`LipConvnet`'s arguments; returns ``(extra blocks, mean, std, head
+    features)`` with one-entry ``mean``/``std`` repeated for every input channel."""
+    try:
+        k = extra_blocks(image_size)
+    except ValueError as exc:  # the input size, not a parameter: say so, not "rejected width=..."
+
+        raise ComponentParameterError("arch", f"lipconvnet-{depth}", {}, str(exc)) from None
+    if depth < 5 or depth % 5:
+        raise ValueError(f"LipConvnet depth must be a positive multiple of 5, got {depth}")
+    if width < 1:
+        raise ValueError(f"width must be positive, got {width}")
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+    mean, std = tuple(mean), tuple(std)
+    if len(mean) == 1:
+        mean = mean * in_channels
+    if len(std) == 1:
+        std = std * in_channels
+    if len(mean) != in_channels or len(std) != in_channels:
+        raise ValueError(
+            f"mean/std need {in_channels} entries (one per input channel), "
+            f"got {len(mean)} and {len(std)}"
+        )
+    head_features = getattr(head.spec, "features", "pool")
+    if head_features not in ("pool", "activation"):
+        raise ValueError(f"head {head.name!r}: unknown features {head_features!r}")
+    return k, mean, std, head_features
+
+
+class _BodyBuilder:
+    """Collects the body's named layers (built by the components, in order) and their plan."""
+
+    def __init__(self, conv: Component, activation: Component, pool: Component) -> None:
+        self.conv, self.activation, self.pool = conv, activation, pool
+        self.layers: OrderedDict[str, nn.Module] = OrderedDict()
+        self.plan: list[_LayerPlan] = []
+
+    def add_conv(self, name: str, c_in: int, c_out: int, k: int, s: int) -> None:
+        conv = self.conv
+        self.layers[name] = _mark(conv.build(c_in, c_out, k, s), conv.spec.promises, conv)
+        self.plan.append(_LayerPlan(name, c_out, s))
+
+    def add_act(self, name: str, channels: int) -> None:
+        act = self.activation
+        self.layers[name] = _mark(act.build(channels), act.spec.promises, act)
+        self.plan.append(_LayerPlan(name))
+
+    def add_pool(self, name: str, channels: int) -> None:
+        pool = self.pool
+        self.layers[name] = _mark(pool.build(channels), pool.spec.promises, pool)
+        self.plan.append(_LayerPlan(name, channels // 2))
+
+    def add_blocks(self, in_channels: int, width: int, per_block: int, last: int, head_features: str) -> int:
+        """The stem, blocks ``1 .. last-1`` and the 1x1 block ``last``; returns the channels."""
+        self.add_conv("stem_conv", in_channels, width, 3, 1)
+        self.add_act("stem_act", width)
+        channels = width
+        for block in range(1, last):
+            for i in range(1, per_block):
+                self.add_conv(f"block{block}_conv{i}", channels, channels, 3, 1)
+                self.add_act(f"block{block}_act{i}", channels)
+            self.add_conv(f"block{block}_down", channels, 4 * channels, 3, 2)
+            self.add_pool(f"block{block}_pool", 4 * channels)
+            channels *= 2
+        # the 1x1 block (block 5 at 32 x 32): channels == 2^(4+k) w here
+        self.add_conv(f"block{last}_down", channels, 4 * channels, 1, 2)
+        channels *= 4
+        for i in range(1, per_block):
+            self.add_act(f"block{last}_act{i}", channels)
+            self.add_conv(f"block{last}_conv{i}", channels, channels, 1, 1)
+        if head_features == "pool":
+            self.add_pool(f"block{last}_pool", channels)
+            channels //= 2
+        else:
+            self.add_act(f"block{last}_act", channels)
+        return channels
+
+
 class LipConvnet(nn.Module):
     """LipConvnet-``depth`` built from conv / activation / pool / head components (SPEC §3).
 
@@ -149,84 +237,25 @@ class LipConvnet(nn.Module):
         image_size: Sequence[int] = (TOTAL_STRIDE, TOTAL_STRIDE),
     ) -> None:
         super().__init__()
-        try:
-            k = extra_blocks(image_size)
-        except ValueError as exc:  # the input size, not a parameter: say so, not "rejected width=..."
-
-            raise ComponentParameterError("arch", f"lipconvnet-{depth}", {}, str(exc)) from None
-        if depth < 5 or depth % 5:
-            raise ValueError(f"LipConvnet depth must be a positive multiple of 5, got {depth}")
-        if width < 1:
-            raise ValueError(f"width must be positive, got {width}")
-        if num_classes < 2:
-            raise ValueError(f"num_classes must be at least 2, got {num_classes}")
-        mean, std = tuple(mean), tuple(std)
-        if len(mean) == 1:
-            mean = mean * in_channels
-        if len(std) == 1:
-            std = std * in_channels
-        if len(mean) != in_channels or len(std) != in_channels:
-            raise ValueError(
-                f"mean/std need {in_channels} entries (one per input channel), "
-                f"got {len(mean)} and {len(std)}"
-            )
-        head_features = getattr(head.spec, "features", "pool")
-        if head_features not in ("pool", "activation"):
-            raise ValueError(f"head {head.name!r}: unknown features {head_features!r}")
-
+        k, mean, std, head_features = _check_arguments(
+            depth, head, num_classes, in_channels, mean, std, width, image_size
+        )
         self.depth = depth
         self.width = width
         self.num_classes = num_classes
         self.in_channels = in_channels
         self.head_features = head_features
         self.image_size = (int(image_size[0]), int(image_size[1]))
-        per_block = depth // 5
-        last = 5 + k  # the 1x1 block
 
-        layers: OrderedDict[str, nn.Module] = OrderedDict()
-        plan: list[_LayerPlan] = []
+        body = _BodyBuilder(conv, activation, pool)
+        body.layers["normalize"] = Normalize(mean, std)
+        body.plan.append(_LayerPlan("normalize"))
+        channels = body.add_blocks(in_channels, width, depth // 5, 5 + k, head_features)
+        body.layers["flatten"] = _mark(nn.Flatten(1), (ONE_LIPSCHITZ,))
+        body.plan.append(_LayerPlan("flatten", flatten=True))
 
-        def add_conv(name: str, c_in: int, c_out: int, k: int, s: int) -> None:
-            layers[name] = _mark(conv.build(c_in, c_out, k, s), conv.spec.promises, conv)
-            plan.append(_LayerPlan(name, c_out, s))
-
-        def add_act(name: str, channels: int) -> None:
-            layers[name] = _mark(activation.build(channels), activation.spec.promises, activation)
-            plan.append(_LayerPlan(name))
-
-        def add_pool(name: str, channels: int) -> None:
-            layers[name] = _mark(pool.build(channels), pool.spec.promises, pool)
-            plan.append(_LayerPlan(name, channels // 2))
-
-        layers["normalize"] = Normalize(mean, std)
-        plan.append(_LayerPlan("normalize"))
-
-        add_conv("stem_conv", in_channels, width, 3, 1)
-        add_act("stem_act", width)
-        channels = width
-        for block in range(1, last):
-            for i in range(1, per_block):
-                add_conv(f"block{block}_conv{i}", channels, channels, 3, 1)
-                add_act(f"block{block}_act{i}", channels)
-            add_conv(f"block{block}_down", channels, 4 * channels, 3, 2)
-            add_pool(f"block{block}_pool", 4 * channels)
-            channels *= 2
-        # the 1x1 block (block 5 at 32 x 32): channels == 2^(4+k) w here
-        add_conv(f"block{last}_down", channels, 4 * channels, 1, 2)
-        channels *= 4
-        for i in range(1, per_block):
-            add_act(f"block{last}_act{i}", channels)
-            add_conv(f"block{last}_conv{i}", channels, channels, 1, 1)
-        if head_features == "pool":
-            add_pool(f"block{last}_pool", channels)
-            channels //= 2
-        else:
-            add_act(f"block{last}_act", channels)
-        layers["flatten"] = _mark(nn.Flatten(1), (ONE_LIPSCHITZ,))
-        plan.append(_LayerPlan("flatten", flatten=True))
-
-        self.body = nn.Sequential(layers)
-        self._plan: tuple[_LayerPlan, ...] = tuple(plan)
+        self.body = nn.Sequential(body.layers)
+        self._plan: tuple[_LayerPlan, ...] = tuple(body.plan)
         #: D, the feature dimension for an ``image_size`` input (spatial 1 x 1 after the last block)
         self.feature_dim = channels
         self.head = _mark(head.build(self.feature_dim, num_classes), head.spec.promises, head)

@@ -38,15 +38,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.losses import LossContext, LossOutput, at_least_float32
+from lipcli.sdk.losses import LossContext, LossOutput, affine_head_rows, at_least_float32, check_affine_head
 from lipcli.sdk.specs import LossSpec, Param
 
 #: default radius (input space) of the margin-offset loss: the paper's smallest, 36/255
 DEFAULT_EPS = 36.0 / 255.0
-#: relative tolerance of the affine-head check of ``cr``
-_AFFINE_RTOL = 1e-4
 
 
 class CrossEntropyLoss(nn.Module):
@@ -56,28 +53,6 @@ class CrossEntropyLoss(nn.Module):
         logits = model(images)
         loss = F.cross_entropy(at_least_float32(logits), labels)
         return LossOutput(loss, logits.detach(), {})
-
-
-def affine_rows(head: nn.Module, dim: int, *, like: torch.Tensor) -> torch.Tensor:
-    """``A`` (``(c, dim)``) of an affine head ``h(y) = A y + b``: ``h(I) − h(0)``, transposed."""
-    eye = torch.eye(dim, dtype=like.dtype, device=like.device)
-    basis = head(torch.cat([eye, torch.zeros_like(eye[:1])]))
-    return (basis[:-1] - basis[-1:]).t()
-
-
-def _check_affine(head: nn.Module, features: torch.Tensor) -> None:
-    """Raise :class:`LipUsageError` unless ``h(a) + h(b) = h(a + b) + h(0)`` on the batch."""
-    with torch.no_grad():
-        a = at_least_float32(features.detach())
-        b = a.roll(1, dims=0)
-        zero = torch.zeros_like(a[:1])
-        lhs = head(a) + head(b)
-        rhs = head(a + b) + head(zero)
-        scale = lhs.abs().max().clamp_min(1.0)
-        if not bool(((lhs - rhs).abs().max() <= _AFFINE_RTOL * scale).item()):
-            raise LipUsageError(
-                f"loss 'cr' needs an affine head (such as lln); {type(head).__name__} is not affine"
-            )
 
 
 class CertificateRegularizedLoss(nn.Module):
@@ -92,7 +67,7 @@ class CertificateRegularizedLoss(nn.Module):
     def certificates(self, head: nn.Module, features: torch.Tensor, logits: torch.Tensor,
                      labels: torch.Tensor) -> torch.Tensor:
         """``R_i`` of every example (differentiable in the features and the head)."""
-        rows = affine_rows(head, features.shape[1], like=logits)  # (c, D)
+        rows = affine_head_rows(head, features.shape[1], like=logits)  # (c, D)
         sq = (rows * rows).sum(dim=1)
         gram = sq[:, None] + sq[None, :] - 2.0 * rows @ rows.t()
         # clamped before the root: the diagonal (0) gets no gradient, and no inf/nan anywhere
@@ -106,7 +81,7 @@ class CertificateRegularizedLoss(nn.Module):
         features = model.features(images)
         head = model.head
         if not self._checked:
-            _check_affine(head, features)
+            check_affine_head(head, features, "cr")
             self._checked = True
         with torch.autocast(features.device.type, enabled=False):
             feats = at_least_float32(features)

@@ -113,6 +113,64 @@ def _project(
     return delta
 
 
+def _objective(logits: torch.Tensor, m: torch.Tensor, la: torch.Tensor, ta: torch.Tensor | None) -> torch.Tensor:
+    """The quantity descended: the margin ``m``, or ``logit[label] - logit[target]``."""
+    if ta is None:
+        return m
+    return logits.gather(1, la[:, None]).squeeze(1) - logits.gather(1, ta[:, None]).squeeze(1)
+
+
+def _attack_restart(
+    model: nn.Module,
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    eps_t: torch.Tensor,
+    target: torch.Tensor | None,
+    active: torch.Tensor,
+    best: tuple[torch.Tensor, torch.Tensor],
+    opts: dict,
+    gen: torch.Generator,
+    done: int,
+) -> None:
+    """One restart on the ``active`` inputs; updates ``best = (margin, adversarial)`` in place.
+
+    ``opts``: ``steps, step_max, step_min, random_start, clip, on_step`` of :func:`pgd_l2`;
+    ``done``: steps taken before this restart (reported to ``on_step``).
+    """
+    best_margin, best_adv = best
+    steps, step_max, step_min, clip = opts["steps"], opts["step_max"], opts["step_min"], opts["clip"]
+    shape = (-1, *([1] * (x.dim() - 1)))
+    xa, la, ea = x[active], labels[active], eps_t[active]
+    ta = target[active] if target is not None else None
+    if opts["random_start"]:
+        delta = _project(xa, _random_in_ball(xa, ea, gen), ea, clip)
+    else:
+        delta = torch.zeros_like(xa)
+    for k in range(steps + 1):
+        delta = delta.detach().requires_grad_(True)
+        with torch.enable_grad():
+            logits = model(xa + delta)
+            m = margins(logits, la)
+            objective = _objective(logits, m, la, ta)
+            grad = None
+            if k < steps:
+                (grad,) = torch.autograd.grad(objective.sum(), delta)
+        with torch.no_grad():
+            m = m.detach()
+            better = m < best_margin[active]
+            if bool(better.any()):
+                idx = active[better]
+                best_margin[idx] = m[better]
+                best_adv[idx] = (xa + delta)[better].detach()
+            if grad is None:
+                break
+            frac = step_min + (step_max - step_min) * 0.5 * (1 + math.cos(math.pi * k / steps))
+            g = grad / _per_sample_norm(grad).clamp_min(1e-30)
+            delta = _project(xa, delta - (frac * ea).view(shape) * g, ea, clip)
+        if opts["on_step"] is not None:
+            opts["on_step"](done + k + 1)
+
+
 def pgd_l2(
     model: nn.Module,
     x: torch.Tensor,
@@ -147,7 +205,8 @@ def pgd_l2(
     if bool((eps_t < 0).any()) or not bool(torch.isfinite(eps_t).all()):
         raise ValueError("eps must be finite and >= 0")
     gen = torch.Generator().manual_seed(seed)
-    shape = (-1, *([1] * (x.dim() - 1)))
+    opts = dict(steps=steps, step_max=step_max, step_min=step_min, random_start=random_start,
+                clip=clip, on_step=on_step)
 
     with torch.no_grad():
         clean_logits = model(x)
@@ -164,40 +223,8 @@ def pgd_l2(
             targets[mode] = _runner_up(clean_logits, labels)
         if mode == "nearest" and mode not in targets:
             targets[mode] = _nearest_target(model, x, labels, clean_logits)
-        xa, la, ea = x[active], labels[active], eps_t[active]
-        ta = targets[mode][active] if mode in targets else None
-        if random_start:
-            delta = _project(xa, _random_in_ball(xa, ea, gen), ea, clip)
-        else:
-            delta = torch.zeros_like(xa)
-        for k in range(steps + 1):
-            delta = delta.detach().requires_grad_(True)
-            with torch.enable_grad():
-                logits = model(xa + delta)
-                m = margins(logits, la)
-                if ta is None:
-                    objective = m
-                else:
-                    objective = logits.gather(1, la[:, None]).squeeze(1) - logits.gather(
-                        1, ta[:, None]
-                    ).squeeze(1)
-                grad = None
-                if k < steps:
-                    (grad,) = torch.autograd.grad(objective.sum(), delta)
-            with torch.no_grad():
-                m = m.detach()
-                better = m < best_margin[active]
-                if bool(better.any()):
-                    idx = active[better]
-                    best_margin[idx] = m[better]
-                    best_adv[idx] = (xa + delta)[better].detach()
-                if grad is None:
-                    break
-                frac = step_min + (step_max - step_min) * 0.5 * (1 + math.cos(math.pi * k / steps))
-                g = grad / _per_sample_norm(grad).clamp_min(1e-30)
-                delta = _project(xa, delta - (frac * ea).view(shape) * g, ea, clip)
-            if on_step is not None:
-                on_step(restart * steps + k + 1)
+        _attack_restart(model, x, labels, eps_t, targets.get(mode), active, (best_margin, best_adv),
+                        opts, gen, restart * steps)
     distance = (best_adv.double() - x.double()).flatten(1).norm(dim=1)
     return AttackResult(
         success=best_margin < 0, adversarial=best_adv, margin=best_margin, distance=distance

@@ -21,6 +21,8 @@ RADII_HELP = (
 )
 
 
+# Over 80 lines: the signature is the command's option list (one Annotated option each); the
+# body checks the outputs, runs lipcli.certify.run_certification and reports (helpers below).
 @cli_errors
 def certify(
     model: ModelArgument = None,
@@ -105,29 +107,13 @@ def certify(
         parse_radii,
         run_certification,
     )
-    from lipcli.sdk.errors import LipError, LipUsageError
-    from lipcli._util.outputs import check_model_writable, check_output_file
+    from lipcli._util.outputs import check_model_writable
 
     from lipcli.host.runs import resolve_model_argument
 
     radii_list = parse_radii(radii, radius_unit)
     model = resolve_model_argument(model)
-    if not model.exists():
-        raise LipUsageError(f"model file not found: {model}")
-    if model.is_dir():
-        raise LipUsageError(f"{model} is a directory, not a model file")
-    # every output and option is checked before the work starts (nothing computed for
-    # nothing); run_certification checks them again, for library callers
-    if plot is not None:
-        from lipcli.certify.plot import plot_format, require_matplotlib
-
-        require_matplotlib()
-        plot_format(plot)
-        check_output_file(plot, "--plot")
-    if per_sample is not None:
-        check_output_file(per_sample, "--per-sample")
-    if per_sample is not None and plot is not None and per_sample.resolve() == plot.resolve():
-        raise LipUsageError(f"--per-sample and --plot name the same file {plot}")
+    _check_paths(model, per_sample, plot)
     from lipcli.cli.dataroot import for_certification
 
     root, download = for_certification(model, dataset, data_dir, download, quiet)
@@ -152,6 +138,49 @@ def certify(
             outcome = exc.outcome
             write_errors.append(str(exc))
     summary = outcome.summary
+    _write_extras(outcome, per_sample, plot, radii_list, radius_unit, model, write_errors)
+    if json_out:
+        print_json(summary.to_json())
+    else:
+        print_summary(summary)
+    if write_errors and not outcome.violations:
+        fail("; ".join(write_errors), 1)
+    if outcome.violations:
+        _fail_on_violations(outcome, write_errors)
+
+
+def _check_paths(model: Path, per_sample: Optional[Path], plot: Optional[Path]) -> None:
+    """The model file exists; ``--plot`` / ``--per-sample`` can be written (and differ).
+
+    Every output and option is checked before the work starts (nothing computed for
+    nothing); run_certification checks them again, for library callers.
+    """
+    from lipcli.sdk.errors import LipUsageError
+    from lipcli._util.outputs import check_output_file
+
+    if not model.exists():
+        raise LipUsageError(f"model file not found: {model}")
+    if model.is_dir():
+        raise LipUsageError(f"{model} is a directory, not a model file")
+    if plot is not None:
+        from lipcli.certify.plot import plot_format, require_matplotlib
+
+        require_matplotlib()
+        plot_format(plot)
+        check_output_file(plot, "--plot")
+    if per_sample is not None:
+        check_output_file(per_sample, "--per-sample")
+    if per_sample is not None and plot is not None and per_sample.resolve() == plot.resolve():
+        raise LipUsageError(f"--per-sample and --plot name the same file {plot}")
+
+
+def _write_extras(outcome: Any, per_sample: Optional[Path], plot: Optional[Path], radii_list: list[float],
+                  radius_unit: float, model: Path, write_errors: list[str]) -> None:
+    """The ``--per-sample`` CSV and the ``--plot``; their failures go to ``write_errors``
+    (reported after the results are printed) and their paths into the summary."""
+    from lipcli.sdk.errors import LipError
+
+    summary = outcome.summary
     if per_sample is not None:
         try:
             write_per_sample_csv(per_sample, outcome)
@@ -169,27 +198,24 @@ def certify(
             summary.plot = str(plot)
         except LipError as exc:
             write_errors.append(str(exc))
-    if json_out:
-        print_json(summary.to_json())
+
+
+def _fail_on_violations(outcome: Any, write_errors: list[str]) -> None:
+    """Exit 1 naming the first PGD success inside a certified radius (and whom to blame)."""
+    first = outcome.violations[0]
+    if outcome.summary.sound:
+        blame = "the certificate or the Lipschitz bound is WRONG for this model (a lipcli or plugin bug)"
     else:
-        print_summary(summary)
-    if write_errors and not outcome.violations:
-        fail("; ".join(write_errors), 1)
-    if outcome.violations:
-        first = outcome.violations[0]
-        if summary.sound:
-            blame = "the certificate or the Lipschitz bound is WRONG for this model (a lipcli or plugin bug)"
-        else:
-            blame = ("these radii come from the requested NON-guaranteed settings "
-                     "(Lipschitz estimate and/or top-k classes) and over-claim")
-        fail(
-            f"SOUNDNESS VIOLATION: PGD broke {len(outcome.violations)} certified prediction(s) "
-            f"within their certified radius (e.g. point {first.index}: certified "
-            f"{first.certified_radius:.6g}, attacked at distance {first.attack_distance:.6g}); "
-            + blame
-            + ("; also " + "; ".join(write_errors) if write_errors else ""),
-            1,
-        )
+        blame = ("these radii come from the requested NON-guaranteed settings "
+                 "(Lipschitz estimate and/or top-k classes) and over-claim")
+    fail(
+        f"SOUNDNESS VIOLATION: PGD broke {len(outcome.violations)} certified prediction(s) "
+        f"within their certified radius (e.g. point {first.index}: certified "
+        f"{first.certified_radius:.6g}, attacked at distance {first.attack_distance:.6g}); "
+        + blame
+        + ("; also " + "; ".join(write_errors) if write_errors else ""),
+        1,
+    )
 
 
 def write_per_sample_csv(path: Path, outcome: Any) -> None:

@@ -12,6 +12,8 @@ from lipcli.cli.options import JsonOption, ModelArgument, QuietOption, ThreadsOp
 from lipcli.export.options import ExportOptions
 
 
+# Long signature: the command's option list (one Annotated option each); the body only builds
+# ExportOptions, runs lipcli.export.export_model and prints its report (print_report below).
 @cli_errors
 def export(
     model: ModelArgument = None,

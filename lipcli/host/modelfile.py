@@ -225,11 +225,14 @@ def _read_raw(path: str | os.PathLike, *, tensors: bool) -> tuple[dict[str, torc
     except OSError as exc:
         raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ModelFileError(
-            f"{path} is not a valid safetensors model file (truncated or corrupt?): {first}"
-        ) from None
+        raise _not_safetensors(path, exc) from None
     return out, raw
+
+
+def _not_safetensors(path: Path, exc: Exception) -> ModelFileError:
+    """The error for a file safetensors cannot parse (the first line of its message)."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ModelFileError(f"{path} is not a valid safetensors model file (truncated or corrupt?): {first}")
 
 
 def _utf8_name(path: Path) -> bool:
@@ -260,10 +263,7 @@ def _read_by_python(path: Path, *, tensors: bool) -> tuple[dict[str, torch.Tenso
         if not isinstance(raw, dict):
             raise ValueError("__metadata__ is not an object")
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ModelFileError(
-            f"{path} is not a valid safetensors model file (truncated or corrupt?): {first}"
-        ) from None
+        raise _not_safetensors(path, exc) from None
     return out, raw
 
 

@@ -157,6 +157,89 @@ def _roundtrip(module: nn.Module, build: Any, x: torch.Tensor, label: str) -> No
     check_state_roundtrip(module, build, x, label, seed=987654)
 
 
+def _check_training(module: nn.Module, case: tuple[int, int, int, int, int], gen: torch.Generator,
+                    label: str) -> None:
+    """Training mode: output shape, finite float32 values and finite gradients."""
+    cin, cout, _k, s, n = case
+    module.train()
+    x = torch.randn(2, cin, n, n, generator=gen).requires_grad_(True)
+    out = module(x)
+    expected = (2, cout, n // s, n // s)
+    if tuple(out.shape) != expected:
+        fail(f"{label}: maps {tuple(x.shape)} to {tuple(out.shape)}, expected {expected}")
+    if out.dtype != x.dtype or not torch.isfinite(out).all():
+        fail(f"{label}: output is not finite float32")
+    out.square().sum().backward()
+    grads = [x.grad] + [p.grad for p in module.parameters() if p.requires_grad]
+    if any(g is not None and not torch.isfinite(g).all() for g in grads) or x.grad is None:
+        fail(f"{label}: missing or non-finite gradients")
+    module.zero_grad(set_to_none=True)
+
+
+def _check_eval32(module: nn.Module, spec: ConvSpec, build: Any, case: tuple[int, int, int, int, int],
+                  gen: torch.Generator, label: str, float32_slack: float) -> None:
+    """Eval mode: deterministic, state round trip, float32 Jacobian within the declared bound."""
+    cin, _cout, _k, _s, n = case
+    module.eval()
+    x = torch.randn(2, cin, n, n, generator=gen)
+    with torch.no_grad():
+        first, second = module(x), module(x)
+    if not torch.equal(first, second):
+        fail(f"{label}: two eval-mode forward passes differ")
+    _roundtrip(module, build, x, label)
+    bound32 = _declared_bound(module, spec, label)
+    sigma32 = max(float(v.max()) for v in
+                  jacobian_singular_values(module, (cin, n, n), torch.float32, gen))
+    if sigma32 > bound32 * (1.0 + float32_slack):
+        fail(f"{label}: float32 layer has Jacobian spectral norm {sigma32:.9g} > its "
+             f"declared bound {bound32:.9g}")
+
+
+def _check_affine(module64: nn.Module, cin: int, n: int, gen: torch.Generator, label: str) -> None:
+    """``f(a) + f(b) - f(0) - f(a + b) ≈ 0`` unless the module declares ``lip_affine = False``."""
+    a = torch.randn(1, cin, n, n, generator=gen, dtype=torch.float64)
+    b = torch.randn(1, cin, n, n, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        zero = module64(torch.zeros_like(a))
+        gap = (module64(a) + module64(b) - zero - module64(a + b)).abs().max()
+        scale = float(module64(a).abs().max()) + float(module64(b).abs().max()) + 1.0
+    if is_affine(module64) and float(gap) > 1e-9 * scale:
+        fail(f"{label}: the layer is not affine (f(a)+f(b)-f(0)-f(a+b) = {float(gap):.3g}); "
+             "conv components must be affine maps or declare lip_affine = False")
+
+
+def _check_promises(module64: nn.Module, spec: ConvSpec, shape: tuple[int, int, int], gen: torch.Generator,
+                    label: str, seed: int, tols: tuple[float, float], svals: tuple[float, float, float]) -> None:
+    """The float64 Jacobian's singular values ``(smax, smin, bound)`` against the spec's
+    promises (``tols``: ``(rtol, orthogonal_tol)``) and ``lipschitz_estimate``."""
+    rtol, orthogonal_tol = tols
+    smax, smin, bound = svals
+    if smax > bound * (1.0 + rtol):
+        fail(f"{label}: dense-Jacobian spectral norm {smax:.12g} exceeds the declared "
+             f"bound {bound:.12g}")
+    if ONE_LIPSCHITZ in spec.promises:
+        # the promise must hold for every parameter value training can reach, not only
+        # at initialisation (lipcli.lipschitz.promises.perturbed_copies), as for pools
+
+        for how, moved in [("parameters as built", module64),
+                           *perturbed_copies(module64, shape, seed=seed)]:
+            norm = max(float(v.max()) for v in
+                       jacobian_singular_values(moved, shape, torch.float64, gen))
+            if norm > 1.0 + orthogonal_tol:
+                fail(f"{label} with {how}: promises {ONE_LIPSCHITZ!r} but the Jacobian's "
+                     f"spectral norm is {norm:.12g}")
+    if ORTHOGONAL in spec.promises:
+        slack = orthogonal_tol + max(0.0, bound - 1.0)
+        if abs(smax - 1.0) > slack or abs(smin - 1.0) > slack:
+            fail(f"{label}: promises {ORTHOGONAL!r} but its singular values range over "
+                 f"[{smin:.12g}, {smax:.12g}] (tolerance {slack:.3g})")
+    estimate = getattr(module64, "lipschitz_estimate", None)
+    if callable(estimate):
+        est = float(estimate(shape, iters=10))
+        if est > bound * (1.0 + 1e-6):
+            fail(f"{label}: lipschitz_estimate() = {est:.9g} exceeds the bound {bound:.9g}")
+
+
 def check_conv_spec(
     spec: ConvSpec,
     *,
@@ -178,7 +261,8 @@ def check_conv_spec(
     except (KeyError, ValueError) as exc:
         fail(f"conv {spec.name!r}: parameters {params!r} do not validate: {exc}")
     reports = []
-    for cin, cout, k, s, n in cases or conv_cases(channels, size):
+    for case in cases or conv_cases(channels, size):
+        cin, cout, k, s, n = case
         label = f"conv {spec.name!r} ({cin}->{cout}, k={k}, stride={s}, {n}x{n} input)"
 
         def build(cin: int = cin, cout: int = cout, k: int = k, s: int = s) -> nn.Module:
@@ -189,75 +273,19 @@ def check_conv_spec(
         if not isinstance(module, nn.Module):
             fail(f"{label}: the factory must return an nn.Module, got {type(module).__name__}")
         gen = torch.Generator().manual_seed(seed)
-        # training: shapes, finite values and gradients
-        module.train()
-        x = torch.randn(2, cin, n, n, generator=gen).requires_grad_(True)
-        out = module(x)
-        expected = (2, cout, n // s, n // s)
-        if tuple(out.shape) != expected:
-            fail(f"{label}: maps {tuple(x.shape)} to {tuple(out.shape)}, expected {expected}")
-        if out.dtype != x.dtype or not torch.isfinite(out).all():
-            fail(f"{label}: output is not finite float32")
-        out.square().sum().backward()
-        grads = [x.grad] + [p.grad for p in module.parameters() if p.requires_grad]
-        if any(g is not None and not torch.isfinite(g).all() for g in grads) or x.grad is None:
-            fail(f"{label}: missing or non-finite gradients")
-        module.zero_grad(set_to_none=True)
-        # eval: deterministic, round trip, float32 bound
-        module.eval()
-        x = torch.randn(2, cin, n, n, generator=gen)
-        with torch.no_grad():
-            first, second = module(x), module(x)
-        if not torch.equal(first, second):
-            fail(f"{label}: two eval-mode forward passes differ")
-        _roundtrip(module, build, x, label)
-        bound32 = _declared_bound(module, spec, label)
-        sigma32 = max(float(v.max()) for v in
-                      jacobian_singular_values(module, (cin, n, n), torch.float32, gen))
-        if sigma32 > bound32 * (1.0 + float32_slack):
-            fail(f"{label}: float32 layer has Jacobian spectral norm {sigma32:.9g} > its "
-                 f"declared bound {bound32:.9g}")
+        _check_training(module, case, gen, label)
+        _check_eval32(module, spec, build, case, gen, label, float32_slack)
         # float64: affine, Jacobian singular values vs the claims
         module64 = copy.deepcopy(module).double().eval()
         bound = _declared_bound(module64, spec, label)
-        a = torch.randn(1, cin, n, n, generator=gen, dtype=torch.float64)
-        b = torch.randn(1, cin, n, n, generator=gen, dtype=torch.float64)
-        with torch.no_grad():
-            zero = module64(torch.zeros_like(a))
-            gap = (module64(a) + module64(b) - zero - module64(a + b)).abs().max()
-            scale = float(module64(a).abs().max()) + float(module64(b).abs().max()) + 1.0
-        if is_affine(module64) and float(gap) > 1e-9 * scale:
-            fail(f"{label}: the layer is not affine (f(a)+f(b)-f(0)-f(a+b) = {float(gap):.3g}); "
-                 "conv components must be affine maps or declare lip_affine = False")
+        _check_affine(module64, cin, n, gen, label)
         all_svals = jacobian_singular_values(module64, (cin, n, n), torch.float64, gen)
         smax = max(float(v.max()) for v in all_svals)
         smin = min(float(v.min()) for v in all_svals)
         if not is_affine(module64):
             smax = max(smax, pair_ratio(module64, (cin, n, n), gen))
-        if smax > bound * (1.0 + rtol):
-            fail(f"{label}: dense-Jacobian spectral norm {smax:.12g} exceeds the declared "
-                 f"bound {bound:.12g}")
-        if ONE_LIPSCHITZ in spec.promises:
-            # the promise must hold for every parameter value training can reach, not only
-            # at initialisation (lipcli.lipschitz.promises.perturbed_copies), as for pools
-
-            for how, moved in [("parameters as built", module64),
-                               *perturbed_copies(module64, (cin, n, n), seed=seed)]:
-                norm = max(float(v.max()) for v in
-                           jacobian_singular_values(moved, (cin, n, n), torch.float64, gen))
-                if norm > 1.0 + orthogonal_tol:
-                    fail(f"{label} with {how}: promises {ONE_LIPSCHITZ!r} but the Jacobian's "
-                         f"spectral norm is {norm:.12g}")
-        if ORTHOGONAL in spec.promises:
-            slack = orthogonal_tol + max(0.0, bound - 1.0)
-            if abs(smax - 1.0) > slack or abs(smin - 1.0) > slack:
-                fail(f"{label}: promises {ORTHOGONAL!r} but its singular values range over "
-                     f"[{smin:.12g}, {smax:.12g}] (tolerance {slack:.3g})")
-        estimate = getattr(module64, "lipschitz_estimate", None)
-        if callable(estimate):
-            est = float(estimate((cin, n, n), iters=10))
-            if est > bound * (1.0 + 1e-6):
-                fail(f"{label}: lipschitz_estimate() = {est:.9g} exceeds the bound {bound:.9g}")
+        _check_promises(module64, spec, (cin, n, n), gen, label, seed, (rtol, orthogonal_tol),
+                        (smax, smin, bound))
         reports.append(ConvCaseReport(cin, cout, k, s, n, smax, smin, bound))
     return reports
 

@@ -48,6 +48,48 @@ def _random_pairs(shape: Sequence[int], count: int, gen: torch.Generator) -> tup
     return a, a + gap * direction
 
 
+def _ratio_ascent(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    a: torch.Tensor,
+    b: torch.Tensor,
+    ratios: torch.Tensor,
+    attack_steps: int,
+    bound: float,
+    name: str,
+) -> float:
+    """Check 2 of :func:`check_one_lipschitz`: gradient ascent on the ratio from the 64 worst
+    of the random pairs ``(a, b)``; returns the largest ratio reached."""
+    pairs, shape = a.shape[0], tuple(a.shape[1:])
+    max_attack = 0.0
+    top = ratios.argsort(descending=True)[: min(64, pairs)]
+    xa, xb = a[top].clone(), b[top].clone()
+    view = (len(top), *([1] * len(shape)))
+    for _ in range(attack_steps):
+        xa.requires_grad_(True)
+        xb.requires_grad_(True)
+        r = _pair_ratios(fn, xa, xb)
+        if not r.requires_grad:  # output does not depend on the input
+            break
+        ga, gb = torch.autograd.grad(r.sum(), (xa, xb), allow_unused=True)
+        ga = torch.zeros_like(xa) if ga is None else ga
+        gb = torch.zeros_like(xb) if gb is None else gb
+        with torch.no_grad():
+            max_attack = max(max_attack, float(r.max()))
+            dist = (xa - xb).flatten(1).norm(dim=1).view(view)
+            gnorm = torch.cat((ga.flatten(1), gb.flatten(1)), 1).norm(dim=1).view(view)
+            gnorm = torch.where(gnorm > 0, gnorm, torch.ones_like(gnorm))
+            xa = (xa + 0.1 * dist * ga / gnorm).detach()
+            xb = (xb + 0.1 * dist * gb / gnorm).detach()
+    with torch.no_grad():
+        max_attack = max(max_attack, float(_pair_ratios(fn, xa, xb).max()))
+    if not math.isfinite(max_attack):
+        fail(f"{name}: non-finite output or gradient during the ratio ascent")
+    if max_attack > bound:
+        fail(f"{name} is not 1-Lipschitz: gradient ascent on ||f(a) - f(b)|| / ||a - b|| "
+             f"reached {max_attack:.6g} > 1")
+    return max_attack
+
+
 def check_one_lipschitz(
     fn: Callable[[torch.Tensor], torch.Tensor],
     input_shape: Sequence[int],
@@ -92,32 +134,7 @@ def check_one_lipschitz(
 
     max_attack = 0.0
     if attack_steps > 0:
-        top = ratios.argsort(descending=True)[: min(64, pairs)]
-        xa, xb = a[top].clone(), b[top].clone()
-        view = (len(top), *([1] * len(shape)))
-        for _ in range(attack_steps):
-            xa.requires_grad_(True)
-            xb.requires_grad_(True)
-            r = _pair_ratios(fn, xa, xb)
-            if not r.requires_grad:  # output does not depend on the input
-                break
-            ga, gb = torch.autograd.grad(r.sum(), (xa, xb), allow_unused=True)
-            ga = torch.zeros_like(xa) if ga is None else ga
-            gb = torch.zeros_like(xb) if gb is None else gb
-            with torch.no_grad():
-                max_attack = max(max_attack, float(r.max()))
-                dist = (xa - xb).flatten(1).norm(dim=1).view(view)
-                gnorm = torch.cat((ga.flatten(1), gb.flatten(1)), 1).norm(dim=1).view(view)
-                gnorm = torch.where(gnorm > 0, gnorm, torch.ones_like(gnorm))
-                xa = (xa + 0.1 * dist * ga / gnorm).detach()
-                xb = (xb + 0.1 * dist * gb / gnorm).detach()
-        with torch.no_grad():
-            max_attack = max(max_attack, float(_pair_ratios(fn, xa, xb).max()))
-        if not math.isfinite(max_attack):
-            fail(f"{name}: non-finite output or gradient during the ratio ascent")
-        if max_attack > bound:
-            fail(f"{name} is not 1-Lipschitz: gradient ascent on ||f(a) - f(b)|| / ||a - b|| "
-                 f"reached {max_attack:.6g} > 1")
+        max_attack = _ratio_ascent(fn, a, b, ratios, attack_steps, bound, name)
 
     max_jac = 0.0
     jshape = tuple(int(s) for s in (jacobian_shape or shape))

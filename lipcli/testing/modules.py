@@ -116,6 +116,63 @@ class ChannelModuleCheck:
     module64: nn.Module
 
 
+def _check_shapes(module: nn.Module, label: str, channels: int, out_channels: int,
+                  spatial: tuple[int, int], batch: int, gen: torch.Generator, rule: str) -> None:
+    """Shapes, dtypes, finiteness (float32, as in training), also at 1 x 1 spatial size."""
+    for h, w in (spatial, (1, 1)):
+        z = torch.randn(batch, channels, h, w, generator=gen)
+        with torch.no_grad():
+            out = module(z)
+        if not isinstance(out, torch.Tensor):
+            fail(f"{label}: forward must return a tensor, got {type(out).__name__}")
+        expected = (batch, out_channels, h, w)
+        if tuple(out.shape) != expected:
+            fail(f"{label}: maps {tuple(z.shape)} to {tuple(out.shape)}, expected {expected}"
+                 + (f"; {rule}" if rule else ""))
+        if out.dtype != z.dtype:
+            fail(f"{label}: output dtype {out.dtype} differs from the input dtype {z.dtype}")
+        if not torch.isfinite(out).all():
+            fail(f"{label}: non-finite output on standard normal input")
+
+
+def _check_gradients(module: nn.Module, label: str, channels: int, spatial: tuple[int, int],
+                     batch: int, gen: torch.Generator) -> None:
+    """Gradients (train mode): finite for the input and every trainable parameter."""
+    module.train()
+    z_grad = (3.0 * torch.randn(batch, channels, *spatial, generator=gen)).requires_grad_(True)
+    module.zero_grad(set_to_none=True)
+    module(z_grad).square().sum().backward()
+    if z_grad.grad is None or not torch.isfinite(z_grad.grad).all():
+        fail(f"{label}: the input gradient is missing or non-finite")
+    for pname, p in module.named_parameters():
+        if p.requires_grad and p.grad is not None and not torch.isfinite(p.grad).all():
+            fail(f"{label}: the gradient of parameter {pname!r} is non-finite")
+    module.zero_grad(set_to_none=True)
+    module.eval()
+
+
+def _check_no_weight_decay(module: nn.Module, label: str) -> None:
+    """``no_weight_decay`` names must exist."""
+    param_names = dict(module.named_parameters())
+    for local in getattr(module, "no_weight_decay", ()):
+        if local not in param_names:
+            fail(f"{label}: no_weight_decay names {local!r}, which is not a parameter "
+                 f"(parameters: {', '.join(param_names) or 'none'})")
+
+
+def _run_float64(module: nn.Module, z: torch.Tensor, label: str) -> nn.Module:
+    """A float64 copy of ``module`` (eval mode), checked to run and to give float64 output."""
+    try:
+        module64 = copy.deepcopy(module).double().eval()
+        with torch.no_grad():
+            out64 = module64(z.double())
+    except Exception as exc:  # noqa: BLE001
+        fail(f"{label}: the module does not run in float64 (.double()): {type(exc).__name__}: {exc}")
+    if out64.dtype != torch.float64:
+        fail(f"{label}: float64 input gave {out64.dtype} output")
+    return module64
+
+
 def check_channel_module(
     spec: ComponentSpec,
     channels: int,
@@ -145,21 +202,7 @@ def check_channel_module(
     module.eval()
     gen = torch.Generator().manual_seed(seed)
 
-    # shapes, dtypes, finiteness (float32, as in training), also at 1 x 1 spatial size
-    for h, w in (spatial, (1, 1)):
-        z = torch.randn(batch, channels, h, w, generator=gen)
-        with torch.no_grad():
-            out = module(z)
-        if not isinstance(out, torch.Tensor):
-            fail(f"{label}: forward must return a tensor, got {type(out).__name__}")
-        expected = (batch, out_channels, h, w)
-        if tuple(out.shape) != expected:
-            fail(f"{label}: maps {tuple(z.shape)} to {tuple(out.shape)}, expected {expected}"
-                 + (f"; {rule}" if rule else ""))
-        if out.dtype != z.dtype:
-            fail(f"{label}: output dtype {out.dtype} differs from the input dtype {z.dtype}")
-        if not torch.isfinite(out).all():
-            fail(f"{label}: non-finite output on standard normal input")
+    _check_shapes(module, label, channels, out_channels, spatial, batch, gen, rule)
 
     # determinism in eval mode
     z = torch.randn(batch, channels, *spatial, generator=gen)
@@ -168,39 +211,15 @@ def check_channel_module(
     require_equal(first, second, f"{label}: two eval-mode forward passes on the same input differ",
                   "; it must be deterministic")
 
-    # gradients (train mode): finite for the input and every trainable parameter
-    module.train()
-    z_grad = (3.0 * torch.randn(batch, channels, *spatial, generator=gen)).requires_grad_(True)
-    module.zero_grad(set_to_none=True)
-    module(z_grad).square().sum().backward()
-    if z_grad.grad is None or not torch.isfinite(z_grad.grad).all():
-        fail(f"{label}: the input gradient is missing or non-finite")
-    for pname, p in module.named_parameters():
-        if p.requires_grad and p.grad is not None and not torch.isfinite(p.grad).all():
-            fail(f"{label}: the gradient of parameter {pname!r} is non-finite")
-    module.zero_grad(set_to_none=True)
-    module.eval()
+    _check_gradients(module, label, channels, spatial, batch, gen)
 
-    # no_weight_decay names must exist
-    param_names = dict(module.named_parameters())
-    for local in getattr(module, "no_weight_decay", ()):
-        if local not in param_names:
-            fail(f"{label}: no_weight_decay names {local!r}, which is not a parameter "
-                 f"(parameters: {', '.join(param_names) or 'none'})")
+    _check_no_weight_decay(module, label)
 
     # state dict round trip through safetensors into a fresh module (different RNG state)
     check_state_roundtrip(module, lambda: spec.factory(channels, **resolved), z, label,
                           seed=seed + 12345)
 
-    # float64
-    try:
-        module64 = copy.deepcopy(module).double().eval()
-        with torch.no_grad():
-            out64 = module64(z.double())
-    except Exception as exc:  # noqa: BLE001
-        fail(f"{label}: the module does not run in float64 (.double()): {type(exc).__name__}: {exc}")
-    if out64.dtype != torch.float64:
-        fail(f"{label}: float64 input gave {out64.dtype} output")
+    module64 = _run_float64(module, z, label)
     return ChannelModuleCheck(
         label=label, params=resolved,
         num_parameters=sum(p.numel() for p in module.parameters()), module64=module64,
