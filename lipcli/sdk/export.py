@@ -76,7 +76,9 @@ class ExportedCertificate:
         module: ``nn.Module`` mapping the float32 features ``y`` ``(N, D)`` to
             ``(predictions LongTensor[N], radius float64[N])``: the feature-space l2 radius
             around ``y`` on which the head's (float64) prediction cannot change, ``>= 0``,
-            never larger than what ``reference`` gives for the same features.
+            equal to what ``reference`` gives for the same features up to float32 rounding,
+            in either direction (the export check bounds the difference by 1e-5 of the
+            largest radius; neither certificate covers the forward pass's float32 rounding).
         reference: lipcli's own computation of the same certificate: features ``(N, D)`` ->
             feature-space radius ``float64[N]`` (what the exported one is compared with).
         kind: the certificate's name (``"lln"``, ``"crc-lip"``).
