@@ -79,6 +79,7 @@ for plugin in "${PLUGINS[@]}"; do
   test -f ../dist/"${plugin//-/_}"-*.tar.gz || test -f ../dist/"$plugin"-*.tar.gz || { echo "no sdist for $plugin"; exit 1; }
   ../venv/bin/python -m pip install -q --no-deps --no-index "${wheel[0]}"
 done
-../venv/bin/lip plugins | tee plugins.txt
-for plugin in "${PLUGINS[@]}"; do grep -q "$plugin" plugins.txt || { echo "lip plugins does not list $plugin"; exit 1; }; done
+../venv/bin/lip plugins
+../venv/bin/lip plugins --json >plugins.json
+for plugin in "${PLUGINS[@]}"; do grep -q "\"$plugin\"" plugins.json || { echo "lip plugins does not list $plugin"; exit 1; }; done
 echo "wheel check passed"
