@@ -5,7 +5,7 @@ Runs are named CONFIG-sSEED in OUTDIR/times.txt (in that order); each reads
 OUTDIR/NAME.train.json and OUTDIR/NAME.certify.json (lip certify --attack --json, all test
 images). A row is one config: clean and certified accuracy (%) at 36/72/108 as mean ± sample
 standard deviation over its finished seeds, mean training time, and the PGD violations summed
-over the seeds. --raw FILE writes the reports unchanged as {name: {train, certify}}.
+over the models certified with --attack (how many of them is shown). --raw FILE writes the reports unchanged as {name: {train, certify}}.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ def row(config: str, runs: list[dict[str, Any]]) -> str:
     for e in (36, 72, 108):
         cols.append([100 * {round(x["radius_units"]): x["certified_accuracy"]
                             for x in c["radii"]}[e] for c in certs])
-    attacks = [c.get("attack") for c in certs]
-    pgd = ("not run" if not all(attacks) else
-           f"{sum(a['violations'] for a in attacks)} ({len(runs)} × "
+    attacks = [c["attack"] for c in certs if c.get("attack")]
+    pgd = ("not run" if not attacks else
+           f"{sum(a['violations'] for a in attacks)} ({len(attacks)} of {len(runs)} models × "
            f"{certs[0]['dataset']['size']} images, {attacks[0]['steps']} steps)")
     cells = [f"`{config}`", str(len(runs)), *(_ms(c) for c in cols),
              f"{statistics.fmean(r['train']['time_s'] for r in runs):.0f}", pgd]

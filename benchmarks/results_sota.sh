@@ -17,7 +17,7 @@ PY=${PY:-.venv/bin/python}
 EPOCHS=${EPOCHS:-5}
 SEEDS=${SEEDS:-"0 1 2"}
 RESNET=${RESNET:-"liresnet:depth=4,dense=2"}  # width: the shared --width 8
-ATTACK=${ATTACK:-"--attack --attack-steps 5 --attack-restarts 1"}
+ATTACK=${ATTACK-"--attack --attack-steps 5 --attack-restarts 1"}
 EXTRA=${EXTRA:-}  # more lip train options for every run (a smoke test: --limit-train 64)
 mkdir -p "$OUT"
 run() {  # config name, then lip train options
@@ -25,10 +25,10 @@ run() {  # config name, then lip train options
   if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$config" ]; then return; fi
   for seed in $SEEDS; do
     local name="$config-s$seed" start=$(date +%s)
-    [ -f "$OUT/$name.safetensors" ] || "$LIP" train --dataset digits --width 8 --epochs "$EPOCHS" \
+    [ -s "$OUT/$name.safetensors" ] || "$LIP" train --dataset digits --width 8 --epochs "$EPOCHS" \
       --seed "$seed" "$@" $EXTRA --out "$OUT/$name.safetensors" -q --json > "$OUT/$name.train.json"
     local mid=$(date +%s)
-    [ -f "$OUT/$name.certify.json" ] || "$LIP" certify "$OUT/$name.safetensors" --radii 36,72,108 \
+    [ -s "$OUT/$name.certify.json" ] || "$LIP" certify "$OUT/$name.safetensors" --radii 36,72,108 \
       $ATTACK --json -q > "$OUT/$name.certify.json"
     echo "$name: train $((mid - start)) s, certify $(($(date +%s) - mid)) s" | tee -a "$OUT/times.txt"
   done
