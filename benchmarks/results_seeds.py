@@ -5,7 +5,8 @@ Runs are named CONFIG-sSEED in OUTDIR/times.txt (in that order); each reads
 OUTDIR/NAME.train.json and OUTDIR/NAME.certify.json (lip certify --attack --json, all test
 images). A row is one config: clean and certified accuracy (%) at 36/72/108 as mean ± sample
 standard deviation over its finished seeds, mean training time, and the PGD violations summed
-over the models certified with --attack (how many of them is shown). --raw FILE writes the reports unchanged as {name: {train, certify}}.
+over the models certified with --attack (how many of them is shown).
+--raw FILE writes the reports unchanged as {name: {train, certify}}.
 """
 
 from __future__ import annotations
