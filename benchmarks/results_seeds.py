@@ -4,8 +4,9 @@ Usage: python benchmarks/results_seeds.py OUTDIR [--raw FILE]
 Runs are named CONFIG-sSEED in OUTDIR/times.txt (in that order); each reads
 OUTDIR/NAME.train.json and OUTDIR/NAME.certify.json (lip certify --attack --json, all test
 images). A row is one config: clean and certified accuracy (%) at 36/72/108 as mean ± sample
-standard deviation over its finished seeds, mean training time, and the PGD violations summed
-over the models certified with --attack (how many of them is shown).
+standard deviation over its finished seeds, the mean guaranteed Lipschitz bound and training
+time, and the PGD violations summed over the models certified with --attack (how many of
+them is shown).
 --raw FILE writes the reports unchanged as {name: {train, certify}}.
 """
 
@@ -38,6 +39,7 @@ def row(config: str, runs: list[dict[str, Any]]) -> str:
            f"{sum(a['violations'] for a in attacks)} ({len(attacks)} of {len(runs)} models × "
            f"{certs[0]['dataset']['size']} images, {attacks[0]['steps']} steps)")
     cells = [f"`{config}`", str(len(runs)), *(_ms(c) for c in cols),
+             f"{statistics.fmean(c['lipschitz']['upper_bound'] for c in certs):.3f}",
              f"{statistics.fmean(r['train']['time_s'] for r in runs):.0f}", pgd]
     return "| " + " | ".join(cells) + " |"
 
@@ -56,8 +58,8 @@ def main() -> None:
         found[name] = {"train": r["train"], "certify": r["certify"]}
         groups.setdefault(name.rsplit("-s", 1)[0], []).append(r)
     print("| config | seeds | clean % | cert. 36 % | cert. 72 % | cert. 108 % "
-          "| train s (mean) | PGD violations (all seeds) |")
-    print("| --- | --: | --: | --: | --: | --: | --: | --: |")
+          "| Lip. bound (guaranteed, mean) | train s (mean) | PGD violations |")
+    print("| --- | --: | --: | --: | --: | --: | --: | --: | --: |")
     for config, runs in groups.items():
         print(row(config, runs))
     if args.raw:
