@@ -34,6 +34,9 @@ def _no_progress(_msg: str) -> None:
 def parse_archs(text: str | Sequence[str], available: Sequence[str]) -> list[str]:
     """``"5,10"`` / ``"lipconvnet-5,lipconvnet-10"`` (mixed is fine) -> full names.
 
+    A name may carry inline parameters, ``liresnet:depth=4,width=16``: a ``key=value`` item
+    continues the parameters of the name before it.
+
     A bare integer ``n`` means ``lipconvnet-n``.  Every name must be in ``available`` (the
     registered architectures); otherwise :class:`LipUsageError` names the valid ones.
     Duplicates are dropped, order kept.
@@ -44,8 +47,11 @@ def parse_archs(text: str | Sequence[str], available: Sequence[str]) -> list[str
         item = raw.strip()
         if not item:
             continue
+        if "=" in item and ":" not in item and names and ":" in names[-1]:
+            names[-1] += f",{item}"  # key=value continuing the inline parameters before it
+            continue
         name = f"lipconvnet-{int(item)}" if item.isdigit() else item
-        if name not in available:
+        if name.split(":", 1)[0] not in available:
             valid = sorted(available, key=natural_key)
             raise LipUsageError(
                 f"unknown architecture {item!r}; valid: {', '.join(valid) or 'none installed'}"

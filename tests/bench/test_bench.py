@@ -234,6 +234,17 @@ def test_parse_archs():
         bench.parse_archs(" , ", ARCHS)
 
 
+def test_parse_archs_inline_parameters():
+    archs = [*ARCHS, "liresnet"]
+    assert bench.parse_archs("5,liresnet:depth=4,width=16,20", archs) == [
+        "lipconvnet-5", "liresnet:depth=4,width=16", "lipconvnet-20"]
+    assert bench.parse_archs("liresnet:depth=4,liresnet", archs) == ["liresnet:depth=4", "liresnet"]
+    with pytest.raises(LipUsageError, match="unknown architecture 'depth=4'"):
+        bench.parse_archs("5,depth=4", archs)  # a key=value with no parameterised name before it
+    with pytest.raises(LipUsageError, match="unknown architecture 'nope:depth=4'"):
+        bench.parse_archs("nope:depth=4", archs)
+
+
 # ------------------------------------------------------------------------ bad inputs
 @pytest.mark.parametrize(
     "args",
