@@ -389,7 +389,7 @@ def test_certification_runs_without_tf32():
             mp.setattr(certify_module.driver, "resolve_device", record)
             with pytest.raises(Seen):
                 certify_module.run_certification("unused.safetensors", certify_module.CertifyOptions(radii=[0.1]))
-            import lipcli.lipschitz.bound as lipschitz_module
+            import lipcli.lipschitz.report as lipschitz_module
 
             mp.setattr(lipschitz_module, "layer_input_shapes", record)
             with pytest.raises(Seen):
