@@ -422,7 +422,7 @@ def test_lowered_path_radii_equal_the_series_path_and_pgd_finds_no_violation(mod
     to 1e-5 relative, and PGD through the lowered network breaks no certificate."""
     common = dict(radii=parse_radii("36,72"), limit=40, write=False)
     lowered = run_certification(model_file, CertifyOptions(attack=True, attack_steps=20,
-                                                           attack_restarts=1, **common))
+                                                           attack_restarts=1, dense_max_mib=64.0, **common))
     series = run_certification(model_file, CertifyOptions(series=True, **common))
     assert any("eval lowering" in note for note in lowered.summary.notes)
     assert not any("eval lowering" in note for note in series.summary.notes)
