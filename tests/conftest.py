@@ -70,20 +70,6 @@ def _restore_torch_threads():
         torch.set_num_threads(before)
 
 
-@pytest.fixture(autouse=True)
-def _cli_keeps_the_session_threads(monkeypatch):
-    """The commands' ``--threads`` default (half the usable cores) applies only when
-    ``OMP_NUM_THREADS`` is unset: set it to the session's count, so that a command run in
-    process (CliRunner) or as a subprocess computes as the library calls around it do
-    (bit-identity checks).  tests/cli/test_threads_progress.py unsets it to test the default."""
-    import os
-
-    import torch
-
-    if not os.environ.get("OMP_NUM_THREADS"):
-        monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
-
-
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``cuda`` are skipped where no CUDA device is available."""
     import torch

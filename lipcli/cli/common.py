@@ -38,28 +38,19 @@ def stdout_console():
     return Console()
 
 
-def default_threads() -> int:
-    """``--threads``' default: half the cores this process may use, at least 1."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // 2)
-
-
 def apply_threads(threads: int | None) -> None:
-    """Set torch's CPU thread count for this process (``--threads``; ``None``: the default,
-    :func:`default_threads`, unless ``OMP_NUM_THREADS`` is set, as torchrun and ``lip train
-    --nproc-per-node`` set it for their workers).  ``OMP_WAIT_POLICY`` defaults to ``PASSIVE``
-    (read when torch loads OpenMP, so it only acts before the first ``import torch``): idle
-    OpenMP threads then sleep instead of spinning on cores that other processes need.  Only
-    the command line does this, at a command's start; library code never sets threads."""
+    """Set torch's CPU thread count for this process (``--threads``; ``None``: torch's own
+    default, which keeps results bit-identical to runs without the option).
+    ``OMP_WAIT_POLICY`` defaults to ``PASSIVE`` (read when torch loads OpenMP, so it only acts
+    before the first ``import torch``): idle OpenMP threads then sleep instead of spinning on
+    cores that other processes need, which is what made 2-thread attacks collapse under load.
+    Only the command line does this, at a command's start; library code never sets threads."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    if threads is None and os.environ.get("OMP_NUM_THREADS"):
+    if threads is None:
         return
     import torch
 
-    torch.set_num_threads(threads or default_threads())
+    torch.set_num_threads(threads)
 
 
 def fail(message: str, code: int = 1) -> None:

@@ -39,9 +39,8 @@ def _apply_threads(value: Optional[int]) -> Optional[int]:
     return value
 
 
-THREADS_HELP = ("CPU threads for torch. Default: half the usable cores (at least 1), unless "
-                "OMP_NUM_THREADS is set; OMP_WAIT_POLICY=PASSIVE unless set. More threads than "
-                "free cores, with OpenMP's default busy waiting, made `lip certify --attack` 6-8x "
-                "slower on a loaded 2-core machine (docs/guide.md).")
+THREADS_HELP = ("CPU threads for torch. Default: torch's own (the usable cores, or OMP_NUM_THREADS); "
+                "OMP_WAIT_POLICY=PASSIVE unless set: with OpenMP's default busy waiting, "
+                "`lip certify --attack` ran 6-8x slower on a loaded 2-core machine (docs/guide.md).")
 ThreadsOption = Annotated[Optional[int], typer.Option(
     "--threads", min=1, metavar="N", callback=_apply_threads, show_default=False, help=THREADS_HELP)]
