@@ -100,7 +100,10 @@ def test_round_trip_without_lipcli(registered, tmp_path, fmt):
         certifier.prepare(model.head, None)
         cert = certifier.certify(model.head, y)
     bound = guaranteed_upper_bound(model)[0]
-    assert report["record"]["lipschitz"]["upper_bound"] == bound  # the same guaranteed divisor
+    # the export divides by the bound of the operator it runs (lipcli.lipschitz.lowered: dense
+    # layers' float32 rounding included), at least the model's guaranteed bound and within 1e-6 of it
+    recorded = report["record"]["lipschitz"]["upper_bound"]
+    assert bound <= recorded <= bound * (1 + 1e-6)
     assert bound > 4.0  # 1/min std and the residual blocks' bounds (> 1), not just promises
     ref_radius = (cert.radius / bound).numpy()
     assert np.abs(logits - ref_logits).max() <= 1e-5 * np.abs(ref_logits).max()
