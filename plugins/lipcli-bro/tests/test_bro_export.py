@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from lipcli.sdk.errors import LipError
 from lipcli_bro import BROConv
-from lipcli_bro.export import ExportedFourierConv
+from lipcli.sdk.fourier_export import ExportedFourierConv
 
 checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
 

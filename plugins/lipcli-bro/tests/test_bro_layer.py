@@ -19,7 +19,7 @@ import lipcli_bro.plugin as plugin
 from lipcli.sdk.specs import ConvSpec
 from lipcli.testing import affine_matrix, check_conv_spec
 from lipcli_bro import BROConv, block_reflector
-from lipcli_bro.fourier import kernel_spectrum
+from lipcli.sdk.fourier import kernel_spectrum
 
 TOL = 1e-9
 #: (in, out, kernel, stride, image size): LipConvnet's configurations (check_conv_spec's)

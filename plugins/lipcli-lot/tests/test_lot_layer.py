@@ -3,7 +3,7 @@ at every iteration count), dense Jacobians below the declared verified bound at 
 perturbed and briefly trained parameters and for float32 parameters cast exactly to float64
 (and all singular values 1 once converged), the bound's parts (Gershgorin, certified Gram
 ``λ_max``) against exact norms, gradients vs finite differences, parameters, conformance, a
-wrong layer, and the shared Fourier/export modules being identical to lipcli-bro's.
+wrong layer.
 
 Tolerances: "≤ bound" is checked with a relative ``1e-12`` (the bound is verified for the
 float64 matrices; the dense Jacobian adds only the FFTs' ``O(u log HW)``).  "All singular
@@ -14,7 +14,6 @@ condition number ``< 10``, quadratic convergence reached), where the measured de
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -192,15 +191,6 @@ def test_a_wrong_layer_is_caught():
                      params=plugin.lot_spec().params, promises=())
     with pytest.raises(AssertionError, match="declared bound"):
         check_conv_spec(wrong, params={"eps": 0.0, "iterations": 30})
-
-
-@pytest.mark.parametrize("name", ["fourier.py", "export.py"])
-def test_shared_modules_are_identical_to_lipcli_bro(name):
-    here = Path(__file__).resolve().parents[1] / "src" / "lipcli_lot" / name
-    bro = Path(__file__).resolve().parents[2] / "lipcli-bro" / "src" / "lipcli_bro" / name
-    if not bro.exists():
-        pytest.skip("lipcli-bro's sources are not next to this plugin")
-    assert here.read_text() == bro.read_text()
 
 
 @pytest.mark.parametrize("cin, cout, size", [(4, 4, 5), (3, 6, 4), (6, 3, 4), (4, 4, 1)])

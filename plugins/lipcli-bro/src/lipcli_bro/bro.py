@@ -6,7 +6,7 @@ Maths:
 
 * ``V`` is a learnable low-rank filter with ``c = max(in·s², out)`` output and ``r < c``
   input channels (default ``r = ⌊c/2⌋``, as the authors' networks).  On the ``H × W`` torus
-  its matrix at frequency ``f`` is ``V̂(f) ∈ ℂ^{c×r}`` (:func:`lipcli_bro.fourier.kernel_spectrum`).
+  its matrix at frequency ``f`` is ``V̂(f) ∈ ℂ^{c×r}`` (:func:`lipcli.sdk.fourier.kernel_spectrum`).
 * ``W(f) = I − 2 V̂ (V̂ᴴV̂)⁻¹ V̂ᴴ`` is the reflection through the orthogonal complement of
   ``range V̂(f)``: with ``P = V̂(V̂ᴴV̂)⁻¹V̂ᴴ`` the orthogonal projector (``P = Pᴴ = P²``),
   ``WᴴW = I − 4P + 4P² = I``: unitary, in exact arithmetic, no series or iteration.
@@ -30,7 +30,7 @@ arithmetic, hence the promise ``"orthogonal"``; ``lipschitz_upper_bound()`` is a
 bound for the float matrices actually used,
 ``max_f ‖Ŵ(f)‖₂ ≤ √(1 + max_f ‖ŴᴴŴ − I‖_F)`` with every rounding of that computation covered
 (:func:`lipcli.numerics.gram_bounds.isometry_norm_upper_bound`), which bounds the layer's map
-(:mod:`lipcli_bro.fourier`).
+(:mod:`lipcli.sdk.fourier`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
 
-from .fourier import FourierConvBase, kernel_spectrum
+from lipcli.sdk.fourier import FourierConvBase, kernel_spectrum
 
 #: how the low-rank filter starts: the authors' default puts an identity on the centre tap
 #: (``V̂(f) = [I_r; 0]``, ``W = diag(−I_r, I)``); "random" is nn.Conv2d's initialisation

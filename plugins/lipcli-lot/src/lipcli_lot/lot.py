@@ -5,7 +5,7 @@ Certified Robustness*, NeurIPS 2022, §3, Eq. (3)–(5) and Algorithm 1).
 Maths:
 
 * ``V`` is a learnable filter (``out × in·s² × k × k``); on the ``H × W`` torus its matrix
-  at frequency ``f`` is ``V̂(f) ∈ ℂ^{out×in·s²}`` (:func:`lipcli_lot.fourier.kernel_spectrum`).
+  at frequency ``f`` is ``V̂(f) ∈ ℂ^{out×in·s²}`` (:func:`lipcli.sdk.fourier.kernel_spectrum`).
 * LOT's orthogonal matrix is the polar factor ``W = V̂(V̂ᴴV̂)^{-1/2}`` (``= (V̂V̂ᴴ)^{-1/2}V̂``):
   unitary for square full-rank ``V̂``, semi-orthogonal otherwise.  We use the smaller Gram
   matrix ``G`` (``V̂ᴴV̂`` when ``out ≥ in·s²``, else ``V̂V̂ᴴ``) and, as the authors' code,
@@ -46,7 +46,7 @@ converged) and ``max_f b_f``, where ``b_f`` bounds ``‖Ŵ(f)‖₂`` by
   (:func:`lipcli.numerics.eigen.certify_lambda_max`), plus ``‖X − X_exact‖₂ ≤ 2·16γ_{q+2}
   ‖Ŵ‖_F²`` for the rounding of ``B̂`` (Weyl).
 
-It bounds the layer's map by Parseval (:mod:`lipcli_lot.fourier`).
+It bounds the layer's map by Parseval (:mod:`lipcli.sdk.fourier`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
 from lipcli.numerics.rounding import ETA, UNIT_ROUNDOFF, gamma, round_up
 from lipcli.numerics.eigen import certify_lambda_max
 
-from .fourier import FourierConvBase, kernel_spectrum
+from lipcli.sdk.fourier import FourierConvBase, kernel_spectrum
 
 #: "identity": centre tap ``[I 0]`` (the authors' initialisation), "random": nn.Conv2d's
 INITS = ("identity", "random")

@@ -1,6 +1,5 @@
-"""Circular convolutions in the Fourier basis: the part shared by lipcli-bro and lipcli-lot
-(identical copies in both distributions, checked by a test; plugins import only
-``lipcli.sdk``/``lipcli.numerics``, so they cannot share a module).
+"""Circular convolutions in the Fourier basis, for convolution plugins that parametrise their
+map per frequency (lipcli-bro, lipcli-lot); the export stand-in is :mod:`lipcli.sdk.fourier_export`.
 
 * On an ``H × W`` torus a circular convolution with filter ``K`` (``out × in × k × k``) is
   block diagonal in the Fourier basis: at every frequency ``f`` it multiplies the input's
@@ -112,7 +111,7 @@ class FourierConvBase(LipConvBase):
         layer applies and is bounded for) and the bias baked into
         :class:`ExportedFourierConv` (FFT form for pt2/TorchScript, real matrix products for
         ONNX; imports nothing but torch)."""
-        from .export import ExportedFourierConv
+        from lipcli.sdk.fourier_export import ExportedFourierConv
 
         size = self.bound_size()  # LipError before the layer has seen an input
         with torch.no_grad():

@@ -1,8 +1,7 @@
 """A Fourier-domain convolution as ``lip export`` writes it: its per-frequency matrices, baked.
 
-(The same stand-in as lipcli-cayley's ``lipcli_cayley.export``; plugins import only
-``lipcli.sdk``/``lipcli.numerics``, so each Fourier-domain plugin carries this torch-only
-module: lipcli-bro and lipcli-lot hold identical copies, checked by a test.)
+(Used by :class:`lipcli.sdk.fourier.FourierConvBase`, i.e. lipcli-bro and lipcli-lot; torch
+only, so the exported program needs no lipcli.  lipcli-cayley still has its own near-copy.)
 
 In eval mode the layer is ``y = irfft2(Q · rfft2(x)) + bias`` (after ``pixel_unshuffle``
 for stride 2) with fixed matrices ``Q(f)`` for the half-plane bins of the recorded image size
