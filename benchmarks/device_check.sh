@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The GPU figures of docs/benchmarks.md ("GPU" section) in one call of a lent machine: the
+# cuda-marked tests, Table 1 at batch 128 (with the convolution-kernel floor: step ÷ conv
+# kernel time) and 512, the newer convolutions and the residual network beside soc-fast,
+# a profile of one LipConvnet-20 step, and `lip bench certify` on LipConvnet-20 (series vs
+# the eval lowering; LLN 10/100 classes, CRC-Lip 10/100 classes).
+#
+# Usage (repository root; wheels of lipcli and its plugins in WHEELS, built beforehand with
+#   python -m pip wheel -q --no-deps --no-build-isolation -w .whl . plugins/lipcli-{bro,sll,lot,liresnet,logit-annealing}
+# so that the plugins' entry points register without network):
+#   OUT=DIR [ONLY=tests,table1,table512,convs,profile,certify] bash benchmarks/device_check.sh
+# Every step has its own time limit and its own line "== NAME: rc R in S s" in
+# $OUT/device-check.txt; the JSON reports go to $OUT/reports/ and are packed into
+# $OUT/reports.tar.gz at the end.  SMOKE=1: tiny sizes on the CPU (checks the script).
+set -u
+OUT=${OUT:-runs/device}
+WHEELS=${WHEELS:-.whl}
+PY=${PY:-python3}
+ONLY=${ONLY:-tests,table1,table512,convs,profile,certify}
+export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+mkdir -p "$OUT/reports"
+log="$OUT/device-check.txt"
+R="$OUT/reports"
+
+if [ -n "${SMOKE:-}" ]; then
+  DEV=cpu; ARCHS=5; BIG=5; N=64; BS=16; STEPS="--steps 1 --warmup 0"; W="--width 8"
+  LIRES="liresnet:depth=2,dense=1"; LW="--width 8"; FIT=2; GRAPHS=off; TESTS="tests/bench/test_bench_cuda.py"
+else
+  DEV=cuda; ARCHS=5,10,15,20,25,30,35,40; BIG=20; N=4096; BS=256; STEPS="--steps 6 --warmup 3"; W=""
+  LIRES="liresnet:depth=12"; LW="--width 128"; FIT=300; GRAPHS=on; TESTS="tests plugins"
+fi
+
+want() { case ",$ONLY," in *",$1,"*) return 0;; *) return 1;; esac; }
+step() {  # NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2; shift 2
+  echo "== $name: $* (limit $limit s)" >> "$log"
+  local start=$(date +%s)
+  timeout "$limit" "$@" >> "$log" 2>&1
+  echo "== $name: rc $? in $(( $(date +%s) - start )) s" >> "$log"
+}
+
+{
+  git rev-parse HEAD 2>/dev/null || echo "(no git)"
+  nvidia-smi -L 2>/dev/null || echo "(no nvidia-smi)"
+  "$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.is_available())'
+} >> "$log" 2>&1
+
+if [ -d "$WHEELS" ]; then
+  step install 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/lipsite "$WHEELS"/*.whl
+  export PYTHONPATH="/tmp/lipsite${PYTHONPATH:+:$PYTHONPATH}"
+fi
+LIP="$PY -m lipcli"
+step plugins 60 $LIP plugins
+
+want tests && step tests 150 "$PY" -m pytest -q -m cuda -p no:cacheprovider $TESTS
+want table1 && step table1-b128 140 $LIP bench train --archs $ARCHS --device $DEV --cuda-graphs $GRAPHS \
+  $STEPS --no-memory $W -o "$R/table1-b128.json"
+want profile && step profile-lc20 60 $LIP bench profile --arch $BIG --batch-size 128 --device $DEV $W \
+  -o "$R/profile-lc20-b128.json"
+want convs && step convs-lc5-lc20 150 $LIP bench train --archs 5,$BIG --conv soc-fast,bro,sll,lot \
+  --device $DEV --cuda-graphs $GRAPHS $STEPS --no-memory --no-floor $W -o "$R/convs-lc5-lc20-b128.json"
+want convs && step liresnet 90 $LIP bench train --archs "$LIRES" --conv soc-fast,bro --device $DEV \
+  --cuda-graphs $GRAPHS $STEPS --no-memory --no-floor $LW -o "$R/liresnet-b128.json"
+if want certify; then
+  for case in "lln 10" "lln 100" "mlp 10" "mlp 100"; do
+    set -- $case
+    fit=""; [ "$1" = mlp ] && fit="--fit-head $FIT"
+    step "certify-$1-$2" 90 $LIP bench certify --arch $BIG --head $1 --classes $2 --n $N --batch-size $BS \
+      --device $DEV --lipschitz-iters 5 $fit $W -o "$R/certify-lc20-$1-$2.json"
+  done
+fi
+want table512 && step table1-b512 140 $LIP bench train --archs $ARCHS --device $DEV --cuda-graphs $GRAPHS \
+  --batch-size 512 $STEPS --no-memory --no-floor $W -o "$R/table1-b512.json"
+
+tar -czf "$OUT/reports.tar.gz" -C "$OUT" reports
+echo "== done" >> "$log"
