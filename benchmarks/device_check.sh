@@ -55,6 +55,9 @@ step plugins 60 $LIP plugins
 want tests && step tests 150 "$PY" -m pytest -q -m cuda -p no:cacheprovider $TESTS
 want table1 && step table1-b128 140 $LIP bench train --archs $ARCHS --device $DEV --cuda-graphs $GRAPHS \
   $STEPS --no-memory $W -o "$R/table1-b128.json"
+want table512 && step table1-b512 140 $LIP bench train --archs $ARCHS --device $DEV --cuda-graphs $GRAPHS \
+  --batch-size 512 $STEPS --no-memory --no-floor $W -o "$R/table1-b512.json"
+
 want profile && step profile-lc20 60 $LIP bench profile --arch $BIG --batch-size 128 --device $DEV $W \
   -o "$R/profile-lc20-b128.json"
 want convs && step convs-lc5-lc20 150 $LIP bench train --archs 5,$BIG --conv soc-fast,bro,sll,lot \
@@ -69,8 +72,5 @@ if want certify; then
       --device $DEV --lipschitz-iters 5 $fit $W -o "$R/certify-lc20-$1-$2.json"
   done
 fi
-want table512 && step table1-b512 140 $LIP bench train --archs $ARCHS --device $DEV --cuda-graphs $GRAPHS \
-  --batch-size 512 $STEPS --no-memory --no-floor $W -o "$R/table1-b512.json"
-
 tar -czf "$OUT/reports.tar.gz" -C "$OUT" reports
 echo "== done" >> "$log"
