@@ -15,7 +15,7 @@ def test_bench_train_graphs_and_conv_kernel_floor_on_cuda():
     r = report.results[0]
     for model in (r.fast, r.exact):
         graphs = model.cuda_graphs
-        assert graphs.captured and graphs.steps.replays >= 3 and graphs.reason is None, graphs
+        assert graphs.captured and graphs.replays >= 3 and graphs.reason is None, graphs
         fl = model.kernel_floor
         assert 0 < fl.conv_kernel_ms_per_step < fl.gpu_kernel_ms_per_step, fl
         assert fl.step_over_conv_kernel > 1.0
