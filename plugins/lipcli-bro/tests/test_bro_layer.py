@@ -73,6 +73,55 @@ def test_fourier_assembly_is_the_circular_convolution(size):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("c, r", [(6, 3), (5, 1), (4, 4), (8, 7)])
+def test_cholesky_factor_gives_the_same_reflector(c, r):
+    gen = torch.Generator().manual_seed(c * 10 + r + 1)
+    V = torch.randn(5, c, r, generator=gen, dtype=torch.complex128)
+    W = block_reflector(V, "cholesky")
+    torch.testing.assert_close(W, block_reflector(V, "qr"), rtol=0, atol=1e-12)
+    eye = torch.eye(c, dtype=W.dtype).expand_as(W)
+    torch.testing.assert_close(W.mH @ W, eye, rtol=0, atol=1e-12)
+    real = torch.randn(c, r, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(block_reflector(real, "cholesky"), block_reflector(real), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="factor"):
+        block_reflector(V, "lu")
+
+
+@pytest.mark.parametrize("stride, size", [(1, 4), (2, 4)])
+def test_cholesky_factor_trains_and_is_bounded(stride, size):
+    """``factor=cholesky``: gradients against finite differences, and the dense Jacobian of
+    the layer it trains (eval: the same factor) within the layer's verified bound."""
+    layer = randomised(BROConv(2, 4, 3, stride, rank=2, factor="cholesky").double(), seed=5).train()
+    x = torch.randn(1, 2, size, size, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda w, z: torch.func.functional_call(
+        layer, {"weight": w, "bias": layer.bias}, (z,)), (layer.weight.detach().requires_grad_(), x),
+        fast_mode=True)
+    layer.eval()
+    s = svals(layer, 2, size)
+    assert float(s.max()) <= layer.lipschitz_upper_bound() < 1 + 1e-10
+    with pytest.raises(ValueError, match="factor"):
+        BROConv(2, 4, factor="lu")
+
+
+@pytest.mark.cuda
+def test_auto_factor_on_cuda_trains_with_cholesky_and_evaluates_with_qr():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch.manual_seed(0)
+    layer = BROConv(8, 8, 3).cuda()
+    twin = BROConv(8, 8, 3, factor="qr").cuda()
+    twin.load_state_dict(layer.state_dict())
+    x = torch.randn(4, 8, 8, 8, device="cuda")
+    layer.train(); twin.train()
+    torch.testing.assert_close(layer(x), twin(x), rtol=1e-5, atol=1e-5)
+    g1, = torch.autograd.grad(layer(x).square().sum(), layer.weight)
+    g2, = torch.autograd.grad(twin(x).square().sum(), twin.weight)
+    torch.testing.assert_close(g1, g2, rtol=1e-3, atol=1e-4)
+    layer.eval(); twin.eval()
+    with torch.no_grad():
+        assert torch.equal(layer(x), twin(x))  # eval: Householder QR on every device
+
+
 @pytest.mark.parametrize("cin, cout, k, stride, size", CASES)
 def test_random_parameters_are_orthogonal(cin, cout, k, stride, size):
     layer = randomised(BROConv(cin, cout, k, stride).double().eval(), seed=cin + cout + k + stride)

@@ -49,12 +49,32 @@ from lipcli.sdk.fourier import FourierConvBase, kernel_spectrum
 INITS = ("identity", "random")
 
 
-def block_reflector(V: Tensor) -> Tensor:
+#: how ``Q`` (an orthonormal basis of ``range V̂``) is computed: Householder QR, or Cholesky
+#: QR (``VᴴV = LLᴴ``, ``Q = VL⁻ᴴ``: batched matrix products, one batched Cholesky and one
+#: triangular solve, which CUDA runs batched where its Householder QR goes one matrix at a
+#: time); "auto": Cholesky QR for training steps on CUDA, Householder QR otherwise (so the
+#: eval matrices that certification bounds and runs are the same on every device)
+FACTORS = ("auto", "qr", "cholesky")
+
+
+def block_reflector(V: Tensor, factor: str = "qr") -> Tensor:
     """``I − 2 V (VᴴV)⁻¹ Vᴴ`` for a batch ``V`` of shape ``(..., c, r)``, ``r ≤ c`` (real or
-    complex), computed as ``I − 2QQᴴ`` from the reduced QR factorisation (module docstring)."""
+    complex), computed as ``I − 2QQᴴ`` with ``range Q = range V``: ``factor="qr"`` from the
+    reduced Householder QR factorisation (module docstring), ``"cholesky"`` from Cholesky
+    QR (``Qᴴ = L⁻¹Vᴴ`` with ``VᴴV = LLᴴ``; the same ``Q`` in exact arithmetic, ``R = Lᴴ``;
+    its loss of orthogonality grows like ``u·κ(V)²`` instead of ``u``, which the layer's
+    verified bound covers, and a ``V`` too ill-conditioned for a float Cholesky gives NaN,
+    which the training loop reports as a non-finite loss)."""
     c, r = V.shape[-2:]
     if r > c:
         raise ValueError(f"block_reflector needs rank r <= c, got V of shape {tuple(V.shape)}")
+    if factor == "cholesky":
+        L = torch.linalg.cholesky_ex(V.mH @ V).L  # no host sync (a failure gives NaN, not an error)
+        Qh = torch.linalg.solve_triangular(L, V.mH, upper=False)
+        eye = torch.eye(c, dtype=V.dtype, device=V.device)
+        return eye - 2.0 * (Qh.mH @ Qh)
+    if factor != "qr":
+        raise ValueError(f"block_reflector factor must be qr or cholesky, got {factor!r}")
     Q = torch.linalg.qr(V, mode="reduced").Q
     eye = torch.eye(c, dtype=V.dtype, device=V.device)
     return eye - 2.0 * (Q @ Q.mH)
@@ -81,10 +101,14 @@ class BROConv(FourierConvBase):
     weight: Tensor
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
-                 rank: int = 0, rank_ratio: float = 0.5, init: str = "identity") -> None:
+                 rank: int = 0, rank_ratio: float = 0.5, init: str = "identity",
+                 factor: str = "auto") -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride)
         if init not in INITS:
             raise ValueError(f"BRO init must be one of {', '.join(INITS)}, got {init!r}")
+        if factor not in FACTORS:
+            raise ValueError(f"BRO factor must be one of {', '.join(FACTORS)}, got {factor!r}")
+        self.factor = factor
         self.channels = max(self.conv_in_channels, self.out_channels)
         self.rank = resolve_rank(self.channels, int(rank), float(rank_ratio))
         k = self.kernel_size
@@ -100,7 +124,11 @@ class BROConv(FourierConvBase):
         """``W(f)[:out, :in·s²]`` for the half-plane bins, ``(H·(W//2+1), out, in·s²)``
         (complex; real ``(1, out, in·s²)`` on a ``1 × 1`` image)."""
         assert size is not None
-        reflector = block_reflector(kernel_spectrum(self.weight, size))
+        factor = self.factor
+        if factor == "auto":
+            training = self.training and torch.is_grad_enabled()  # eval_operator runs under no_grad
+            factor = "cholesky" if self.weight.is_cuda and training else "qr"
+        reflector = block_reflector(kernel_spectrum(self.weight, size), factor)
         return reflector[:, : self.out_channels, : self.conv_in_channels]
 
     def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param
 
-from .bro import INITS, BROConv
+from .bro import FACTORS, INITS, BROConv
 
 
 def bro_spec() -> ConvSpec:
@@ -26,6 +26,9 @@ def bro_spec() -> ConvSpec:
                   help="r = floor(rank_ratio * c), c = max(in*stride^2, out), when rank is 0"),
             Param(name="init", type=str, default="identity", choices=INITS,
                   help="identity: centre tap of V is [I; 0] (the authors' default); random"),
+            Param(name="factor", type=str, default="auto", choices=FACTORS,
+                  help="basis of range V: qr (Householder), cholesky (Cholesky QR, batched on "
+                       "CUDA), auto (cholesky when training on CUDA, qr otherwise)"),
         ),
         promises=(ORTHOGONAL,),
     )
