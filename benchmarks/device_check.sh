@@ -60,9 +60,9 @@ want table512 && step table1-b512 140 $LIP bench train --archs $ARCHS --device $
 
 want profile && step profile-lc20 60 $LIP bench profile --arch $BIG --batch-size 128 --device $DEV $W \
   -o "$R/profile-lc20-b128.json"
-want convs && step convs-lc5-lc20 150 $LIP bench train --archs 5,$BIG --conv soc-fast,bro,sll,lot \
+want convs && step convs-lc5-lc20 150 $LIP bench train --archs 5,$BIG --conv soc-fast,bro:factor=qr,bro,sll,lot \
   --device $DEV --cuda-graphs $GRAPHS $STEPS --no-memory --no-floor $W -o "$R/convs-lc5-lc20-b128.json"
-want convs && step liresnet 90 $LIP bench train --archs "$LIRES" --conv soc-fast,bro --device $DEV \
+want convs && step liresnet 90 $LIP bench train --archs "$LIRES" --conv soc-fast,bro:factor=qr,bro --device $DEV \
   --cuda-graphs $GRAPHS $STEPS --no-memory --no-floor $LW -o "$R/liresnet-b128.json"
 if want certify; then
   for case in "lln 10" "lln 100" "mlp 10" "mlp 100"; do
