@@ -243,6 +243,58 @@ def compare(run: Any, model: torch.nn.Module, certificate: Any,
     return ExportCheck(images.shape[0], source, _relative(gl - rl, rl), rel_r, mismatches, excess)
 
 
+def _lowered_certificate(model: torch.nn.Module, reg: Any, images: torch.Tensor) -> Any:
+    """The head's certificate lowered for export (step 3).  Every layer the bound counts as 1
+    by its promise is measured first, with the trained parameters at the check images (as
+    lip certify does): a broken promise is an error, never a GUARANTEED bound in the exported
+    program; nothing is written."""
+    verify_promises(model, images)
+    name = reg.get("head", model.lipcli_config["head"]["name"]).certificate
+    certifier = reg.component("certificate", name).build()
+    return lower_certificate(certifier, model.head, name)
+
+
+def _serialise(fmt: Any, program: Any, example: torch.Tensor, record: dict[str, Any]) -> bytes:
+    """``fmt.serialise``; a failure of the exporter is one line (:class:`ExportError`)."""
+    try:
+        return fmt.serialise(program, example, record)
+    except LipError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - exporter failures are one line
+        first = " ".join(str(exc).split())[:300]
+        raise ExportError(f"{fmt.name} export failed: {type(exc).__name__}: {first}") from None
+
+
+def _read_back(tmp: Path, fmt: Any, record: dict[str, Any], model: torch.nn.Module,
+               certificate: Any, images: torch.Tensor, source: str) -> ExportCheck:
+    """Load the written temporary file in the target runtime, check its record and compare
+    it with lipcli on the check images (step 5)."""
+    try:
+        run, stored = fmt.load(tmp)
+    except Exception as exc:  # noqa: BLE001
+        raise ExportCheckError(
+            f"the written {fmt.name} file does not load in {fmt.runtime}: "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        ) from None
+    if stored != record:
+        raise ExportCheckError("the metadata record read back differs from the one written")
+    return compare(run, model, certificate, images, source)
+
+
+def _require_agreement(check: ExportCheck) -> None:
+    """Raise :class:`ExportCheckError` when the exported program differs from lipcli by more
+    than :data:`TOLERANCE` or predicts another class on some check input."""
+    worst = max(check.max_rel_logit_diff, check.max_rel_radius_diff or 0.0)
+    if check.prediction_mismatches or not worst <= TOLERANCE:
+        raise ExportCheckError(
+            f"the exported program differs from lipcli on {check.inputs} inputs: max relative "
+            f"logit difference {check.max_rel_logit_diff:.3g}, radius difference "
+            f"{check.max_rel_radius_diff if check.max_rel_radius_diff is not None else 0:.3g}, "
+            f"{check.prediction_mismatches} different predictions (tolerance {TOLERANCE:g}); "
+            "nothing was written"
+        )
+
+
 def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
                  progress: Progress | None = None) -> ExportReport:
     """Export the model in ``model_path`` (see the module docstring)."""
@@ -264,13 +316,7 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
         if options.certify:
             t0 = time.perf_counter()
             report("certificate", 0, 1)
-            # every layer the bound counts as 1 by its promise, measured with the trained
-            # parameters at the check images (as lip certify does): a broken promise is an
-            # error, never a GUARANTEED bound in the exported program; nothing is written
-            verify_promises(model, images)
-            name = reg.get("head", model.lipcli_config["head"]["name"]).certificate
-            certifier = reg.component("certificate", name).build()
-            certificate = lower_certificate(certifier, model.head, name)
+            certificate = _lowered_certificate(model, reg, images)
             report("certificate", 1, 1)
             times["certificate"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -282,13 +328,7 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
         record = export_record(model, mf, model_path, fmt, certificate, lipschitz, shape,
                                lowering_record(program, options.dense_max_mib))
         example = torch.rand((EXAMPLE_BATCH, *shape), generator=torch.Generator().manual_seed(0))
-        try:
-            blob = fmt.serialise(program, example, record)
-        except LipError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - exporter failures are one line
-            first = " ".join(str(exc).split())[:300]
-            raise ExportError(f"{fmt.name} export failed: {type(exc).__name__}: {first}") from None
+        blob = _serialise(fmt, program, example, record)
         report("export", 1, 1)
         times["export"] = time.perf_counter() - t0
 
@@ -297,28 +337,11 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
         def verify(tmp: Path) -> None:
             t1 = time.perf_counter()
             report("check", 0, 1)
-            try:
-                run, stored = fmt.load(tmp)
-            except Exception as exc:  # noqa: BLE001
-                raise ExportCheckError(
-                    f"the written {fmt.name} file does not load in {fmt.runtime}: "
-                    f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-                ) from None
-            if stored != record:
-                raise ExportCheckError("the metadata record read back differs from the one written")
-            check = compare(run, model, certificate, images, source)
+            check = _read_back(tmp, fmt, record, model, certificate, images, source)
             outcome["check"] = check
             report("check", 1, 1)
             times["check"] = time.perf_counter() - t1
-            worst = max(check.max_rel_logit_diff, check.max_rel_radius_diff or 0.0)
-            if check.prediction_mismatches or not worst <= TOLERANCE:
-                raise ExportCheckError(
-                    f"the exported program differs from lipcli on {check.inputs} inputs: max relative "
-                    f"logit difference {check.max_rel_logit_diff:.3g}, radius difference "
-                    f"{check.max_rel_radius_diff if check.max_rel_radius_diff is not None else 0:.3g}, "
-                    f"{check.prediction_mismatches} different predictions (tolerance {TOLERANCE:g}); "
-                    "nothing was written"
-                )
+            _require_agreement(check)
 
         try:
             atomic_write_bytes(out, blob, check=verify)

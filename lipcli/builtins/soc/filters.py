@@ -8,7 +8,7 @@ Maths (SPEC §1; Singla & Feizi 2021, and the paper §4):
 * Skew filter ``A = ½(W − T(W))`` (so ``T(A) = −A`` exactly, also in floating point, since
   ``fl(a − b) = −fl(b − a)``), normalised ``S = A/σ`` with ``σ`` the smallest of four
   power-iteration estimates of the spectral norms of the reshapes of ``A`` (SPEC §1.2).
-  The power vectors are persistent buffers of the layer (:mod:`lipcli.builtins.soc.layer`);
+  The power vectors are persistent buffers of the layer (:mod:`lipcli.builtins.soc.power`);
   gradients flow through ``σ = uᵀ R(A) v`` with ``u, v`` held constant
   (:class:`_NormalisedSkew`).
 """

@@ -4,6 +4,8 @@ The layer :class:`SOC`: its parameters, power-iteration buffers and eval cache, 
 forward and the guaranteed Lipschitz bound.  Its maths lives beside it:
 :mod:`~lipcli.builtins.soc.filters` (transpose and normalised skew filter ``S = A/σ``, its
 gradient, the power-iteration products; SPEC §1.1–§1.2),
+:mod:`~lipcli.builtins.soc.power` (the power-iteration buffers, steps and Rayleigh
+quotients, a base class of the layer; SPEC §1.2),
 :mod:`~lipcli.builtins.soc.series` (the truncated exponential by Horner, the paper's fast
 filter gradient, the truncation bound; SPEC §1.4–§1.6, §5),
 :mod:`~lipcli.builtins.soc.settings` (layout switches), :mod:`~lipcli.builtins.soc.fused`
@@ -29,19 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lipcli.builtins.soc import fused as _fused
-from lipcli.builtins.soc.filters import (
-    FUSED_MAX_POWER_STEPS,
-    _left_products,
-    _NormalisedSkew,
-    _power_steps,
-    _power_steps_fused,
-    _rank_one_factors,
-    _right_products,
-    _skew_difference,
-)
+from lipcli.builtins.soc.filters import _NormalisedSkew, _rank_one_factors, _skew_difference
+from lipcli.builtins.soc.power import PowerVectors
 from lipcli.builtins.soc.series import _working_format, soc_series, soc_series_fast, truncated_exp_norm_bound
-from lipcli.numerics.conv import CONV_RESHAPES, conv_reshape_shape, conv_spectral_norm_upper_bound
+from lipcli.numerics.conv import CONV_RESHAPES, conv_spectral_norm_upper_bound
 from lipcli.sdk.loading import tensors_will_be_loaded
 from lipcli.builtins.soc.export import linear_map, lower_soc
 
@@ -65,7 +58,7 @@ MAX_TERMS = 64
 MAX_POWER_ITERS = 1000
 
 
-class SOC(nn.Module):
+class SOC(PowerVectors, nn.Module):
     """Skew orthogonal convolution ``(N, c_in, H, W) → (N, c_out, H/s, W/s)`` (SPEC §1).
 
     Parameters ``weight`` (``C×C×k×k``, ``C = max(c_out, c_in·s²)``, init ``N(0, 1/C)``) and
@@ -130,12 +123,7 @@ class SOC(nn.Module):
         self.weight = nn.Parameter(torch.randn(C, C, k, k) / math.sqrt(C))
         bound = 1.0 / math.sqrt(C)
         self.bias = nn.Parameter(torch.empty(self.out_channels).uniform_(-bound, bound))
-        for r in range(CONV_RESHAPES):
-            rows, cols = conv_reshape_shape((C, C, k, k), r)
-            u = torch.randn(rows)
-            v = torch.randn(cols)
-            self.register_buffer(f"power_u{r}", u / torch.linalg.vector_norm(u))
-            self.register_buffer(f"power_v{r}", v / torch.linalg.vector_norm(v))
+        self._register_power_vectors(C, k)
         self._cache_key: tuple | None = None
         self._cache_S: Tensor | None = None
         self._bound_cache: tuple[tuple, float] | None = None
@@ -147,81 +135,7 @@ class SOC(nn.Module):
             self.refresh(INIT_POWER_STEPS)
 
     # ------------------------------------------------------------------ power iteration
-    # For the exactly skew D (T(D) = −D) the four reshapes are tied (F flips the tap index):
-    #   R1(D) = −F R0(D)ᵀ F,    R3(D) = −F2 R2(D)ᵀ,
-    # so all products needed by the four power iterations come from two matrices,
-    # M0 = R0(D) and M2 = R2(D) (a view of D), two vectors each per pass.  M0 is never
-    # materialised: its products are computed from M2 (see _left_products/_right_products),
-    # so each half-step reads D once.
-    def _power_vectors(self, r: int) -> tuple[Tensor, Tensor]:
-        return getattr(self, f"power_u{r}"), getattr(self, f"power_v{r}")
-
-    def _left_products(self, D: Tensor, X0: Tensor, X2: Tensor) -> tuple[Tensor, Tensor]:
-        return _left_products(D, X0, X2)
-
-    def _right_products(self, D: Tensor, P0: Tensor, P2: Tensor) -> tuple[Tensor, Tensor]:
-        return _right_products(D, P0, P2)
-
-    def _flip1(self, x: Tensor) -> Tensor:  # F on a (channel, tap) index
-        k = self.kernel_size
-        return x if k == 1 else x.view(-1, k).flip(1).reshape(-1)
-
-    def _flip2(self, x: Tensor) -> Tensor:  # F2 on a (channel, tap, tap) index
-        k = self.kernel_size
-        return x if k == 1 else x.view(-1, k, k).flip(1, 2).reshape(-1)
-
-    @torch.no_grad()
-    def _power_iterate(self, D: Tensor, steps: int) -> list[tuple[Tensor, Tensor, Tensor]]:
-        """``steps ≥ 1`` power steps on the four reshapes of ``D`` (buffers updated in
-        place).  Returns per reshape ``(ρ_r, u_r, v_r)`` with the new vectors and
-        ``ρ_r = u_rᵀ R_r(D) v_r`` (= the norm of the last product; R0, R2 update v then u,
-        R1, R3 update u then v).
-
-        In the coordinates ``X = [u0, F v1]`` (for M0) and ``X = [u2, v3]`` (for M2) one
-        step of both iterations of a pair is ``P̂ = unit(MᵀX)``, ``Q = M (P̂·s)``,
-        ``X ← unit(Q)·s`` with the column signs ``s = (1, −1)``; afterwards
-        ``v0 = P̂₀, u1 = −F P̂₁, u0 = X₀, v1 = F X₁`` and
-        ``v2 = P̂₀, u3 = −F2 P̂₁, u2 = X₀, v3 = X₁``.
-        """
-        f1, f2 = self._flip1, self._flip2
-        X0 = torch.stack([self.power_u0, f1(self.power_v1)], 1)
-        X2 = torch.stack([self.power_u2, self.power_v3], 1)
-        fused = _fused.use_fused(D) and steps <= FUSED_MAX_POWER_STEPS
-        P0, P2, X0, X2, r0, r2 = (_power_steps_fused if fused else _power_steps)(D, X0, X2, steps)
-        new = (
-            (X0[:, 0], P0[:, 0]),
-            (-f1(P0[:, 1]), f1(X0[:, 1])),
-            (X2[:, 0], P2[:, 0]),
-            (-f2(P2[:, 1]), X2[:, 1]),
-        )
-        rhos = (r0[0], r0[1], r2[0], r2[1])
-        out = []
-        for r, (u, v) in enumerate(new):
-            bu, bv = self._power_vectors(r)
-            bu.copy_(u)
-            bv.copy_(v)
-            out.append((rhos[r], u.contiguous(), v.contiguous()))
-        return out
-
-    @torch.no_grad()
-    def _rayleigh_quotients(self, D: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
-        """``(u_rᵀ R_r(D) v_r, u_r, v_r)`` for the current buffers (no power step)."""
-        (u0, v0), (u1, v1), (u2, v2), (u3, v3) = (
-            tuple(t.clone() for t in self._power_vectors(r)) for r in range(CONV_RESHAPES)
-        )
-        f1, f2 = self._flip1, self._flip2
-        q, q2 = self._right_products(
-            D, torch.stack([v0, f1(u1)], 1), torch.stack([v2, f2(u3)], 1)
-        )
-        rho = [
-            torch.dot(u0, q[:, 0]),
-            -torch.dot(f1(v1), q[:, 1]),
-            torch.dot(u2, q2[:, 0]),
-            -torch.dot(v3, q2[:, 1]),
-        ]
-        vecs = ((u0, v0), (u1, v1), (u2, v2), (u3, v3))
-        return [(rho[r], vecs[r][0], vecs[r][1]) for r in range(CONV_RESHAPES)]
-
+    # the buffers, steps and Rayleigh quotients: lipcli.builtins.soc.power.PowerVectors
     @torch.no_grad()
     def refresh(self, steps: int = 50) -> None:
         """Run ``steps`` power-iteration steps on all four reshapes (no gradient) and drop

@@ -8,7 +8,7 @@ import torch
 
 from lipcli.builtins.soc import filters
 from lipcli.builtins.soc import fused as soc_fused
-from lipcli.builtins.soc import layer as soc_layer
+from lipcli.builtins.soc import power as soc_power
 from lipcli.builtins.soc.layer import SOC
 
 
@@ -53,7 +53,7 @@ def test_cpu_never_uses_the_fused_kernels(monkeypatch):
     monkeypatch.setattr(soc_fused, "FUSED_FILTER", True)
     calls = []
     monkeypatch.setattr(soc_fused, "_skew_gradient_fused", lambda *a: calls.append(a))
-    monkeypatch.setattr(soc_layer, "_power_steps_fused", lambda *a: calls.append(a))
+    monkeypatch.setattr(soc_power, "_power_steps_fused", lambda *a: calls.append(a))
     _, _, _, grad = _layer_gradient(8, 3, fused=True)
     _, _, _, plain = _layer_gradient(8, 3, fused=False)
     assert calls == [] and torch.equal(grad, plain)
