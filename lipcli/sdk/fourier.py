@@ -1,5 +1,5 @@
 """Circular convolutions in the Fourier basis, for convolution plugins that parametrise their
-map per frequency (lipcli-bro, lipcli-lot); the export stand-in is :mod:`lipcli.sdk.fourier_export`.
+map per frequency (lipcli-cayley, lipcli-bro, lipcli-lot); the export stand-in is :mod:`lipcli.sdk.fourier_export`.
 
 * On an ``H × W`` torus a circular convolution with filter ``K`` (``out × in × k × k``) is
   block diagonal in the Fourier basis: at every frequency ``f`` it multiplies the input's
