@@ -29,8 +29,8 @@ from torch import Tensor, nn
 
 from lipcli.sdk.convbase import LipConvBase
 from lipcli.sdk.errors import LipError
-from lipcli.sdk.lowering import LinearMap, dense_lowering
-from lipcli.sdk.lowering_conv import fourier_matrix
+from lipcli.sdk.lowering import LinearMap
+from lipcli.sdk.lowering_conv import dense_lowering_at_gain, fourier_matrix
 
 
 def phases(size: int, k: int, bins: int, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -145,7 +145,7 @@ class FourierConvBase(LipConvBase):
         """``lip export`` and the eval lowering: with ``context`` (an
         :class:`~lipcli.sdk.export.ExportContext`), the dense matrix of
         :meth:`eval_linear_map` when it fits and pays
-        (:func:`~lipcli.sdk.lowering.dense_lowering`); otherwise the eval matrices for the
+        (:func:`~lipcli.sdk.lowering_conv.dense_lowering_at_gain`); otherwise the eval matrices for the
         recorded image size (the cached ones the layer applies and is bounded for) and the
         bias baked into :class:`ExportedFourierConv` (FFT form for pt2/TorchScript, real
         matrix products for ONNX; imports nothing but torch)."""
@@ -157,7 +157,7 @@ class FourierConvBase(LipConvBase):
             shape = tuple(int(d) for d in context.input_shape)
             flops = self.literal_flops(size)
             out_shape = (self.out_channels, *size)
-            dense = dense_lowering(self, context, flops, out_shape)
+            dense = dense_lowering_at_gain(self, context, flops, out_shape)
             if dense is not None:
                 return dense
             d = math.prod(shape) * math.prod(out_shape)

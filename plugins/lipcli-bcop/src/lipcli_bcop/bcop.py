@@ -57,8 +57,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lipcli.sdk.convbase import LipConvBase
-from lipcli.sdk.lowering import LinearMap, dense_lowering
-from lipcli.sdk.lowering_conv import circular_conv_matrix
+from lipcli.sdk.lowering import LinearMap
+from lipcli.sdk.lowering_conv import circular_conv_matrix, dense_lowering_at_gain
 from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
 
 #: eval-mode Björck: stop when ``‖AᵀA − I‖_F`` (float64) is below this, at most
@@ -279,7 +279,7 @@ class BCOPConv(LipConvBase):
     def export_module(self, context: Any = None) -> nn.Module:
         """``lip export`` (:mod:`lipcli.sdk.export`) and the eval lowering: with ``context``,
         the dense matrix of :meth:`eval_linear_map` where it fits and pays
-        (:func:`~lipcli.sdk.lowering.dense_lowering`); otherwise the eval filter (Björck
+        (:func:`~lipcli.sdk.lowering_conv.dense_lowering_at_gain`); otherwise the eval filter (Björck
         converged, the cached one the layer applies and is bounded for) baked into a plain
         circular convolution."""
         from .export import ExportedBCOP
@@ -290,7 +290,7 @@ class BCOPConv(LipConvBase):
             size = (shape[1] // self.stride, shape[2] // self.stride)
             out_shape = (self.out_channels, *size)
             flops = self.literal_flops(size)
-            dense = dense_lowering(self, context, flops, out_shape)
+            dense = dense_lowering_at_gain(self, context, flops, out_shape)
             if dense is not None:
                 return dense
             d = math.prod(shape) * math.prod(out_shape)
