@@ -132,3 +132,19 @@ def check_export_choice(layer: nn.Module, shape: tuple[int, int, int], literal: 
     pays = facts["dense_flops_per_image"] <= facts["series_flops_per_image"]
     assert isinstance(chosen, DenseOperator if pays else literal)
     assert facts["lowering"] == ("dense" if pays else facts["lowering"])
+
+
+def check_fourier_layer(layer: nn.Module, shape: tuple[int, int, int]) -> None:
+    """A float32 :class:`~lipcli.sdk.fourier.FourierConvBase` layer that has seen ``shape``:
+    the 80-bit reference of the exact map of its eval matrices is the map its stand-in
+    computes in float64, the matrix's error covers the distance to it, and the dense
+    operator's bound covers its float32 matrix."""
+    cin, h, w = shape
+    stride = layer.stride
+    size = (h // stride, w // stride)
+    op = layer.eval_operator(size)
+    P = op[0].double().numpy().astype(LD) if size == (1, 1) else fourier_reference(op, size)
+    P = reference_on_input(P, cin, shape, stride)
+    assert_close_map(P, layer.export_module().double(), shape)
+    check_error_covers(layer, shape, P, at_most=1e-11)
+    check_dense_bound(layer, shape)

@@ -33,14 +33,7 @@ def test_matrix_is_the_eval_layer(cin, cout, stride, h, w):
 
 @pytest.mark.parametrize("cin, cout, stride, h, w", CASES)
 def test_error_covers_the_exact_map_and_dense_bound_covers_the_matrix(cin, cout, stride, h, w):
-    layer = layer_for(cin, cout, stride, h, w)
-    size = (h // stride, w // stride)
-    op = layer.eval_operator(size)
-    P = op[0].double().numpy().astype(checks.LD) if size == (1, 1) else checks.fourier_reference(op, size)
-    P = checks.reference_on_input(P, cin, (cin, h, w), stride)
-    checks.assert_close_map(P, layer.export_module().double(), (cin, h, w))
-    checks.check_error_covers(layer, (cin, h, w), P, at_most=1e-11)
-    checks.check_dense_bound(layer, (cin, h, w))
+    checks.check_fourier_layer(layer_for(cin, cout, stride, h, w), (cin, h, w))
 
 
 @pytest.mark.parametrize("cin, cout, stride, h, w", [(4, 4, 1, 6, 6), (8, 8, 1, 2, 2), (4, 8, 2, 2, 2)])
