@@ -40,9 +40,10 @@ asks a matrix product to cost at most ``1/DENSE_MIN_GAIN = 1/4`` of the literal 
 operations, a margin calibrated on SOC's series of real convolutions.  The literal forms of
 the circular-convolution layers are slower per operation than one matrix product (FFTs and
 complex products of a few pixels; circular padding gathers), so for them the dense form
-pays already at equal operation counts: LipConvnet-5 width 16, batch 256, on this project's
-2-core CPU (float32), the dense matrix ran 1.2–1.8× faster at ``2 × 2`` inputs and 2–3.7×
-faster at ``4 × 4`` (1× and 0.44× the literal operations), and 1.4–2× *slower* at ``8 × 8``
+pays already at equal operation counts: on the strided layers of LipConvnet-5 width 16,
+batch 256, float32, on this project's shared 2-core CPU (interleaved medians of 7, Cayley,
+BRO, LOT, BCOP), the dense matrix ran 1.0–1.25× as fast at ``2 × 2`` inputs and 2.35–4.35×
+at ``4 × 4`` (1× and 0.44× the literal operations), and 0.5–0.7× (slower) at ``8 × 8``
 (5× and 1.8× the operations).  These layers therefore ask for :data:`CIRCULAR_MIN_GAIN`.
 """
 
