@@ -1,7 +1,15 @@
 """The eval lowering with the convolution plugins that offer ``eval_linear_map`` (lipcli-cayley,
--bro, -lot, -bcop) on a tiny LipConvnet-5: some of their layers run as dense matrices, the
-certified radii through the lowered path equal the literal path's, and the guaranteed bound
-of the lowered operator covers the float64 Jacobian norm of the lowered feature map."""
+-bro, -lot, -bcop).
+
+* The Fourier-domain layers (Cayley, BRO, LOT: ``lipcli.sdk.fourier.FourierConvBase``), for
+  even and odd sizes, stride 2, ``in ≠ out`` and ``1 × 1`` images: the matrix is the eval
+  layer (float64), its guaranteed error covers the distance to an 80-bit reference of the
+  exact map of the float32 matrices ``Q̂(f)`` (tests/plugin_lowering.py), the dense
+  operator's bound covers its float32 matrix, and ``export_module(context)`` goes dense
+  exactly where the matrix fits and pays (BCOP's layer tests are in its distribution).
+* A tiny LipConvnet-5 with each of the four: some layers run as dense matrices, the certified
+  radii through the lowered path equal the literal path's, and the guaranteed bound of the
+  lowered operator covers the float64 Jacobian norm of the lowered feature map."""
 
 from __future__ import annotations
 
@@ -9,6 +17,10 @@ import importlib
 
 import pytest
 import torch
+
+import plugin_lowering as checks
+from plugin_export import randomise_
+from lipcli.sdk.fourier_export import ExportedFourierConv
 
 from lipcli.host.models import create_model
 from lipcli.host.plugins import create_host
@@ -22,8 +34,42 @@ LOWERING_CONVS = {
     "cayley": ("lipcli-cayley", "lipcli_cayley.plugin"),
     "lot": ("lipcli-lot", "lipcli_lot.plugin"),
 }
+#: the Fourier-domain layers: name -> (module, class, extra factory arguments)
+FOURIER = {"cayley": ("lipcli_cayley", "CayleyConv", {}), "bro": ("lipcli_bro", "BROConv", {"init": "random"}),
+           "lot": ("lipcli_lot", "LOTConv", {"init": "random"})}
+#: (in, out, stride, H, W) before the rearrangement
+CASES = [(4, 4, 1, 4, 4), (3, 5, 1, 3, 5), (2, 6, 2, 4, 6), (6, 3, 1, 2, 2), (2, 4, 2, 2, 2), (4, 4, 1, 1, 1)]
 SHAPE = (3, 32, 32)
 CAP_MIB = 64.0
+
+
+def fourier_layer(name, cin, cout, stride, h, w, dtype=torch.float32):
+    module, cls, extra = FOURIER[name]
+    layer = getattr(importlib.import_module(module), cls)(cin, cout, 3, stride, **extra)
+    layer = randomise_(layer.to(dtype).eval(), cin + 7 * h + w)
+    with torch.no_grad():
+        layer(torch.zeros(1, cin, h, w, dtype=dtype))  # records its image size
+    return layer
+
+
+@pytest.mark.parametrize("name", sorted(FOURIER))
+@pytest.mark.parametrize("cin, cout, stride, h, w", CASES)
+def test_fourier_matrix_is_the_eval_layer(name, cin, cout, stride, h, w):
+    # float64 layer: its FFTs round at ~1e-16 relative per stage
+    layer = fourier_layer(name, cin, cout, stride, h, w, torch.float64)
+    checks.check_map_is_the_layer(layer, (cin, h, w), 1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(FOURIER))
+@pytest.mark.parametrize("cin, cout, stride, h, w", CASES)
+def test_fourier_error_covers_the_exact_map_and_dense_bound_the_matrix(name, cin, cout, stride, h, w):
+    checks.check_fourier_layer(fourier_layer(name, cin, cout, stride, h, w), (cin, h, w))
+
+
+@pytest.mark.parametrize("name", sorted(FOURIER))
+@pytest.mark.parametrize("cin, cout, stride, h, w", [(4, 4, 1, 6, 6), (8, 8, 1, 2, 2), (4, 8, 2, 2, 2)])
+def test_fourier_export_goes_dense_where_it_fits_and_pays(name, cin, cout, stride, h, w):
+    checks.check_export_choice(fourier_layer(name, cin, cout, stride, h, w), (cin, h, w), ExportedFourierConv)
 
 
 def _model(name: str, seed: int = 0) -> torch.nn.Module:
