@@ -16,6 +16,12 @@ map per frequency (lipcli-cayley, lipcli-bro, lipcli-lot); the export stand-in i
   or not ``Q̂(−f) = conj Q̂(f)`` holds exactly in floating point.  So a verified bound on
   ``max_f ‖Q̂(f)‖₂`` is a verified Lipschitz bound of the layer (the FFTs' own rounding inside
   a forward pass excepted, as for every FFT-based layer in lipcli).
+* Eval lowering (:mod:`lipcli.sdk.lowering`): on one known input shape that exact map of the
+  cached ``Q̂(f)`` is one block-circulant matrix; :meth:`FourierConvBase.eval_linear_map`
+  builds it in float64 with a guaranteed error bound
+  (:func:`lipcli.sdk.lowering_conv.fourier_matrix`) and ``export_module(context)`` runs it
+  where it fits and costs at most the Fourier form's operations
+  (:func:`lipcli.sdk.lowering_conv.dense_lowering_at_gain`).
 """
 
 from __future__ import annotations

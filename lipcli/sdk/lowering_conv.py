@@ -58,7 +58,7 @@ import torch
 from torch import Tensor
 
 from lipcli.numerics.rounding import ETA, UNIT_ROUNDOFF, gamma, round_up
-from lipcli.sdk.lowering import LINEAR_MAP_METHOD, DenseOperator, dense_operator
+from lipcli.sdk.lowering import DENSE_MIN_GAIN, DenseOperator, dense_lowering
 
 __all__ = ["CIRCULAR_MIN_GAIN", "circulant_matrix", "dense_lowering_at_gain", "circular_conv_kernel", "circular_conv_matrix", "fourier_kernel",
            "fourier_matrix", "trig_table", "unshuffle_columns"]
@@ -208,25 +208,13 @@ def circular_conv_matrix(K: Tensor, size: tuple[int, int], in_channels: int,
 def dense_lowering_at_gain(layer: Any, context: Any, literal_flops: int, output_shape: tuple[int, ...],
                            min_gain: float = CIRCULAR_MIN_GAIN) -> DenseOperator | None:
     """:func:`lipcli.sdk.lowering.dense_lowering` with the layer's own gain ``min_gain``
-    instead of ``DENSE_MIN_GAIN`` (module docstring): the dense stand-in when ``context``
-    gives the input shape, the float32 matrix fits ``context.dense_max_bytes``, one matrix
-    product costs at most ``literal_flops/min_gain`` and the layer offers its map; else
-    ``None``.  Described in ``export_lowering`` (with ``min_gain``)."""
-    if context is None:
-        return None
-    shape = tuple(int(d) for d in context.input_shape)
-    d_in, d_out = math.prod(shape), math.prod(output_shape)
-    dense_flops, nbytes = 2 * d_in * d_out, 4 * d_in * d_out
-    if nbytes > int(context.dense_max_bytes) or dense_flops * min_gain > literal_flops:
-        return None
-    method = getattr(layer, LINEAR_MAP_METHOD, None)
-    linear = method(shape) if callable(method) else None
-    if linear is None:
-        return None
-    dense = dense_operator(linear, shape)
-    dense.export_lowering = {"lowering": "dense", "input_shape": list(shape),
-                             "output_shape": list(output_shape),
-                             "series_flops_per_image": int(literal_flops),
-                             "dense_flops_per_image": dense_flops, "dense_mib": nbytes / 2**20,
-                             "min_gain": min_gain, "bound_excess": dense.bound_excess}
+    instead of ``DENSE_MIN_GAIN`` (module docstring): dense when one matrix product costs at
+    most ``literal_flops/min_gain`` (and the matrix fits and the layer offers its map).  It
+    hands ``dense_lowering`` the cost ``literal_flops·DENSE_MIN_GAIN/min_gain`` (the same
+    test) and records the true ``series_flops_per_image`` and ``min_gain`` in
+    ``export_lowering``."""
+    scaled = math.ceil(int(literal_flops) * DENSE_MIN_GAIN / min_gain)
+    dense = dense_lowering(layer, context, scaled, output_shape)
+    if dense is not None:
+        dense.export_lowering.update(series_flops_per_image=int(literal_flops), min_gain=min_gain)
     return dense
