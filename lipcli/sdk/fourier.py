@@ -1,5 +1,5 @@
 """Circular convolutions in the Fourier basis, for convolution plugins that parametrise their
-map per frequency (lipcli-bro, lipcli-lot); the export stand-in is :mod:`lipcli.sdk.fourier_export`.
+map per frequency (lipcli-cayley, lipcli-bro, lipcli-lot); the export stand-in is :mod:`lipcli.sdk.fourier_export`.
 
 * On an ``H × W`` torus a circular convolution with filter ``K`` (``out × in × k × k``) is
   block diagonal in the Fourier basis: at every frequency ``f`` it multiplies the input's
@@ -16,11 +16,18 @@ map per frequency (lipcli-bro, lipcli-lot); the export stand-in is :mod:`lipcli.
   or not ``Q̂(−f) = conj Q̂(f)`` holds exactly in floating point.  So a verified bound on
   ``max_f ‖Q̂(f)‖₂`` is a verified Lipschitz bound of the layer (the FFTs' own rounding inside
   a forward pass excepted, as for every FFT-based layer in lipcli).
+* Eval lowering (:mod:`lipcli.sdk.lowering`): on one known input shape that exact map of the
+  cached ``Q̂(f)`` is one block-circulant matrix; :meth:`FourierConvBase.eval_linear_map`
+  builds it in float64 with a guaranteed error bound
+  (:func:`lipcli.sdk.lowering_conv.fourier_matrix`) and ``export_module(context)`` runs it
+  where it fits and costs at most the Fourier form's operations
+  (:func:`lipcli.sdk.lowering_conv.dense_lowering_at_gain`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +35,8 @@ from torch import Tensor, nn
 
 from lipcli.sdk.convbase import LipConvBase
 from lipcli.sdk.errors import LipError
+from lipcli.sdk.lowering import LinearMap
+from lipcli.sdk.lowering_conv import dense_lowering_at_gain, fourier_matrix
 
 
 def phases(size: int, k: int, bins: int, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -106,13 +115,63 @@ class FourierConvBase(LipConvBase):
         Y = (op @ X).reshape(H, W // 2 + 1, self.out_channels, N).permute(3, 2, 0, 1)
         return torch.fft.irfft2(Y, s=(H, W))
 
-    def export_module(self) -> nn.Module:
-        """``lip export``: the eval matrices for the recorded image size (the cached ones the
-        layer applies and is bounded for) and the bias baked into
-        :class:`ExportedFourierConv` (FFT form for pt2/TorchScript, real matrix products for
-        ONNX; imports nothing but torch)."""
+    # ------------------------------------------------------------------ eval lowering
+    def eval_linear_map(self, input_shape: tuple[int, ...]) -> LinearMap | None:
+        """The eval map on inputs of ``input_shape`` (``(in, H, W)``, before the rearrangement)
+        as a dense float64 matrix (:mod:`lipcli.sdk.lowering`): block circulant, built from
+        the cached eval matrices ``Q̂(f)`` (the very tensor :meth:`lipschitz_upper_bound`
+        bounds) by :func:`lipcli.sdk.lowering_conv.fourier_matrix`, whose ``error`` is a
+        guaranteed bound on its distance to the exact map ``x ↦ irfft2(Q̂ · rfft2(x))``
+        (``0`` on ``1 × 1`` images).  ``None`` when the layer has not recorded this image
+        size (no bound exists for another size)."""
+        shape = tuple(int(d) for d in input_shape)
+        s = self.stride
+        if len(shape) != 3 or shape[0] != self.in_channels or shape[1] % s or shape[2] % s:
+            return None
+        size = (shape[1] // s, shape[2] // s)
+        if self._recorded_size() != size:
+            return None
+        with torch.no_grad():
+            matrix, error = fourier_matrix(self.eval_operator(size), size, self.in_channels, s)
+        return LinearMap(matrix, self.bias.detach(), (self.out_channels, *size), error, self.bias.dtype)
+
+    def literal_flops(self, size: tuple[int, int]) -> int:
+        """Operations per example of the Fourier form on the rearranged ``size`` (a cost
+        model): one complex ``out × in·s²`` product per half-plane bin (8 per complex
+        multiply-add) and ``2.5·N·log₂N`` per channel for each real FFT; ``2·out·in·s²`` on
+        ``1 × 1`` images."""
+        H, W = size
+        n, cin, cout = H * W, self.conv_in_channels, self.out_channels
+        if n == 1:
+            return 2 * cout * cin
+        fft = math.ceil(2.5 * n * math.log2(n)) * (cin + cout)
+        return 8 * H * (W // 2 + 1) * cout * cin + fft
+
+    def export_module(self, context: Any = None) -> nn.Module:
+        """``lip export`` and the eval lowering: with ``context`` (an
+        :class:`~lipcli.sdk.export.ExportContext`), the dense matrix of
+        :meth:`eval_linear_map` when it fits and pays
+        (:func:`~lipcli.sdk.lowering_conv.dense_lowering_at_gain`); otherwise the eval matrices for the
+        recorded image size (the cached ones the layer applies and is bounded for) and the
+        bias baked into :class:`ExportedFourierConv` (FFT form for pt2/TorchScript, real
+        matrix products for ONNX; imports nothing but torch)."""
         from lipcli.sdk.fourier_export import ExportedFourierConv
 
         size = self.bound_size()  # LipError before the layer has seen an input
+        facts: dict[str, Any] = {}
+        if context is not None:
+            shape = tuple(int(d) for d in context.input_shape)
+            flops = self.literal_flops(size)
+            out_shape = (self.out_channels, *size)
+            dense = dense_lowering_at_gain(self, context, flops, out_shape)
+            if dense is not None:
+                return dense
+            d = math.prod(shape) * math.prod(out_shape)
+            facts = {"lowering": "fourier", "input_shape": list(shape), "output_shape": list(out_shape),
+                     "series_flops_per_image": flops, "dense_flops_per_image": 2 * d,
+                     "dense_mib": 4 * d / 2**20}
         with torch.no_grad():
-            return ExportedFourierConv(self.eval_operator(size), self.bias, size=size, stride=self.stride)
+            stand_in = ExportedFourierConv(self.eval_operator(size), self.bias, size=size, stride=self.stride)
+        if facts:
+            stand_in.export_lowering = facts
+        return stand_in

@@ -1,7 +1,7 @@
 """A Fourier-domain convolution as ``lip export`` writes it: its per-frequency matrices, baked.
 
-(Used by :class:`lipcli.sdk.fourier.FourierConvBase`, i.e. lipcli-bro and lipcli-lot; torch
-only, so the exported program needs no lipcli.  lipcli-cayley still has its own near-copy.)
+(Used by :class:`lipcli.sdk.fourier.FourierConvBase`, i.e. lipcli-cayley, lipcli-bro and
+lipcli-lot; torch only, so the exported program needs no lipcli.)
 
 In eval mode the layer is ``y = irfft2(Q · rfft2(x)) + bias`` (after ``pixel_unshuffle``
 for stride 2) with fixed matrices ``Q(f)`` for the half-plane bins of the recorded image size

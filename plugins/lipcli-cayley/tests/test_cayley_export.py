@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from lipcli.sdk.errors import LipError
 from lipcli_cayley import CayleyConv
-from lipcli_cayley.export import ExportedCayley, fourier_matrices
+from lipcli.sdk.fourier_export import ExportedFourierConv as ExportedCayley, fourier_matrices
 
 checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
 

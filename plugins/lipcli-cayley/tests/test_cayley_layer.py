@@ -12,7 +12,7 @@ from lipcli.sdk.errors import LipError
 from lipcli.sdk.specs import ConvSpec
 from lipcli.testing import affine_matrix, check_conv_spec
 from lipcli_cayley import CayleyConv, cayley
-from lipcli_cayley.cayley import _phases
+from lipcli.sdk.fourier import phases as _phases
 
 
 

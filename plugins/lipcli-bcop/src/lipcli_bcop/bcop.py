@@ -49,11 +49,16 @@ filter ``√(1 + Σ_δ ‖KᵀK[δ] − I·[δ = 0]‖_F)`` is the tight one, ev
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lipcli.sdk.convbase import LipConvBase
+from lipcli.sdk.lowering import LinearMap
+from lipcli.sdk.lowering_conv import circular_conv_matrix, dense_lowering_at_gain
 from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
 
 #: eval-mode Björck: stop when ``‖AᵀA − I‖_F`` (float64) is below this, at most
@@ -247,11 +252,53 @@ class BCOPConv(LipConvBase):
     def extra_repr(self) -> str:
         return super().extra_repr() + f", bjorck_iters={self.bjorck_iters}"
 
-    def export_module(self) -> nn.Module:
-        """``lip export`` (:mod:`lipcli.sdk.export`): the eval filter (Björck converged,
-        the cached one the layer applies and is bounded for) baked into a plain circular
-        convolution."""
+    # ------------------------------------------------------------------ eval lowering
+    def eval_linear_map(self, input_shape: tuple[int, ...]) -> LinearMap | None:
+        """The eval map on inputs of ``input_shape`` (``(in, H, W)``) as a dense float64
+        matrix (:mod:`lipcli.sdk.lowering`): the block-circulant matrix of the circular
+        convolution with the cached eval filter (the very tensor
+        :meth:`lipschitz_upper_bound` bounds), its entries copies of the filter's taps (sums
+        of the taps that alias when the filter is wider than the image), columns permuted
+        for stride 2 (:func:`lipcli.sdk.lowering_conv.circular_conv_matrix`; ``error`` is
+        ``0`` unless taps alias, then the float64 rounding of those sums)."""
+        shape = tuple(int(d) for d in input_shape)
+        s = self.stride
+        if len(shape) != 3 or shape[0] != self.in_channels or shape[1] % s or shape[2] % s:
+            return None
+        size = (shape[1] // s, shape[2] // s)
+        with torch.no_grad():
+            matrix, error = circular_conv_matrix(self.eval_operator(None), size, self.in_channels, s)
+        return LinearMap(matrix, self.bias.detach(), (self.out_channels, *size), error, self.bias.dtype)
+
+    def literal_flops(self, size: tuple[int, int]) -> int:
+        """Operations per example of the circular convolution on the rearranged ``size``:
+        ``2·k²·out·in·s²`` per pixel (the tap sum, ``k² = 1``, on ``1 × 1`` images)."""
+        taps = 1 if size == (1, 1) else self.kernel_size**2
+        return 2 * taps * self.out_channels * self.conv_in_channels * size[0] * size[1]
+
+    def export_module(self, context: Any = None) -> nn.Module:
+        """``lip export`` (:mod:`lipcli.sdk.export`) and the eval lowering: with ``context``,
+        the dense matrix of :meth:`eval_linear_map` where it fits and pays
+        (:func:`~lipcli.sdk.lowering_conv.dense_lowering_at_gain`); otherwise the eval filter (Björck
+        converged, the cached one the layer applies and is bounded for) baked into a plain
+        circular convolution."""
         from .export import ExportedBCOP
 
+        facts: dict[str, Any] = {}
+        if context is not None:
+            shape = tuple(int(d) for d in context.input_shape)
+            size = (shape[1] // self.stride, shape[2] // self.stride)
+            out_shape = (self.out_channels, *size)
+            flops = self.literal_flops(size)
+            dense = dense_lowering_at_gain(self, context, flops, out_shape)
+            if dense is not None:
+                return dense
+            d = math.prod(shape) * math.prod(out_shape)
+            facts = {"lowering": "convolution", "input_shape": list(shape), "output_shape": list(out_shape),
+                     "series_flops_per_image": flops, "dense_flops_per_image": 2 * d,
+                     "dense_mib": 4 * d / 2**20}
         with torch.no_grad():
-            return ExportedBCOP(self.eval_operator(None), self.bias, stride=self.stride)
+            stand_in = ExportedBCOP(self.eval_operator(None), self.bias, stride=self.stride)
+        if facts:
+            stand_in.export_lowering = facts
+        return stand_in

@@ -43,11 +43,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lipcli.sdk.convbase import LipConvBase
 from lipcli.sdk.errors import LipError
+from lipcli.sdk.fourier import FourierConvBase, kernel_spectrum
 from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
 
 
@@ -115,25 +114,18 @@ def checked_solve(S: Tensor, B: Tensor) -> Tensor:
     return Xw.reshape(*S.shape[:-2], r, n).to(B.dtype)
 
 
-def _phases(size: int, k: int, bins: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """``e^{2πi f (a − k//2)/size}`` for ``f < bins``, ``a < k``: shape ``(bins, k)``."""
-    f = torch.arange(bins, dtype=torch.float64, device=device)[:, None]
-    a = torch.arange(k, dtype=torch.float64, device=device)[None, :] - k // 2
-    angle = 2 * math.pi * torch.remainder(f * a, size) / size
-    return torch.polar(torch.ones_like(angle), angle).to(dtype)
-
-
-class CayleyConv(LipConvBase):
+class CayleyConv(FourierConvBase):
     """Cayley convolution ``(N, in, H, W) → (N, out, H/s, W/s)``, circular (FFT).
 
     Parameters ``weight`` (``out × in·s² × k × k``, PyTorch's default convolution
     initialisation), ``alpha`` (scalar, initialised to ``‖weight‖_F``) and ``bias``; buffer
-    ``spatial_size`` (the operator's ``(H, W)``, ``0`` until the first forward).
+    ``spatial_size`` (the operator's ``(H, W)``, ``0`` until the first forward).  The image
+    size, the Fourier-domain application, the export stand-in and the eval lowering are
+    :class:`lipcli.sdk.fourier.FourierConvBase`'s.
     """
 
     weight: Tensor
     alpha: Tensor
-    spatial_size: Tensor
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride)
@@ -142,57 +134,14 @@ class CayleyConv(LipConvBase):
         nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # nn.Conv2d's default
         self.weight = nn.Parameter(weight)
         self.alpha = nn.Parameter(torch.linalg.vector_norm(weight).detach().clone())
-        self.register_buffer("spatial_size", torch.zeros(2, dtype=torch.int64))
-        self._size_seen: tuple[int, tuple[int, int] | None] | None = None
-
-    # ------------------------------------------------------------------ the image size
-    def _recorded_size(self) -> tuple[int, int] | None:
-        buf = self.spatial_size
-        if self._size_seen is None or self._size_seen[0] != (buf._version, buf.data_ptr()):
-            h, w = (int(v) for v in buf.tolist())
-            self._size_seen = ((buf._version, buf.data_ptr()), (h, w) if h > 0 else None)
-        return self._size_seen[1]
-
-    def operator_size(self, size: tuple[int, int]) -> tuple[int, int]:
-        recorded = self._recorded_size()
-        if recorded is None:
-            with torch.no_grad():
-                self.spatial_size.copy_(torch.tensor(size, dtype=torch.int64))
-            self._size_seen = ((self.spatial_size._version, self.spatial_size.data_ptr()), size)
-        elif recorded != size:
-            raise ValueError(
-                f"CayleyConv was first used with {recorded[0]}x{recorded[1]} images (after the "
-                f"stride-2 rearrangement) and got {size[0]}x{size[1]}; its orthogonal matrices "
-                "and their bound are for one image size"
-            )
-        return size
-
-    def bound_size(self) -> tuple[int, int]:
-        recorded = self._recorded_size()
-        if recorded is None:
-            raise LipError(
-                "a Cayley convolution has not seen an input yet: its matrices and their "
-                "bound depend on the image size; run the model on one batch first"
-            )
-        return recorded
 
     # ------------------------------------------------------------------ operator
     def compute_operator(self, size: tuple[int, int] | None) -> Tensor:
         """``Q(f)`` for the half-plane bins, shape ``(H·(W//2+1), out, in·s²)`` (real
         ``(1, out, in·s²)`` for a ``1 × 1`` image)."""
         assert size is not None
-        H, W = size
         scale = self.alpha / torch.linalg.vector_norm(self.weight)
-        if H == 1 and W == 1:
-            return cayley((self.weight.sum(dim=(2, 3)) * scale)[None])
-        k = self.kernel_size
-        cdtype = torch.complex128 if self.weight.dtype == torch.float64 else torch.complex64
-        dev = self.weight.device
-        ey = _phases(H, k, H, cdtype, dev)
-        ex = _phases(W, k, W // 2 + 1, cdtype, dev)
-        A = torch.einsum("oiab,ya,xb->yxoi", self.weight.to(cdtype), ey, ex)
-        A = A.reshape(-1, self.out_channels, self.conv_in_channels) * scale
-        return cayley(A)
+        return cayley(kernel_spectrum(self.weight, size) * scale)
 
     def linear(self, x: Tensor) -> Tensor:
         """As :meth:`LipConvBase.linear`, except that in eval mode the values applied are
@@ -213,23 +162,5 @@ class CayleyConv(LipConvBase):
             op = op + (live - live.detach())
         return self.apply_operator(z, op)
 
-    def apply_operator(self, x: Tensor, op: Tensor) -> Tensor:
-        N, C, H, W = x.shape
-        if H == 1 and W == 1:
-            return F.linear(x.reshape(N, C), op[0]).view(N, -1, 1, 1)
-        X = torch.fft.rfft2(x).permute(2, 3, 1, 0).reshape(-1, C, N)
-        Y = (op @ X).reshape(H, W // 2 + 1, self.out_channels, N).permute(3, 2, 0, 1)
-        return torch.fft.irfft2(Y, s=(H, W))
-
     def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
         return isometry_norm_upper_bound(op)
-
-    def export_module(self) -> nn.Module:
-        """``lip export`` (:mod:`lipcli.sdk.export`): the eval matrices ``Q(f)`` for the
-        recorded image size (the cached ones the layer applies and is bounded for) baked into
-        real matrix products (:mod:`lipcli_cayley.export`; runs in torch and onnxruntime)."""
-        from .export import ExportedCayley
-
-        size = self.bound_size()  # LipError before the layer has seen an input
-        with torch.no_grad():
-            return ExportedCayley(self.eval_operator(size), self.bias, size=size, stride=self.stride)
