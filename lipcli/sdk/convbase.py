@@ -110,7 +110,10 @@ class LipConvBase(nn.Module):
         return self._op_cache[1]
 
     def train(self, mode: bool = True) -> "LipConvBase":
-        self.invalidate()
+        # a mode change drops the caches; .eval() on an eval layer keeps them, so the eval
+        # lowering's matrix and the bound it adds to are made from ONE computed operator
+        if bool(mode) != self.training:
+            self.invalidate()
         return super().train(mode)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "LipConvBase":  # .to(), .double()
