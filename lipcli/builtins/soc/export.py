@@ -29,8 +29,9 @@ with ``S`` on ``H'×W'`` images written as its (exact) matrix; the result is rou
 float32.  It is the same linear map
 ``P_T(S)`` whose Lipschitz bound the model certifies (SPEC §5), up to float32 rounding, as
 the series lowering is.  :func:`lower_soc` takes the dense form when its matrix fits the
-export's cap (``lip export --dense-max-mib``) and costs at most a quarter of the series'
-operations (:data:`DENSE_MIN_GAIN`); otherwise the series.
+export's cap (``lip export --dense-max-mib``), costs at most ``1/DENSE_MIN_GAIN`` of the
+series' operations and its build pays off on the inputs it will run on
+(:func:`~lipcli.sdk.lowering.pays_off`, build cost :func:`build_plan`); otherwise the series.
 """
 
 from __future__ import annotations
@@ -186,6 +187,39 @@ def _conv_fro_bound(S: Tensor, h: int, w: int) -> float:
     return math.sqrt(float((S.square() * weights).sum()) * up) * up
 
 
+def _step(S: Tensor, method: str, n: int, h: int, w: int) -> tuple[Any, Any, int]:
+    """``(apply, layout, rows)`` for :func:`operator_matrix_with_error`: ``apply(U)`` is
+    ``conv(U, S)`` on a chunk of images, ``layout`` puts prepared images ``(r, C, h, w)`` in
+    the layout ``apply`` takes, ``rows`` the chunk size.  ``"im2col"``: channels-last images
+    ``(r, h, w, C)``, written into a zero-padded buffer whose strided view of the ``kh×kw``
+    windows is copied (exactly) into the ``(r·h·w) × n`` column matrix, then ONE float64
+    product with the ``n × C`` filter (taps, then channels); ``"dense"``: channel-major
+    images times the transposed :func:`conv_matrix`."""
+    C = int(S.shape[0])
+    if method == "dense":
+        A_t = conv_matrix(S, h, w).T
+        rows = max(1, BUILD_CHUNK_BYTES // (8 * 4 * C * h * w))
+        return (lambda U: (U.reshape(U.shape[0], -1) @ A_t).view(U.shape),  # noqa: E731
+                lambda x: x.contiguous(), rows)
+    (a0, kh), (b0, kw) = _taps(int(S.shape[-1]), h), _taps(int(S.shape[-1]), w)
+    ph, pw = kh // 2, kw // 2
+    St = S[:, :, a0:a0 + kh, b0:b0 + kw].permute(2, 3, 1, 0).reshape(n, C).contiguous()
+    rows = max(1, BUILD_CHUNK_BYTES // (8 * (h * w * n + 4 * C * (h + 2 * ph) * (w + 2 * pw))))
+    pad: dict[int, Tensor] = {}
+
+    def apply(U: Tensor) -> Tensor:
+        r = U.shape[0]
+        if r not in pad:  # zero border, interior rewritten at every step
+            pad[r] = U.new_zeros(r, h + 2 * ph, w + 2 * pw, C)
+        P = pad[r]
+        P[:, ph:ph + h, pw:pw + w] = U
+        sr, sy, sx, sc = P.stride()
+        cols = P.as_strided((r, h, w, kh, kw, C), (sr, sy, sx, sy, sx, sc)).reshape(r * h * w, n)
+        return (cols @ St).view(r, h, w, C)  # one float64 matmul, inner dimension n
+
+    return apply, lambda x: x.permute(0, 2, 3, 1).contiguous(), rows
+
+
 @torch.no_grad()
 def operator_matrix_with_error(layer: nn.Module, input_shape: tuple[int, ...],
                                norm_bound: float | None = None) -> tuple[Tensor, float]:
@@ -198,15 +232,16 @@ def operator_matrix_with_error(layer: nn.Module, input_shape: tuple[int, ...],
     each, on the layer's device): ``X`` = the unshuffled, channel-padded basis images (0/1,
     exact), then Horner ``U ← X + (1/i)·conv(U, S)`` for ``i = T−1 … 1`` (SPEC §1.4; the rows
     of ``U`` are the layer's outputs on the basis images), truncated to ``c_out`` channels.
-    ``conv(U, S)`` is, by :func:`build_plan`, either an explicit im2col — ``F.unfold`` of
-    ``U`` with the ``kh×kw`` taps of ``S`` that meet the image (exact copies of entries of
-    ``U`` and exact zeros of the padding), then ONE float64 matrix product of the
-    ``C × n`` filter (``n = C·kh·kw``) with those columns — or, on images so small that
-    ``C·h·w ≤ n`` (2×2 with a 3×3 filter), the product with the dense convolution matrix
-    :func:`conv_matrix` (inner dimension ``n = C·h·w``).  torch's ``conv2d`` is not used:
-    its algorithm (Winograd, FFT, ...) is not a dot product per entry; a float64 matrix
-    product is (BLAS/cuBLAS ``dgemm``: each entry a sum of the ``n`` products in an order of
-    its choosing, blocked or split, never a fast-matrix-multiplication scheme, never TF32 —
+    ``conv(U, S)`` is, by :func:`build_plan`, either an explicit im2col (:func:`_step`: the
+    ``kh×kw`` windows of the zero-padded images, restricted to the taps of ``S`` that meet
+    the image, copied — exact copies of entries of ``U`` and exact zeros — into a column
+    matrix, then ONE float64 matrix product with the ``n × C`` filter, ``n = C·kh·kw``) or,
+    on images so small that ``C·h·w ≤ n`` (2×2 with a 3×3 filter, 1×1), the product with
+    the dense convolution matrix :func:`conv_matrix` (inner dimension ``n = C·h·w``).
+    torch's ``conv2d`` is not used: its algorithm (Winograd, FFT, ...) is not ours to choose
+    and not a dot product per entry; a float64 matrix product is (BLAS/cuBLAS ``dgemm``: each
+    entry a sum of the ``n`` products in an order of its choosing, blocked or split, never a
+    fast-matrix-multiplication scheme, never TF32 —
     that applies to float32 only); then ``torch.add(X, Y, alpha=fl(1/i))``.
 
     **Error** (Higham §3.5, :mod:`lipcli.numerics.rounding`).  Each entry of a step is
@@ -228,33 +263,22 @@ def operator_matrix_with_error(layer: nn.Module, input_shape: tuple[int, ...],
     C, c_out, terms = int(layer.channels), int(layer.out_channels), int(layer.eval_terms)
     h, w = shape[1] // layer.stride, shape[2] // layer.stride
     method, n, _ = build_plan(layer, shape)
-    if method == "dense":
-        A_t = conv_matrix(S, h, w).T
-        apply = lambda U: (U.reshape(U.shape[0], -1) @ A_t).view(U.shape)  # noqa: E731
-    else:
-        (a0, kh), (b0, kw) = _taps(int(S.shape[-1]), h), _taps(int(S.shape[-1]), w)
-        S_flat = S[:, :, a0:a0 + kh, b0:b0 + kw].reshape(C, n)
-        def apply(U: Tensor) -> Tensor:
-            cols = F.unfold(U, (kh, kw), padding=(kh // 2, kw // 2))  # (r, n, h·w), copies
-            r = U.shape[0]
-            Y = S_flat @ cols.transpose(0, 1).reshape(n, r * h * w)  # one float64 matmul
-            return Y.view(C, r, h, w).transpose(0, 1)
+    apply, layout, rows = _step(S, method, n, h, w)
     g = gamma(n + 3)
     a_fro = _conv_fro_bound(S, h, w)
-    rows = max(1, BUILD_CHUNK_BYTES // (8 * h * w * (n + 3 * C)))
     out = torch.empty(d_in, c_out, h, w, dtype=torch.float64, device=S.device)
     err_sq = 0.0
     for r0 in range(0, d_in, rows):
         r1 = min(d_in, r0 + rows)
         basis = torch.zeros(r1 - r0, d_in, dtype=torch.float64, device=S.device)
         basis[torch.arange(r1 - r0), torch.arange(r0, r1)] = 1.0
-        X = layer._prepare_input(basis.view(-1, *shape)).contiguous()
+        X = layout(layer._prepare_input(basis.view(-1, *shape)))
         x_fro, err, U = math.sqrt(r1 - r0), 0.0, X
         for i in range(terms - 1, 0, -1):
             u_fro = _fro_bound(U, U.numel())
             err = round_up(err * b / i + g * (x_fro + u_fro * a_fro / i))
             U = torch.add(X, apply(U), alpha=1.0 / i)
-        out[r0:r1] = U[:, :c_out]
+        out[r0:r1] = (U.permute(0, 3, 1, 2) if method == "im2col" else U)[:, :c_out]
         err_sq = round_up(err_sq + round_up(err * err))
     return out.view(d_in, -1).T.contiguous(), round_up(math.sqrt(err_sq))
 
@@ -270,8 +294,9 @@ def lower_soc(layer: nn.Module, context: Any = None) -> nn.Module:
     """The export (and eval) stand-in of a SOC layer: a dense
     :class:`~lipcli.sdk.lowering.DenseOperator` when ``context`` (an
     :class:`~lipcli.sdk.export.ExportContext`) gives the input shape, the float32 matrix fits
-    ``context.dense_max_bytes`` and one matrix product costs at most ``1/DENSE_MIN_GAIN`` of
-    the series' operations (:func:`~lipcli.sdk.lowering.dense_lowering`); else
+    ``context.dense_max_bytes``, one matrix product costs at most ``1/DENSE_MIN_GAIN`` of
+    the series' operations and the build pays off on ``context.inputs``
+    (:func:`~lipcli.sdk.lowering.dense_lowering`); else
     :class:`ExportedSOC`.  The choice is described in the returned module's
     ``export_lowering``."""
     series = ExportedSOC.from_layer(layer)
@@ -281,13 +306,14 @@ def lower_soc(layer: nn.Module, context: Any = None) -> nn.Module:
     shape = tuple(int(d) for d in context.input_shape)
     out = output_shape(layer, shape)
     conv_flops = series_flops(layer, shape)
-    dense = dense_lowering(layer, context, conv_flops, out)
+    build = build_plan(layer, shape)[2]
+    dense = dense_lowering(layer, context, conv_flops, out, build_flops=build)
     if dense is not None:
         return dense
     d_in, d_out = math.prod(shape), math.prod(out)
     facts = {"input_shape": list(shape), "output_shape": list(out),
              "series_flops_per_image": conv_flops, "dense_flops_per_image": 2 * d_in * d_out,
-             "dense_mib": 4 * d_in * d_out / 2**20}
+             "dense_mib": 4 * d_in * d_out / 2**20, "build_flops": build}
     min_pixels = settings.CHANNELS_LAST_MIN_PIXELS
     series.channels_last = min_pixels is not None and out[1] * out[2] >= min_pixels
     series.export_lowering = {"lowering": "series", "convolutions": series.terms - 1,
