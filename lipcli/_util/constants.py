@@ -19,8 +19,8 @@ CIFAR_SHAPE: tuple[int, int, int] = (3, 32, 32)
 CIFAR_TRAIN_IMAGES = 50_000
 #: default cap (MiB of float32 per layer matrix) of the eval lowering
 #: (:mod:`lipcli.lipschitz.lowered`), per device type.  LipConvnet-20 at width 32: 64 MiB
-#: lowers the layers on 4×4 and smaller images (5.05 GFLOP per input instead of 7.72, torch's
-#: flop counter), 256 MiB the 8×8 ones too (3.64 G; their float64 build, about 21 TFLOP,
+#: lowers the layers on 4×4 and smaller images (4.92 GFLOP per input instead of 7.72, torch's
+#: flop counter), 256 MiB the 8×8 ones too (about 3.6 G; their float64 build, 21 TFLOP,
 #: takes a GPU seconds but a 2-core CPU an hour)
 DENSE_MAX_MIB_DEFAULT: dict[str, float] = {"cpu": 64.0, "cuda": 256.0}
 #: the cap for a device type not listed in :data:`DENSE_MAX_MIB_DEFAULT`
