@@ -10,11 +10,16 @@ default), and one batch of random images is timed: median of ``repeats`` rounds 
 warm-up, each round running every row below once in turn (interleaved, so that load changes
 hit all rows alike; the load average before and after the timing is recorded):
 
-* ``lipcli features``: ``model.features(x)`` under ``no_grad`` (``lip certify``'s feature pass);
+* ``lipcli features``: ``model.features(x)`` under ``no_grad`` (the literal layers, ``lip
+  certify --series``);
+* ``lipcli lowered features``: the eval lowering ``lip certify`` runs on many inputs
+  (:func:`lipcli.lipschitz.lowered.lowered_network`, the device's default cap; its build
+  time is recorded as ``lowered_build_s``);
 * ``lipcli features + certificate``: that plus the head's certificate as ``lip certify`` runs it
   (CRC-Lip: closed form and dual) divided by the guaranteed Lipschitz bound;
 * ``lipcli features + closed form`` (CRC-Lip only): the certificate the export computes;
-* ``<format>``: the exported program (logits and radius) in its runtime.
+* ``<format>``: the exported program (logits and radius) in its runtime (``--formats``: only
+  these).
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ def interleaved(fns: dict, repeats: int) -> dict:
 
 
 def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workdir: Path,
-               dense_max_mib: float) -> dict:
+               dense_max_mib: float, formats: tuple[str, ...] = ()) -> dict:
     from lipcli import create_model, save_model
     from lipcli.builtins.crc.certifier import CRCCertifier
     from lipcli.export import ExportOptions, export_model
@@ -72,6 +77,17 @@ def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workd
             return model.features(x)
 
     fns["lipcli features"] = features
+    from lipcli.lipschitz.lowered import lowered_network
+
+    t0 = time.perf_counter()
+    lowered = lowered_network(model.eval())  # lip certify's eval lowering, device default cap
+    lowered_build_s = time.perf_counter() - t0
+
+    def lowered_features():
+        with torch.no_grad():
+            return lowered.features(x)
+
+    fns["lipcli lowered features"] = lowered_features
     certifier = reg.component("certificate", name).build()
     certifier.prepare(model.head, None)
 
@@ -86,6 +102,8 @@ def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workd
         fns["lipcli features + closed form"] = lambda: closed.certify(model.head, features()).radius / bound
     exports = {}
     for fmt in FORMATS.values():
+        if formats and fmt.name not in formats:
+            continue
         try:
             fmt.available()
         except Exception as exc:  # noqa: BLE001
@@ -109,6 +127,7 @@ def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workd
         "seconds_per_batch": rows,
         "images_per_s": {k: batch / v for k, v in rows.items()},
         "exports": exports,
+        "lowered_build_s": lowered_build_s, "lowered_dense_layers": lowered.dense_layers,
         "load_average": {"before_timing": load_before, "after_timing": load_after},
     }
 
@@ -122,6 +141,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dense-max-mib", type=float, default=None,
                     help="lip export --dense-max-mib (default: lip export's)")
+    ap.add_argument("--formats", default="", help="comma-separated export formats (default: all)")
     args = ap.parse_args()
     from lipcli.export.options import DENSE_MAX_MIB
 
@@ -143,7 +163,8 @@ def main() -> None:
         for case in args.cases.split(","):
             arch, head = case.split(":")
             report["results"].append(bench_case(arch, head, args.width, args.batch, args.repeats, Path(tmp),
-                                                 args.dense_max_mib))
+                                                 args.dense_max_mib,
+                                                 tuple(f for f in args.formats.split(",") if f)))
             print(json.dumps(report["results"][-1]["images_per_s"], indent=1), flush=True)
             # written after every case, so that a stopped run keeps what it measured
             Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

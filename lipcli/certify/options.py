@@ -74,11 +74,18 @@ class CertifyOptions:
     ignore_class_names: bool = False
     #: run every layer in its literal form (no dense eval lowering), for comparison
     series: bool = False
-    #: per-layer cap of the dense eval lowering, MiB of float32 (0: no dense layer, the default:
-    #: building a layer's matrix costs about d_in literal passes, which one run of a few
-    #: thousand inputs does not earn back on CPU; None: the device's default,
-    #: :func:`lipcli.lipschitz.lowered.default_dense_max_mib`)
-    dense_max_mib: float | None = 0.0
+    #: per-layer cap of the dense eval lowering, MiB of float32 (None, the default: the
+    #: device's, :data:`lipcli.lipschitz.lowered.DENSE_MAX_MIB_DEFAULT`; 0: no dense layer).
+    #: Within the cap a layer is lowered only where its build pays off on this run's inputs
+    #: (:meth:`eval_inputs`, :func:`lipcli.sdk.lowering.pays_off`)
+    dense_max_mib: float | None = None
+
+    def eval_inputs(self, n: int) -> int:
+        """The forward passes this run makes through the eval lowering on ``n`` inputs:
+        ``n`` for the features, plus, with the attack, ``3·steps·restarts`` per input (one
+        forward and one backward, about two forwards, per PGD step)."""
+        passes = 1 + (3 * self.attack_steps * self.attack_restarts if self.attack else 0)
+        return int(n) * passes
 
     def check(self) -> None:
         """Bad values (before any work): :class:`SettingError` naming the field."""

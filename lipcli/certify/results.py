@@ -52,7 +52,9 @@ class CertificateUsed(JsonRecord):
 
 @dataclass
 class LipschitzUsed(JsonRecord):
-    """``Lip(g)`` divided by: ``value`` (the bound, or the estimate when asked)."""
+    """``Lip(g)`` divided by: ``value`` (the bound, or the estimate when asked), of the
+    operator that ran: ``dense_layers`` the layers that ran as dense float32 matrices (the
+    eval lowering; ``upper_bound`` covers them), empty when every layer ran literally."""
 
     method: str
     value: float
@@ -62,6 +64,7 @@ class LipschitzUsed(JsonRecord):
     upper_bound_label: str
     estimate: float | None
     includes_normalization: bool = True
+    dense_layers: list[str] = field(default_factory=list)
 
 
 @dataclass

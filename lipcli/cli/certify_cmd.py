@@ -8,6 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from lipcli._util.constants import BUILD_FLOP_WEIGHT, DENSE_MIN_GAIN, describe_dense_max_mib_default
 from lipcli.certify.options import DEFAULT_RADII, CertifyOptions
 from lipcli.cli.common import ProgressBars, cli_errors, fail, print_json, stdout_console
 from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, ModelArgument,
@@ -81,10 +82,11 @@ def certify(
     )] = _C.series,
     dense_max_mib: Annotated[Optional[float], typer.Option(
         "--dense-max-mib",
-        help="Largest dense matrix per layer of the eval lowering, MiB of float32: a layer whose "
-        "matrix fits and is at least 4x cheaper per input runs as that matrix (the bound covers "
-        "it). Building it costs about d_in literal passes per layer, once per process, so it pays "
-        "off only for many inputs; 0 (default): every layer literal.",
+        help="Largest dense matrix per layer of the eval lowering, MiB of float32 (default: "
+        f"{describe_dense_max_mib_default()}): a layer whose matrix fits and is at least "
+        f"{DENSE_MIN_GAIN:g}x cheaper per input runs as that matrix (the bound covers it) when "
+        "the operations it saves on this run's inputs (PGD steps included) exceed "
+        f"{BUILD_FLOP_WEIGHT}x those of building it in float64; 0: every layer literal.",
     )] = _C.dense_max_mib,
     json_out: JsonOption = False,
     no_write: Annotated[bool, typer.Option(

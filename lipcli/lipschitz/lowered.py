@@ -4,9 +4,10 @@ In eval mode a layer that knows its fixed linear map (:mod:`lipcli.sdk.lowering`
 plugin implementing ``eval_linear_map``) may run as one dense matrix product on inputs of a
 known shape, which on small images costs far fewer operations than its literal form (SOC:
 14 convolutions of the 15-term series).  The layer decides in its
-``export_module(context)`` (dense where its float32 matrix fits the cap and is at least
-``DENSE_MIN_GAIN`` times cheaper, its literal form otherwise); this module applies that
-decision to a whole model:
+``export_module(context)`` (dense where its float32 matrix fits the cap, is at least
+``DENSE_MIN_GAIN`` times cheaper per input and its build pays off on the number of inputs it
+will run on, :func:`lipcli.sdk.lowering.pays_off`; its literal form otherwise); this module
+applies that decision to a whole model:
 
 * :func:`lower_body` walks ``model.body`` child by child with an
   :class:`~lipcli.sdk.export.ExportContext` holding each child's input shape.  With
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lipcli._util.constants import DENSE_MAX_MIB_DEFAULT, DENSE_MAX_MIB_OTHER
 from lipcli.lipschitz import bound as _bound
 from lipcli.lipschitz.bound import LayerBound, body_of, model_input_shape
 from lipcli.numerics.rounding import round_up
@@ -39,15 +41,12 @@ from lipcli.sdk.errors import LipError
 from lipcli.sdk.export import LOWERING_ATTRIBUTE, EXPORT_METHOD, ExportContext, lower_module
 from lipcli.sdk.lowering import DenseOperator
 
-#: default cap (MiB of float32 per layer matrix) of the eval lowering, per device type
-DENSE_MAX_MIB_DEFAULT = {"cpu": 64.0, "cuda": 256.0}
-#: cap for a device type not listed above
-DENSE_MAX_MIB_OTHER = 32.0
 _CACHE_ATTRIBUTE = "_lipcli_lowered"
 
 
 def default_dense_max_mib(device: torch.device | str) -> float:
-    """The default per-layer matrix cap for ``device`` (:data:`DENSE_MAX_MIB_DEFAULT`)."""
+    """The default per-layer matrix cap for ``device``
+    (:data:`lipcli._util.constants.DENSE_MAX_MIB_DEFAULT`)."""
     kind = torch.device(device).type
     return DENSE_MAX_MIB_DEFAULT.get(kind, DENSE_MAX_MIB_OTHER)
 
@@ -58,10 +57,11 @@ def _model_device(model: nn.Module) -> torch.device:
 
 
 def lower_body(model: nn.Module, input_shape: tuple[int, ...], dense_max_bytes: int, *,
-               plain: bool) -> tuple[nn.Sequential, list[dict[str, Any]]]:
+               plain: bool, inputs: int | None = None) -> tuple[nn.Sequential, list[dict[str, Any]]]:
     """``(lowered body, per-layer descriptions)`` of the eval-mode ``model`` on inputs of
-    ``input_shape`` (one example); see the module docstring for ``plain``.  Errors name the
-    layer (:class:`~lipcli.sdk.export.ExportError`)."""
+    ``input_shape`` (one example); see the module docstring for ``plain``; ``inputs``: how
+    many inputs it will run on (``None``: unbounded).  Errors name the layer
+    (:class:`~lipcli.sdk.export.ExportError`)."""
     body = body_of(model)
     param = next(model.parameters(), None)
     dtype = param.dtype if param is not None else torch.get_default_dtype()
@@ -69,7 +69,7 @@ def lower_body(model: nn.Module, input_shape: tuple[int, ...], dense_max_bytes: 
     lowered = nn.Sequential()
     lowering: list[dict[str, Any]] = []
     for name, child in body.named_children():
-        context = ExportContext(tuple(int(d) for d in h.shape[1:]), int(dense_max_bytes))
+        context = ExportContext(tuple(int(d) for d in h.shape[1:]), int(dense_max_bytes), inputs)
         with torch.no_grad():
             h = child(h)
         if plain or callable(getattr(child, EXPORT_METHOD, None)):
@@ -91,10 +91,12 @@ def lower_body(model: nn.Module, input_shape: tuple[int, ...], dense_max_bytes: 
 class LoweredNetwork(nn.Module):
     """The model as it runs in eval: ``features(x)`` (the lowered body) and
     ``forward(x) = head(features(x))``.  ``lowering``: per-layer descriptions;
-    ``excess``: ``bound_excess`` of each dense layer by name; ``series``: no lowering."""
+    ``excess``: ``bound_excess`` of each dense layer by name; ``series``: no lowering;
+    ``inputs``: the number of inputs the lowering was sized for (``None``: unbounded)."""
 
     def __init__(self, body: nn.Sequential, head: nn.Module, lowering: list[dict[str, Any]],
-                 input_shape: tuple[int, ...], dense_max_mib: float, series: bool) -> None:
+                 input_shape: tuple[int, ...], dense_max_mib: float, series: bool,
+                 inputs: int | None = None) -> None:
         super().__init__()
         self.body = body
         self.head = head
@@ -102,6 +104,7 @@ class LoweredNetwork(nn.Module):
         self.input_shape = tuple(input_shape)
         self.dense_max_mib = float(dense_max_mib)
         self.series = bool(series)
+        self.inputs = None if inputs is None else int(inputs)
         self.excess = {name: float(child.bound_excess) for name, child in body.named_children()
                        if isinstance(child, DenseOperator)}
 
@@ -128,18 +131,24 @@ class _Cached:
 
 
 def lowered_network(model: nn.Module, input_shape: tuple[int, ...] | None = None, *,
-                    dense_max_mib: float | None = None, series: bool = False) -> LoweredNetwork:
+                    dense_max_mib: float | None = None, series: bool = False,
+                    inputs: int | None = None) -> LoweredNetwork:
     """The cached :class:`LoweredNetwork` of the eval-mode ``model`` (see the module
     docstring).  ``input_shape`` defaults to the model's (``model_input_shape``),
     ``dense_max_mib`` to :func:`default_dense_max_mib` of the model's device (0: no dense
-    layer); ``series=True``: the model's own layers.  Only the latest network is kept."""
+    layer); ``series=True``: the model's own layers; ``inputs``: how many inputs the network
+    will run on, so that a layer is lowered only where its build pays off
+    (:func:`lipcli.sdk.lowering.pays_off`; ``None``: unbounded, every layer that fits and is
+    cheaper).  Only the latest network is kept."""
     if model.training:
         raise LipError("the eval lowering needs the model in eval mode (model.eval())")
     if dense_max_mib is not None and not (math.isfinite(dense_max_mib) and dense_max_mib >= 0):
         raise LipError(f"the dense lowering cap must be a finite number of MiB >= 0, got {dense_max_mib}")
     shape = tuple(int(d) for d in (input_shape or model_input_shape(model)))
     cap = default_dense_max_mib(_model_device(model)) if dense_max_mib is None else float(dense_max_mib)
-    key = (shape, cap, bool(series), _weights_token(model))
+    if inputs is not None and int(inputs) < 0:
+        raise LipError(f"the number of inputs must be >= 0, got {inputs}")
+    key = (shape, cap, bool(series), inputs, _weights_token(model))
     cached = model.__dict__.get(_CACHE_ATTRIBUTE)
     if isinstance(cached, _Cached) and cached.key == key:
         return cached.network
@@ -147,8 +156,8 @@ def lowered_network(model: nn.Module, input_shape: tuple[int, ...] | None = None
     if series:
         body, lowering = body_of(model), []
     else:
-        body, lowering = lower_body(model, shape, int(cap * 2**20), plain=False)
-    network = LoweredNetwork(body, model.head, lowering, shape, cap, series).eval()
+        body, lowering = lower_body(model, shape, int(cap * 2**20), plain=False, inputs=inputs)
+    network = LoweredNetwork(body, model.head, lowering, shape, cap, series, inputs).eval()
     model.__dict__[_CACHE_ATTRIBUTE] = _Cached(key, network)
     return network
 

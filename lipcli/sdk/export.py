@@ -58,10 +58,15 @@ class ExportContext:
             when that also costs fewer floating-point operations.  The export driver sets it
             from ``lip export --dense-max-mib`` (default
             :data:`lipcli.export.options.DENSE_MAX_MIB`).
+        inputs: how many input examples the lowered layer will run on (``None``: unknown or
+            unbounded, as in ``lip export``); a dense operator is only built when the
+            operations it saves on that many inputs exceed the cost of building it
+            (:func:`lipcli.sdk.lowering.dense_lowering`).
     """
 
     input_shape: tuple[int, ...]
     dense_max_bytes: int
+    inputs: int | None = None
 
 
 class ExportError(LipError):

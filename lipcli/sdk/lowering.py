@@ -44,15 +44,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lipcli._util.constants import BUILD_FLOP_WEIGHT, DENSE_MIN_GAIN
 from lipcli.numerics.rounding import gamma, round_up
 
 #: name of the method a layer implements to offer its fixed linear map
 LINEAR_MAP_METHOD = "eval_linear_map"
-#: a layer is lowered densely only when one matrix product costs at most
-#: ``1/DENSE_MIN_GAIN`` of its literal evaluation (the matrix's memory traffic is not
-#: counted; on LipConvnet's SOC layers 8×8 images gain 2×, 4×4 8×, 2×2 32×)
-DENSE_MIN_GAIN = 4
-
+#: :data:`DENSE_MIN_GAIN` (one matrix product at least this many times cheaper than the
+#: literal layer) and :data:`BUILD_FLOP_WEIGHT` (a float64 build operation against a float32
+#: one saved) are defined torch-free in :mod:`lipcli._util.constants` (help texts read them)
 
 @dataclass
 class LinearMap:
@@ -123,13 +122,27 @@ def dense_operator(linear: LinearMap, input_shape: tuple[int, ...]) -> DenseOper
                          output_shape=linear.output_shape, bound_excess=excess)
 
 
+def pays_off(inputs: int | None, literal_flops: int, dense_flops: int, build_flops: int) -> bool:
+    """The one rule of the eval lowering's economics: a dense operator is built only when
+    the operations it saves on the inputs it will run on exceed the cost of building it,
+    ``inputs·(literal_flops − dense_flops) ≥ BUILD_FLOP_WEIGHT·build_flops`` (per input:
+    the layer's literal operations against one matrix product; ``inputs=None``: unbounded,
+    as in ``lip export`` — it always pays)."""
+    if inputs is None:
+        return True
+    return int(inputs) * (int(literal_flops) - int(dense_flops)) >= BUILD_FLOP_WEIGHT * int(build_flops)
+
+
 def dense_lowering(layer: nn.Module, context: Any, literal_flops: int,
-                   output_shape: tuple[int, ...]) -> DenseOperator | None:
+                   output_shape: tuple[int, ...], build_flops: int | None = None) -> DenseOperator | None:
     """The dense stand-in of ``layer`` for ``context`` (an :class:`~lipcli.sdk.export.ExportContext`),
     or ``None`` when the layer should stay literal: no input shape, the float32 matrix over
     ``context.dense_max_bytes``, one matrix product not ``DENSE_MIN_GAIN`` times cheaper than
-    ``literal_flops`` (the layer's operations per example), or no linear map offered.  The
-    returned module describes itself in ``export_lowering``."""
+    ``literal_flops`` (the layer's operations per example), a build that does not pay off on
+    ``context.inputs`` inputs (:func:`pays_off`; ``build_flops``: the operations of
+    ``eval_linear_map``, default ``d_in·literal_flops``, the layer applied to every basis
+    input), or no linear map offered.  The returned module describes itself in
+    ``export_lowering``."""
     if context is None:
         return None
     shape = tuple(int(d) for d in context.input_shape)
@@ -137,6 +150,9 @@ def dense_lowering(layer: nn.Module, context: Any, literal_flops: int,
     dense_flops = 2 * d_in * d_out
     nbytes = 4 * d_in * d_out
     if nbytes > int(context.dense_max_bytes) or dense_flops * DENSE_MIN_GAIN > literal_flops:
+        return None
+    build = d_in * int(literal_flops) if build_flops is None else int(build_flops)
+    if not pays_off(getattr(context, "inputs", None), literal_flops, dense_flops, build):
         return None
     method = getattr(layer, LINEAR_MAP_METHOD, None)
     linear = method(shape) if callable(method) else None
@@ -147,5 +163,5 @@ def dense_lowering(layer: nn.Module, context: Any, literal_flops: int,
                              "output_shape": list(output_shape),
                              "series_flops_per_image": int(literal_flops),
                              "dense_flops_per_image": dense_flops, "dense_mib": nbytes / 2**20,
-                             "bound_excess": dense.bound_excess}
+                             "build_flops": build, "bound_excess": dense.bound_excess}
     return dense

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from lipcli import create_model
 from lipcli.host import plugins
 from lipcli import save_model
+from lipcli.sdk.lowering import DENSE_MIN_GAIN
 from lipcli.cli import app
 from lipcli.export import ExportCheckError, ExportOptions, export_model
 from lipcli.export.formats import OnnxFormat
@@ -171,8 +172,8 @@ def test_export_without_certificate_and_default_output(tmp_path):
     assert table.exit_code == 0, table.output
     lines = table.stdout.splitlines()
     assert lines[0].startswith(f"wrote {data['output']} (torchscript, ") and lines[1] == "outputs: logits"
-    assert lines[2] == ("lowering: 3 of 6 layers as one dense matrix (block3_down, block4_down, "
-                        "block5_down; 5.2 MiB), the others as their series (cap 32 MiB per layer)")
+    assert lines[2] == ("lowering: 4 of 6 layers as one dense matrix (block2_down, block3_down, block4_down, "
+                        "block5_down; 21.2 MiB), the others as their series (cap 32 MiB per layer)")
     assert lines[3].startswith("check on ") and lines[3].endswith(", 0 different predictions")
 
 
@@ -318,10 +319,13 @@ def test_dense_lowering_recorded_and_cap_honoured(tmp_path):
         assert lowering["dense_layers"] == [e["layer"] for e in dense]
         if cap == "0":
             assert dense == []
-        else:  # 4x4 and smaller outputs: 8x to 32x fewer operations, matrices <= 1 MiB
-            assert [e["layer"] for e in dense] == ["block3_down", "block4_down", "block5_down"]
-            assert all(e["dense_mib"] <= 32 and 4 * e["dense_flops_per_image"]
+        else:  # 8x8 and smaller outputs: 2x to 32x fewer operations, matrices <= 16 MiB
+            assert [e["layer"] for e in dense] == ["block2_down", "block3_down", "block4_down", "block5_down"]
+            assert all(e["dense_mib"] <= 32 and DENSE_MIN_GAIN * e["dense_flops_per_image"]
                        <= e["series_flops_per_image"] for e in dense)
+            series = [e for e in lowering["layers"] if e["lowering"] == "series"]
+            assert all(DENSE_MIN_GAIN * e["dense_flops_per_image"] > e["series_flops_per_image"]
+                       for e in series)  # 32x32 and 16x16 outputs: the series is cheaper
         outputs[cap] = torch.jit.load(str(out))(torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(2)))
     model, _ = load_model(model_path)
     with torch.no_grad():

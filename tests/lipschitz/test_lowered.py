@@ -110,3 +110,47 @@ def test_lowering_leaves_the_model_state_untouched() -> None:
     after = model.state_dict()
     assert before.keys() == after.keys()
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_lowered_bound_covers_the_float64_jacobian_of_the_network() -> None:
+    """The guaranteed bound of the operator that runs (dense float32 matrices where lowered,
+    the literal series elsewhere) is >= the spectral norm of that operator's Jacobian,
+    evaluated in float64 on the float32 matrices and filters cast exactly (the MaxMin
+    activations are permutations at a point, so the norm is close to the bound)."""
+    import copy
+
+    from lipcli.lipschitz.lowered import lower_body
+
+    torch.manual_seed(1)
+    model = create_model("lipconvnet-5", width=4).eval()
+    network = lowered_network(model)
+    assert network.dense_layers
+    plain, _ = lower_body(model, (3, 32, 32), int(network.dense_max_mib * 2**20), plain=True)
+    plain = copy.deepcopy(plain).double().eval()
+    assert sorted(n for n, m in plain.named_children() if isinstance(m, DenseOperator)) == network.dense_layers
+    bound = lowered_upper_bound(model, network)[0]
+    x = torch.rand(1, 3, 32, 32, dtype=torch.float64)
+    J = torch.autograd.functional.jacobian(lambda v: plain(v.view(1, 3, 32, 32)).flatten(), x.flatten(),
+                                           vectorize=True)
+    norm = float(torch.linalg.matrix_norm(J, ord=2))
+    assert norm <= bound
+    assert norm >= 0.5 * bound  # a real check: the Jacobian comes close to the bound
+
+
+def test_pays_off_rule_and_the_inputs_it_is_sized_for() -> None:
+    """A layer is lowered only where inputs x FLOP saved >= BUILD_FLOP_WEIGHT x build FLOP:
+    few inputs -> every layer literal (same network as the series), many -> dense layers."""
+    from lipcli.sdk.lowering import BUILD_FLOP_WEIGHT, pays_off
+
+    assert pays_off(None, 10, 1, 10**12)
+    budget = 100 * (10 - 1) // BUILD_FLOP_WEIGHT  # 100 inputs save 9 operations each
+    assert 100 * 9 % BUILD_FLOP_WEIGHT == 0
+    assert pays_off(100, 10, 1, budget)
+    assert not pays_off(100, 10, 1, budget + 1)
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", width=4).eval()
+    assert lowered_network(model, inputs=10).dense_layers == []
+    many = lowered_network(model, inputs=10**6).dense_layers
+    assert many and many == lowered_network(model).dense_layers
+    few = lowered_network(model, inputs=2000).dense_layers
+    assert set(few) < set(many)  # only the cheapest builds pay off on 2,000 inputs

@@ -29,8 +29,9 @@ with ``S`` on ``H'×W'`` images written as its (exact) matrix; the result is rou
 float32.  It is the same linear map
 ``P_T(S)`` whose Lipschitz bound the model certifies (SPEC §5), up to float32 rounding, as
 the series lowering is.  :func:`lower_soc` takes the dense form when its matrix fits the
-export's cap (``lip export --dense-max-mib``) and costs at most a quarter of the series'
-operations (:data:`DENSE_MIN_GAIN`); otherwise the series.
+export's cap (``lip export --dense-max-mib``), costs at most ``1/DENSE_MIN_GAIN`` of the
+series' operations and its build pays off on the inputs it will run on
+(:func:`~lipcli.sdk.lowering.pays_off`, build cost :func:`build_plan`); otherwise the series.
 """
 
 from __future__ import annotations
@@ -144,6 +145,81 @@ def operator_matrix(layer: nn.Module, input_shape: tuple[int, ...]) -> Tensor:
     return operator_matrix_with_error(layer, input_shape)[0]
 
 
+#: float64 working memory (bytes) of one chunk of basis images in :func:`operator_matrix_with_error`
+BUILD_CHUNK_BYTES = 64 * 2**20
+
+
+def _taps(k: int, side: int) -> tuple[int, int]:
+    """``(first, count)``: the taps of a size-``k`` filter (padding ``k//2``) that ever meet
+    an image of ``side`` pixels (offsets ``|t − k//2| < side``); the others only meet padding."""
+    count = min(k, 2 * side - 1)
+    return k // 2 - count // 2, count
+
+
+def build_plan(layer: nn.Module, input_shape: tuple[int, ...]) -> tuple[str, int, int]:
+    """``(method, n, flops)`` of :func:`operator_matrix_with_error` on ``input_shape``:
+    ``"im2col"`` (the convolution applied to the basis images as an explicit im2col and one
+    float64 matrix product with inner dimension ``n = C·kh·kw``, the taps that meet the image)
+    or ``"dense"`` (the ``(C·h·w)²`` convolution matrix, inner dimension ``n = C·h·w``),
+    whichever has the smaller ``n``; ``flops`` (×2 multiply-adds) of the whole build,
+    ``(T − 1)·2·d_in·C·h·w·n``."""
+    c_in, H, W = (int(d) for d in input_shape)
+    s = int(layer.stride)
+    C, k, h, w = int(layer.channels), int(layer.kernel_size), H // s, W // s
+    n_conv = C * _taps(k, h)[1] * _taps(k, w)[1]
+    method, n = ("im2col", n_conv) if n_conv < C * h * w else ("dense", C * h * w)
+    return method, n, 2 * (int(layer.eval_terms) - 1) * c_in * H * W * C * h * w * n
+
+
+def _fro_bound(t: Tensor, terms: int) -> float:
+    """An upper bound on ``‖t‖_F`` (``terms`` ≥ the number of entries summed)."""
+    up = 1.0 + 2.0 * gamma(terms + 2)
+    return math.sqrt(float(t.square().sum()) * up) * up
+
+
+def _conv_fro_bound(S: Tensor, h: int, w: int) -> float:
+    """Upper bound on ``‖A‖_F`` for ``A`` = :func:`conv_matrix` of ``S`` on ``h×w`` images
+    without forming it: tap ``(a, b)`` appears in ``(h − |a−p|)₊·(w − |b−p|)₊`` rows."""
+    k, p = int(S.shape[-1]), int(S.shape[-1]) // 2
+    counts = [[max(0, h - abs(a - p)) * max(0, w - abs(b - p)) for b in range(k)] for a in range(k)]
+    weights = torch.tensor(counts, dtype=torch.float64, device=S.device)  # exact integers
+    up = 1.0 + 2.0 * gamma(S.numel() + 3)
+    return math.sqrt(float((S.square() * weights).sum()) * up) * up
+
+
+def _step(S: Tensor, method: str, n: int, h: int, w: int) -> tuple[Any, Any, int]:
+    """``(apply, layout, rows)`` for :func:`operator_matrix_with_error`: ``apply(U)`` is
+    ``conv(U, S)`` on a chunk of images, ``layout`` puts prepared images ``(r, C, h, w)`` in
+    the layout ``apply`` takes, ``rows`` the chunk size.  ``"im2col"``: channels-last images
+    ``(r, h, w, C)``, written into a zero-padded buffer whose strided view of the ``kh×kw``
+    windows is copied (exactly) into the ``(r·h·w) × n`` column matrix, then ONE float64
+    product with the ``n × C`` filter (taps, then channels); ``"dense"``: channel-major
+    images times the transposed :func:`conv_matrix`."""
+    C = int(S.shape[0])
+    if method == "dense":
+        A_t = conv_matrix(S, h, w).T
+        rows = max(1, BUILD_CHUNK_BYTES // (8 * 4 * C * h * w))
+        return (lambda U: (U.reshape(U.shape[0], -1) @ A_t).view(U.shape),  # noqa: E731
+                lambda x: x.contiguous(), rows)
+    (a0, kh), (b0, kw) = _taps(int(S.shape[-1]), h), _taps(int(S.shape[-1]), w)
+    ph, pw = kh // 2, kw // 2
+    St = S[:, :, a0:a0 + kh, b0:b0 + kw].permute(2, 3, 1, 0).reshape(n, C).contiguous()
+    rows = max(1, BUILD_CHUNK_BYTES // (8 * (h * w * n + 4 * C * (h + 2 * ph) * (w + 2 * pw))))
+    pad: dict[int, Tensor] = {}
+
+    def apply(U: Tensor) -> Tensor:
+        r = U.shape[0]
+        if r not in pad:  # zero border, interior rewritten at every step
+            pad[r] = U.new_zeros(r, h + 2 * ph, w + 2 * pw, C)
+        P = pad[r]
+        P[:, ph:ph + h, pw:pw + w] = U
+        sr, sy, sx, sc = P.stride()
+        cols = P.as_strided((r, h, w, kh, kw, C), (sr, sy, sx, sy, sx, sc)).reshape(r * h * w, n)
+        return (cols @ St).view(r, h, w, C)  # one float64 matmul, inner dimension n
+
+    return apply, lambda x: x.permute(0, 2, 3, 1).contiguous(), rows
+
+
 @torch.no_grad()
 def operator_matrix_with_error(layer: nn.Module, input_shape: tuple[int, ...],
                                norm_bound: float | None = None) -> tuple[Tensor, float]:
@@ -151,40 +227,60 @@ def operator_matrix_with_error(layer: nn.Module, input_shape: tuple[int, ...],
     map on these inputs, whose norm the layer's bound covers), the float64 rounding of the
     recurrence.
 
-    The layer's eval series in float64 (its eval filter ``S`` cast exactly), on the whole
-    identity basis at once: ``X`` = the unshuffled, channel-padded basis images as rows (0/1,
-    exact), ``A`` = :func:`conv_matrix` of ``S`` (exact copies), then Horner
-    ``U ← X + U·Aᵀ/i`` for ``i = T−1 … 1`` (SPEC §1.4; ``T − 1`` matrix products, the rows of
-    ``U`` are the layer's outputs on the basis images), truncated to ``c_out`` channels.
+    **Build.**  The layer's eval series in float64 (its eval filter ``S`` cast exactly) on
+    the identity basis, in chunks of basis rows (:data:`BUILD_CHUNK_BYTES` of working memory
+    each, on the layer's device): ``X`` = the unshuffled, channel-padded basis images (0/1,
+    exact), then Horner ``U ← X + (1/i)·conv(U, S)`` for ``i = T−1 … 1`` (SPEC §1.4; the rows
+    of ``U`` are the layer's outputs on the basis images), truncated to ``c_out`` channels.
+    ``conv(U, S)`` is, by :func:`build_plan`, either an explicit im2col (:func:`_step`: the
+    ``kh×kw`` windows of the zero-padded images, restricted to the taps of ``S`` that meet
+    the image, copied — exact copies of entries of ``U`` and exact zeros — into a column
+    matrix, then ONE float64 matrix product with the ``n × C`` filter, ``n = C·kh·kw``) or,
+    on images so small that ``C·h·w ≤ n`` (2×2 with a 3×3 filter, 1×1), the product with
+    the dense convolution matrix :func:`conv_matrix` (inner dimension ``n = C·h·w``).
+    torch's ``conv2d`` is not used: its algorithm (Winograd, FFT, ...) is not ours to choose
+    and not a dot product per entry; a float64 matrix product is (BLAS/cuBLAS ``dgemm``: each
+    entry a sum of the ``n`` products in an order of its choosing, blocked or split, never a
+    fast-matrix-multiplication scheme, never TF32 —
+    that applies to float32 only); then ``torch.add(X, Y, alpha=fl(1/i))``.
 
-    Error (Higham §3.5, :mod:`lipcli.numerics.rounding`): one ``addmm`` with inner dimension
-    ``n`` and the rounded ``α = fl(1/i)`` is entrywise off by at most
-    ``γ_{n+3}(|X| + |U||A|ᵀ/i)``, in Frobenius norm ``δ_i ≤ γ_{n+3}(‖X‖_F + ‖Û‖_F‖A‖_F/i)``;
-    the error carried from the previous step grows by at most ``‖A‖₂/i ≤ b/i`` with ``b``
-    (``norm_bound``, default :meth:`SOC.spectral_bound`) the guaranteed bound on ``‖S‖₂`` that
-    also bounds the zero-padded convolution on a finite image.  So ``E ← E·b/i + δ_i`` and
-    ``‖M − P‖₂ ≤ ‖M − P‖_F ≤ E`` (truncating channels does not increase it); every scalar
-    operation is rounded up by :func:`~lipcli.numerics.rounding.round_up`."""
+    **Error** (Higham §3.5, :mod:`lipcli.numerics.rounding`).  Each entry of a step is
+    ``x + α̂·ŷ`` with ``ŷ`` one length-``n`` dot product in float64 (any order), ``α̂ =
+    fl(1/i)`` (one rounding), the product and the sum (two more), so it is off from
+    ``x + (1/i)·Σ s_j u_j`` by at most ``γ_{n+3}(|x| + Σ|s_j||u_j|/i)``; in Frobenius norm
+    over a chunk, ``δ_i ≤ γ_{n+3}(‖X‖_F + ‖Û‖_F‖A‖_F/i)`` with ``A`` the convolution matrix
+    (:func:`_conv_fro_bound`).  The error carried from the previous step grows by at most
+    ``‖A‖₂/i ≤ b/i``, ``b`` (``norm_bound``, default :meth:`SOC.spectral_bound`) the
+    guaranteed bound on ``‖S‖₂`` that also bounds the zero-padded convolution on a finite
+    image.  So per chunk ``E ← E·b/i + δ_i``, and ``‖M − P‖₂ ≤ ‖M − P‖_F ≤ √(Σ_chunks E²)``
+    (truncating channels does not increase it); every scalar step is rounded up by
+    :func:`~lipcli.numerics.rounding.round_up`, whose relative margin (``e ≥ γ·‖X‖_F ≥
+    1e-16``) also covers underflow (at most ``(n+3)·2⁻¹⁰⁷⁴`` per entry)."""
     S = layer.skew_filter().to(torch.float64)
     b = float(layer.spectral_bound()) if norm_bound is None else float(norm_bound)
-    d_in = math.prod(input_shape)
-    basis = torch.eye(d_in, dtype=torch.float64).view(d_in, *input_shape)
-    X = layer._prepare_input(basis).contiguous()
-    _, C, h, w = X.shape
-    X = X.view(d_in, C * h * w)
-    A_t = conv_matrix(S, h, w).T
-    g = gamma(C * h * w + 3)
-    up = 1.0 + 2.0 * gamma(A_t.numel() + 2)
-    a_fro = math.sqrt(float(A_t.square().sum()) * up) * up
-    x_fro = math.sqrt(d_in)
-    err = 0.0
-    U = X
-    for i in range(int(layer.eval_terms) - 1, 0, -1):
-        u_fro = math.sqrt(float(U.square().sum()) * up) * up
-        err = round_up(err * b / i + g * (x_fro + u_fro * a_fro / i))
-        U = torch.addmm(X, U, A_t, alpha=1.0 / i)
-    U = U.view(d_in, C, h, w)[:, : int(layer.out_channels)]
-    return U.reshape(d_in, -1).T.contiguous(), err
+    shape = tuple(int(d) for d in input_shape)
+    d_in = math.prod(shape)
+    C, c_out, terms = int(layer.channels), int(layer.out_channels), int(layer.eval_terms)
+    h, w = shape[1] // layer.stride, shape[2] // layer.stride
+    method, n, _ = build_plan(layer, shape)
+    apply, layout, rows = _step(S, method, n, h, w)
+    g = gamma(n + 3)
+    a_fro = _conv_fro_bound(S, h, w)
+    out = torch.empty(d_in, c_out, h, w, dtype=torch.float64, device=S.device)
+    err_sq = 0.0
+    for r0 in range(0, d_in, rows):
+        r1 = min(d_in, r0 + rows)
+        basis = torch.zeros(r1 - r0, d_in, dtype=torch.float64, device=S.device)
+        basis[torch.arange(r1 - r0), torch.arange(r0, r1)] = 1.0
+        X = layout(layer._prepare_input(basis.view(-1, *shape)))
+        x_fro, err, U = math.sqrt(r1 - r0), 0.0, X
+        for i in range(terms - 1, 0, -1):
+            u_fro = _fro_bound(U, U.numel())
+            err = round_up(err * b / i + g * (x_fro + u_fro * a_fro / i))
+            U = torch.add(X, apply(U), alpha=1.0 / i)
+        out[r0:r1] = (U.permute(0, 3, 1, 2) if method == "im2col" else U)[:, :c_out]
+        err_sq = round_up(err_sq + round_up(err * err))
+    return out.view(d_in, -1).T.contiguous(), round_up(math.sqrt(err_sq))
 
 
 def linear_map(layer: nn.Module, input_shape: tuple[int, ...]) -> LinearMap:
@@ -198,8 +294,9 @@ def lower_soc(layer: nn.Module, context: Any = None) -> nn.Module:
     """The export (and eval) stand-in of a SOC layer: a dense
     :class:`~lipcli.sdk.lowering.DenseOperator` when ``context`` (an
     :class:`~lipcli.sdk.export.ExportContext`) gives the input shape, the float32 matrix fits
-    ``context.dense_max_bytes`` and one matrix product costs at most ``1/DENSE_MIN_GAIN`` of
-    the series' operations (:func:`~lipcli.sdk.lowering.dense_lowering`); else
+    ``context.dense_max_bytes``, one matrix product costs at most ``1/DENSE_MIN_GAIN`` of
+    the series' operations and the build pays off on ``context.inputs``
+    (:func:`~lipcli.sdk.lowering.dense_lowering`); else
     :class:`ExportedSOC`.  The choice is described in the returned module's
     ``export_lowering``."""
     series = ExportedSOC.from_layer(layer)
@@ -209,13 +306,14 @@ def lower_soc(layer: nn.Module, context: Any = None) -> nn.Module:
     shape = tuple(int(d) for d in context.input_shape)
     out = output_shape(layer, shape)
     conv_flops = series_flops(layer, shape)
-    dense = dense_lowering(layer, context, conv_flops, out)
+    build = build_plan(layer, shape)[2]
+    dense = dense_lowering(layer, context, conv_flops, out, build_flops=build)
     if dense is not None:
         return dense
     d_in, d_out = math.prod(shape), math.prod(out)
     facts = {"input_shape": list(shape), "output_shape": list(out),
              "series_flops_per_image": conv_flops, "dense_flops_per_image": 2 * d_in * d_out,
-             "dense_mib": 4 * d_in * d_out / 2**20}
+             "dense_mib": 4 * d_in * d_out / 2**20, "build_flops": build}
     min_pixels = settings.CHANNELS_LAST_MIN_PIXELS
     series.channels_last = min_pixels is not None and out[1] * out[2] >= min_pixels
     series.export_lowering = {"lowering": "series", "convolutions": series.terms - 1,
