@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from lipcli.sdk.convbase import LipConvBase
 from lipcli.sdk.errors import LipError
 from lipcli.sdk.lowering import LinearMap
-from lipcli.sdk.lowering_conv import dense_lowering_at_gain, fourier_matrix
+from lipcli.sdk.lowering_conv import dense_lowering_at_gain, fourier_matrix, literal_facts
 
 
 def phases(size: int, k: int, bins: int, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -166,10 +166,7 @@ class FourierConvBase(LipConvBase):
             dense = dense_lowering_at_gain(self, context, flops, out_shape)
             if dense is not None:
                 return dense
-            d = math.prod(shape) * math.prod(out_shape)
-            facts = {"lowering": "fourier", "input_shape": list(shape), "output_shape": list(out_shape),
-                     "series_flops_per_image": flops, "dense_flops_per_image": 2 * d,
-                     "dense_mib": 4 * d / 2**20}
+            facts = literal_facts("fourier", shape, out_shape, flops)
         with torch.no_grad():
             stand_in = ExportedFourierConv(self.eval_operator(size), self.bias, size=size, stride=self.stride)
         if facts:

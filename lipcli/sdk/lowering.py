@@ -134,11 +134,13 @@ def pays_off(inputs: int | None, literal_flops: int, dense_flops: int, build_flo
 
 
 def dense_lowering(layer: nn.Module, context: Any, literal_flops: int,
-                   output_shape: tuple[int, ...], build_flops: int | None = None) -> DenseOperator | None:
+                   output_shape: tuple[int, ...], build_flops: int | None = None,
+                   min_gain: float = DENSE_MIN_GAIN) -> DenseOperator | None:
     """The dense stand-in of ``layer`` for ``context`` (an :class:`~lipcli.sdk.export.ExportContext`),
     or ``None`` when the layer should stay literal: no input shape, the float32 matrix over
-    ``context.dense_max_bytes``, one matrix product not ``DENSE_MIN_GAIN`` times cheaper than
-    ``literal_flops`` (the layer's operations per example), a build that does not pay off on
+    ``context.dense_max_bytes``, one matrix product not ``min_gain`` (default
+    ``DENSE_MIN_GAIN``) times cheaper than ``literal_flops`` (the layer's operations per
+    example), a build that does not pay off on
     ``context.inputs`` inputs (:func:`pays_off`; ``build_flops``: the operations of
     ``eval_linear_map``, default ``d_in·literal_flops``, the layer applied to every basis
     input), or no linear map offered.  The returned module describes itself in
@@ -149,7 +151,7 @@ def dense_lowering(layer: nn.Module, context: Any, literal_flops: int,
     d_in, d_out = math.prod(shape), math.prod(output_shape)
     dense_flops = 2 * d_in * d_out
     nbytes = 4 * d_in * d_out
-    if nbytes > int(context.dense_max_bytes) or dense_flops * DENSE_MIN_GAIN > literal_flops:
+    if nbytes > int(context.dense_max_bytes) or dense_flops * min_gain > literal_flops:
         return None
     build = d_in * int(literal_flops) if build_flops is None else int(build_flops)
     if not pays_off(getattr(context, "inputs", None), literal_flops, dense_flops, build):
@@ -164,4 +166,6 @@ def dense_lowering(layer: nn.Module, context: Any, literal_flops: int,
                              "series_flops_per_image": int(literal_flops),
                              "dense_flops_per_image": dense_flops, "dense_mib": nbytes / 2**20,
                              "build_flops": build, "bound_excess": dense.bound_excess}
+    if min_gain != DENSE_MIN_GAIN:
+        dense.export_lowering["min_gain"] = min_gain
     return dense

@@ -36,8 +36,8 @@ underflow).  The error of the whole matrix is itself block circulant with kernel
 ``√N·γ_{m−1}·‖fold(|K|)‖_F``.  Every scalar of the bound is rounded up.
 
 **When dense pays** (:func:`dense_lowering_at_gain`).  :func:`lipcli.sdk.lowering.dense_lowering`
-asks a matrix product to cost at most ``1/DENSE_MIN_GAIN = 1/4`` of the literal form's
-operations, a margin calibrated on SOC's series of real convolutions.  The literal forms of
+asks a matrix product to cost at most ``1/DENSE_MIN_GAIN`` of the literal form's
+operations (``DENSE_MIN_GAIN = 1.5``), a margin calibrated on SOC's series of real convolutions.  The literal forms of
 the circular-convolution layers are slower per operation than one matrix product (FFTs and
 complex products of a few pixels; circular padding gathers), so for them the dense form
 pays already at equal operation counts: on the strided layers of LipConvnet-5 width 16,
@@ -58,9 +58,9 @@ import torch
 from torch import Tensor
 
 from lipcli.numerics.rounding import ETA, UNIT_ROUNDOFF, gamma, round_up
-from lipcli.sdk.lowering import DENSE_MIN_GAIN, DenseOperator, dense_lowering
+from lipcli.sdk.lowering import DenseOperator, dense_lowering
 
-__all__ = ["CIRCULAR_MIN_GAIN", "circulant_matrix", "dense_lowering_at_gain", "circular_conv_kernel", "circular_conv_matrix", "fourier_kernel",
+__all__ = ["CIRCULAR_MIN_GAIN", "circulant_matrix", "dense_lowering_at_gain", "literal_facts", "circular_conv_kernel", "circular_conv_matrix", "fourier_kernel",
            "fourier_matrix", "trig_table", "unshuffle_columns"]
 
 #: a circular-convolution layer goes dense when one matrix product costs at most its
@@ -207,14 +207,21 @@ def circular_conv_matrix(K: Tensor, size: tuple[int, int], in_channels: int,
 
 def dense_lowering_at_gain(layer: Any, context: Any, literal_flops: int, output_shape: tuple[int, ...],
                            min_gain: float = CIRCULAR_MIN_GAIN) -> DenseOperator | None:
-    """:func:`lipcli.sdk.lowering.dense_lowering` with the layer's own gain ``min_gain``
-    instead of ``DENSE_MIN_GAIN`` (module docstring): dense when one matrix product costs at
-    most ``literal_flops/min_gain`` (and the matrix fits and the layer offers its map).  It
-    hands ``dense_lowering`` the cost ``literal_flops·DENSE_MIN_GAIN/min_gain`` (the same
-    test) and records the true ``series_flops_per_image`` and ``min_gain`` in
-    ``export_lowering``."""
-    scaled = math.ceil(int(literal_flops) * DENSE_MIN_GAIN / min_gain)
-    dense = dense_lowering(layer, context, scaled, output_shape)
-    if dense is not None:
-        dense.export_lowering.update(series_flops_per_image=int(literal_flops), min_gain=min_gain)
-    return dense
+    """:func:`lipcli.sdk.lowering.dense_lowering` with the circular layers' gain ``min_gain``
+    (module docstring) and their build cost: one float64 product ``2·d_in·d_out`` for the
+    kernel ``G`` and as many copies for the block-circulant matrix, ``4·d_in·d_out``."""
+    if context is None:
+        return None
+    d = math.prod(int(v) for v in context.input_shape) * math.prod(output_shape)
+    return dense_lowering(layer, context, literal_flops, output_shape, build_flops=4 * d,
+                          min_gain=min_gain)
+
+
+def literal_facts(lowering: str, input_shape: tuple[int, ...], output_shape: tuple[int, ...],
+                  literal_flops: int) -> dict[str, Any]:
+    """The ``export_lowering`` description of a layer that stays literal: its form, shapes,
+    operations per input and what the dense form would have cost."""
+    d = math.prod(input_shape) * math.prod(output_shape)
+    return {"lowering": lowering, "input_shape": list(input_shape), "output_shape": list(output_shape),
+            "series_flops_per_image": int(literal_flops), "dense_flops_per_image": 2 * d,
+            "dense_mib": 4 * d / 2**20}

@@ -49,7 +49,6 @@ filter ``√(1 + Σ_δ ‖KᵀK[δ] − I·[δ = 0]‖_F)`` is the tight one, ev
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -58,7 +57,7 @@ from torch import Tensor, nn
 
 from lipcli.sdk.convbase import LipConvBase
 from lipcli.sdk.lowering import LinearMap
-from lipcli.sdk.lowering_conv import circular_conv_matrix, dense_lowering_at_gain
+from lipcli.sdk.lowering_conv import circular_conv_matrix, dense_lowering_at_gain, literal_facts
 from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
 
 #: eval-mode Björck: stop when ``‖AᵀA − I‖_F`` (float64) is below this, at most
@@ -293,10 +292,7 @@ class BCOPConv(LipConvBase):
             dense = dense_lowering_at_gain(self, context, flops, out_shape)
             if dense is not None:
                 return dense
-            d = math.prod(shape) * math.prod(out_shape)
-            facts = {"lowering": "convolution", "input_shape": list(shape), "output_shape": list(out_shape),
-                     "series_flops_per_image": flops, "dense_flops_per_image": 2 * d,
-                     "dense_mib": 4 * d / 2**20}
+            facts = literal_facts("convolution", shape, out_shape, flops)
         with torch.no_grad():
             stand_in = ExportedBCOP(self.eval_operator(None), self.bias, stride=self.stride)
         if facts:
