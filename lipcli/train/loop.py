@@ -11,7 +11,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -27,8 +27,18 @@ from lipcli.train.evaluation import evaluate
 from lipcli.train.parts import Loaders, Optimization
 from lipcli.train.reporting import Reporter
 
-if TYPE_CHECKING:  # the run hands itself to its loop (lipcli.train.run imports this module)
-    from lipcli.train.run import TrainingRun
+class RunContext(Protocol):
+    """What the loop uses of the run that hands itself to it
+    (:class:`lipcli.train.run.TrainingRun`, which imports this module, not the reverse)."""
+
+    settings: Any
+    state: Any
+    model: nn.Module
+    data: Any
+    loaders: Loaders
+    optim: Optimization
+
+    def save_checkpoint(self, status: str = "running") -> None: ...
 
 
 def _interrupt_point() -> tuple[int, int] | None:
@@ -44,7 +54,7 @@ class TrainingLoop:
     """The epochs and steps of ``run`` (from its ``state.epoch`` to the configured epochs),
     and whether they are replayed from a CUDA graph (``graphed``, else ``graph_reason``)."""
 
-    run: TrainingRun
+    run: RunContext
     graphed: GraphedStep | None = None
     graph_reason: str | None = None
     graph_reported: bool = False
