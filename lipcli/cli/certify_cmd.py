@@ -8,7 +8,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from lipcli._util.constants import BUILD_FLOP_WEIGHT, DENSE_MIN_GAIN, describe_dense_max_mib_default
+from lipcli._util.constants import describe_dense_max_mib_default
+from lipcli.sdk.lowering_costs import BUILD_FLOP_WEIGHT, DENSE_MIN_GAIN
 from lipcli.certify.options import DEFAULT_RADII, CertifyOptions
 from lipcli.cli.common import ProgressBars, cli_errors, fail, print_json, stdout_console
 from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, ModelArgument,

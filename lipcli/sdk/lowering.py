@@ -44,14 +44,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lipcli._util.constants import BUILD_FLOP_WEIGHT, DENSE_MIN_GAIN
+from lipcli.sdk.lowering_costs import BUILD_FLOP_WEIGHT, DENSE_MIN_GAIN
 from lipcli.numerics.rounding import gamma, round_up
 
 #: name of the method a layer implements to offer its fixed linear map
 LINEAR_MAP_METHOD = "eval_linear_map"
 #: :data:`DENSE_MIN_GAIN` (one matrix product at least this many times cheaper than the
 #: literal layer) and :data:`BUILD_FLOP_WEIGHT` (a float64 build operation against a float32
-#: one saved) are defined torch-free in :mod:`lipcli._util.constants` (help texts read them)
+#: one saved) are defined torch-free in :mod:`lipcli.sdk.lowering_costs` (help texts read them)
 
 @dataclass
 class LinearMap:
