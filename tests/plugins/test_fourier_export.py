@@ -1,9 +1,10 @@
-"""``lip export`` of the BRO layer: the stand-in (:class:`ExportedFourierConv`, the layer's
-per-frequency reflectors baked) equals the eval-mode layer in float64 for even and odd sizes,
-non-square images, stride 2 and ``1 × 1`` images, both in its FFT form (pt2, TorchScript)
-and in its real-matrix form (ONNX); it follows parameter changes only when re-exported; it
-survives ``torch.export`` as aten operations only; a layer that has not seen an input says so
-(the ONNX program itself runs in lipcli's tests/plugins/test_zoo_export.py)."""
+"""``lip export`` of the Fourier-domain layers of lipcli-bro and lipcli-lot (one test for both:
+they share :class:`lipcli.sdk.fourier.FourierConvBase`): the stand-in
+(:class:`ExportedFourierConv`, the layer's per-frequency matrices baked) equals the eval-mode
+layer in float64 for even and odd sizes, non-square images, stride 2 and ``1 × 1`` images, both
+in its FFT form (pt2, TorchScript) and in its real-matrix form (ONNX); it follows parameter
+changes only when re-exported; it survives ``torch.export`` as aten operations only; a layer that
+has not seen an input says so (the ONNX program itself runs in test_zoo_export.py)."""
 
 from __future__ import annotations
 
@@ -13,25 +14,31 @@ import torch.nn.functional as F
 
 from lipcli.sdk.errors import LipError
 from lipcli_bro import BROConv
+from lipcli_lot import LOTConv
 from lipcli.sdk.fourier_export import ExportedFourierConv
 
-checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
+import plugin_export as checks
 
 #: (in, out, stride, H, W) before the rearrangement
 CASES = [(4, 4, 1, 6, 6), (4, 4, 1, 4, 5), (3, 8, 2, 8, 6), (8, 4, 1, 5, 7), (4, 4, 1, 6, 1),
          (4, 6, 2, 2, 2), (4, 4, 1, 1, 1)]
 
 
-def random_layer(cin: int, cout: int, stride: int, size: tuple[int, int], seed: int = 0) -> BROConv:
-    layer = checks.randomise_(BROConv(cin, cout, 3, stride).double().eval(), seed)
+@pytest.fixture(params=[BROConv, LOTConv], ids=["bro", "lot"])
+def conv(request):
+    return request.param
+
+
+def random_layer(conv, cin: int, cout: int, stride: int, size: tuple[int, int], seed: int = 0):
+    layer = checks.randomise_(conv(cin, cout, 3, stride).double().eval(), seed)
     with torch.no_grad():
         layer(torch.zeros(1, cin, *size, dtype=torch.float64))
     return layer
 
 
 @pytest.mark.parametrize("cin, cout, stride, h, w", CASES)
-def test_stand_in_equals_the_eval_layer(cin, cout, stride, h, w):
-    layer = random_layer(cin, cout, stride, (h, w), seed=cin + 10 * cout + h + w)
+def test_stand_in_equals_the_eval_layer(conv, cin, cout, stride, h, w):
+    layer = random_layer(conv, cin, cout, stride, (h, w), seed=cin + 10 * cout + h + w)
     x = torch.randn(3, cin, h, w, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     standin = checks.check_stand_in(layer, ExportedFourierConv, x)
     assert not any(b.is_complex() for b in standin.buffers())
@@ -41,20 +48,20 @@ def test_stand_in_equals_the_eval_layer(cin, cout, stride, h, w):
             assert checks.relative_error(real, layer(x)) <= 1e-12
 
 
-def test_stand_in_is_baked_at_export():
-    layer = random_layer(4, 4, 1, (6, 6))
+def test_stand_in_is_baked_at_export(conv):
+    layer = random_layer(conv, 4, 4, 1, (6, 6))
     x = torch.randn(2, 4, 6, 6, dtype=torch.float64)
     checks.check_stand_in_follows(layer, lambda: layer.weight.mul_(1.5).add_(0.3), x)
 
 
-def test_a_layer_that_has_not_seen_an_input_cannot_be_exported():
+def test_a_layer_that_has_not_seen_an_input_cannot_be_exported(conv):
     with pytest.raises(LipError, match="has not seen an input"):
-        BROConv(4, 4).eval().export_module()
+        conv(4, 4).eval().export_module()
 
 
 @pytest.mark.parametrize("stride, size", [(1, 6), (2, 2)])
-def test_stand_in_survives_torch_export(stride, size):
-    layer = random_layer(4, 8, stride, (size, size), seed=stride)
+def test_stand_in_survives_torch_export(conv, stride, size):
+    layer = random_layer(conv, 4, 8, stride, (size, size), seed=stride)
     program = checks.aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
     x = torch.randn(5, 4, size, size, dtype=torch.float64)
     with torch.no_grad():
