@@ -34,10 +34,17 @@ from lipcli.lipschitz.report import lipschitz_report
 
 
 def _flop_per_input(network: nn.Module, shape: tuple[int, ...], device: torch.device) -> int:
-    """Floating-point operations of one input's feature pass (torch's flop counter)."""
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        network.features(torch.zeros((1, *shape), device=device))
-    return int(counter.get_total_flops())
+    """Floating-point operations that one more input adds to a feature pass (torch's flop
+    counter): the count on two inputs minus the count on one, after a warm-up pass, so that
+    work done once per pass or cached on the first one (filters, σ) is not charged per input."""
+    counts = []
+    with torch.no_grad():
+        network.features(torch.zeros((1, *shape), device=device))  # warm-up: caches filled
+        for batch in (1, 2):
+            with FlopCounterMode(display=False) as counter:
+                network.features(torch.zeros((batch, *shape), device=device))
+            counts.append(int(counter.get_total_flops()))
+    return counts[1] - counts[0]
 
 
 def feature_paths(model: nn.Module, shape: tuple[int, ...], batch_size: int, rounds: int,

@@ -108,6 +108,28 @@ def _has_fused_conv_add() -> bool:
 FUSED_CONV_ADD: bool = _has_fused_conv_add()
 
 
+def _register_flop_formula() -> None:
+    """Teach torch's flop counter (:class:`torch.utils.flop_counter.FlopCounterMode`, which
+    ``lip bench certify`` reports) the oneDNN convolution the fused Horner step calls: the
+    multiply-adds of its convolution, as for ``conv2d`` (the fused add is elementwise and not
+    counted, like a bias).  Without it the counter skips those convolutions."""
+    if not FUSED_CONV_ADD:
+        return
+    from torch.utils import flop_counter
+
+    packet = torch.ops.mkldnn._convolution_pointwise
+    if packet in flop_counter.flop_registry:
+        return
+
+    @flop_counter.register_flop_formula(packet)
+    def _onednn_conv_flops(*args: Any, out_shape: Any = None, **_kwargs: Any) -> int:
+        weight = args[2] if len(args) >= 13 else args[1]  # .binary(X, other, W, ...) / (X, W, ...)
+        return flop_counter.conv_flop_count(list(args[0]), list(weight), list(out_shape))
+
+
+_register_flop_formula()
+
+
 def _onednn_float32(x: Tensor) -> bool:
     """Whether the fused oneDNN convolution-plus-add exists for tensors like ``x``."""
     return FUSED_CONV_ADD and x.device.type == "cpu" and x.dtype == torch.float32

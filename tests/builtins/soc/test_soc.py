@@ -254,6 +254,25 @@ def test_fused_convolution_add_equals_convolution_then_add(sign, k, fmt):
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_flop_counter_counts_every_convolution_of_the_eval_series(monkeypatch, fused):
+    """torch's flop counter (what ``lip bench certify`` reports) sees every convolution of
+    the eval series, the fused oneDNN convolution-plus-add included (it skipped them)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if fused and not series.FUSED_CONV_ADD:
+        pytest.skip("no oneDNN fused convolution here")
+    monkeypatch.setattr(series, "FUSED_CONV_ADD", fused)
+    C, hw, batch = 4, 16, 3  # activations outnumber the filter entries: the fused path on CPU
+    layer = SOC(C, C, 3).eval()
+    x = torch.randn(batch, C, hw, hw)
+    with torch.no_grad():
+        layer(x)  # the eval filter is cached on the first call
+        with FlopCounterMode(display=False) as counter:
+            layer(x)
+    assert counter.get_total_flops() == 2 * (layer.eval_terms - 1) * C * C * 9 * hw * hw * batch
+
+
 class _FakeInput:
     """Stands in for a tensor where only ``device`` and ``shape`` are read (no GPU here)."""
 
