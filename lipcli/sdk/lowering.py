@@ -25,8 +25,9 @@ float64 matrix ``M₆₄`` rounded once to float32.  With ``P`` the exact map th
 where ``e ≥ ‖M₆₄ − P‖₂`` is the layer's own float64 error bound (:attr:`LinearMap.error`)
 and ``r ≥ ‖M₃₂ − M₆₄‖₂`` is computed from the rounding error itself: ``Δ = M₃₂ − M₆₄`` is
 exact in float64 (the rounding error of float64 → float32 has at most 29 significant bits),
-and ``‖Δ‖₂ ≤ min(‖Δ‖_F, √(‖Δ‖₁‖Δ‖_∞))``, each a sum of ``≤ d`` non-negative float64 terms,
-rounded up by ``(1 + 2γ_{d+2})`` (:mod:`lipcli.numerics.rounding`).  (Entrywise
+and ``‖Δ‖₂ ≤ min(‖Δ‖_F, √(‖Δ‖₁‖Δ‖_∞))``, each from sums of at most ``N = d_out·d_in``
+non-negative float64 terms (in any order and chunking), rounded up by ``(1 + 2γ_{N+2})``
+(:mod:`lipcli.numerics.rounding`).  (Entrywise
 ``|Δ| ≤ 2⁻²⁴|M₆₄|``, so ``r ≤ 2⁻²⁴‖M₆₄‖_F``; the computed value is usually a few times
 smaller.)  :attr:`DenseOperator.bound_excess` ``= e + r`` (rounded up) is what the lowered
 network's guaranteed bound adds to the layer's ``U``.  The float32 rounding of *applying*
@@ -73,15 +74,28 @@ class LinearMap:
     dtype: torch.dtype = torch.float32
 
 
+#: rows of the float64 rounding error formed at once by :func:`rounding_excess` (bounds its
+#: working memory to a few copies of this many rows, not of the whole matrix)
+EXCESS_CHUNK_ROWS = 1024
+
+
 def rounding_excess(matrix64: Tensor, rounded: Tensor) -> float:
-    """A guaranteed upper bound on ``‖rounded − matrix64‖₂`` (see the module docstring)."""
-    delta = rounded.to(torch.float64) - matrix64  # exact
-    if delta.numel() == 0:
+    """A guaranteed upper bound on ``‖rounded − matrix64‖₂`` (see the module docstring).
+    Formed in chunks of :data:`EXCESS_CHUNK_ROWS` rows; every sum (of at most ``numel``
+    non-negative terms, in any order and any chunking) is rounded up by ``(1 + 2γ_{numel+2})``."""
+    if matrix64.numel() == 0:
         return 0.0
-    a = delta.abs()
-    up = 1.0 + 2.0 * gamma(max(delta.shape) + 2)
-    fro = math.sqrt(float(a.square().sum()) * up) * up
-    holder = math.sqrt(float(a.sum(0).max()) * up * float(a.sum(1).max()) * up) * up
+    rows, cols = matrix64.shape[0], matrix64.shape[-1]
+    square_sum, row_max = 0.0, 0.0
+    col_sums = torch.zeros(cols, dtype=torch.float64, device=matrix64.device)
+    for r0 in range(0, rows, EXCESS_CHUNK_ROWS):
+        a = (rounded[r0:r0 + EXCESS_CHUNK_ROWS].to(torch.float64) - matrix64[r0:r0 + EXCESS_CHUNK_ROWS]).abs_()
+        row_max = max(row_max, float(a.sum(1).max()))
+        col_sums += a.sum(0)
+        square_sum += float(a.square_().sum())
+    up = 1.0 + 2.0 * gamma(matrix64.numel() + 2)
+    fro = math.sqrt(square_sum * up) * up
+    holder = math.sqrt(float(col_sums.max()) * up * row_max * up) * up
     return round_up(min(fro, holder))
 
 
