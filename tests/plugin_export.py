@@ -11,14 +11,11 @@ from typing import Callable
 import torch
 from torch import nn
 
+from lipcli.testing import randomise_parameters
 
-def randomise_(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
-    """Every parameter of ``module`` drawn ``scale · N(0, 1)`` from a seeded generator."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    return module
+
+#: every parameter redrawn ``scale · N(0, 1)`` from a seeded generator (the SDK's helper)
+randomise_ = randomise_parameters
 
 
 def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
@@ -59,6 +56,35 @@ def aten_program(module: nn.Module, example: torch.Tensor) -> Callable[[torch.Te
     targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
     assert targets and all(t.startswith("aten.") or "getitem" in t for t in targets), targets
     return program.module()
+
+
+#: runs an exported file (``fmt, path, images.npy, outputs.npz``) with every ``lipcli*`` module
+#: (lipcli and any plugin package) unimportable; saves the program's outputs to the ``.npz``
+#: and prints, last, the JSON list of ``lipcli*`` modules that were loaded (must be empty)
+ISOLATED_RUNNER = r'''
+import json, sys
+class _NoLipcli:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.split(".")[0].startswith("lipcli"):
+            raise ImportError(f"{name} is blocked in this interpreter")
+        return None
+sys.meta_path.insert(0, _NoLipcli)      # any import of lipcli or a plugin now fails
+import numpy as np
+fmt, path, images, out = sys.argv[1:]
+x = np.load(images)
+if fmt == "onnx":
+    import onnxruntime as ort
+    result = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+else:
+    import torch
+    program = torch.export.load(path).module() if fmt == "pt2" else torch.jit.load(path)
+    with torch.no_grad():
+        result = program(torch.from_numpy(x))
+    result = [t.numpy() for t in (result if isinstance(result, (tuple, list)) else [result])]
+np.savez(out, *result)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("lipcli") and sys.modules[m] is not None)))
+'''
 
 
 def run_exported_program(tmp_path, runner_script: str, fmt: str, exported, images):

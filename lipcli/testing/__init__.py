@@ -22,7 +22,9 @@ naturally inside pytest) and returns a small report of what it measured.
 * :func:`check_activation_spec`, :func:`check_gradient_norm_preserving`,
   :func:`check_head_lipschitz` -- activations and heads; :func:`check_channel_module` holds
   the module checks pools and activations share.
-* :func:`check_conv_spec`, :func:`check_conv_network_bound` -- convolutions.
+* :func:`check_conv_spec`, :func:`check_conv_network_bound` -- convolutions;
+  :func:`affine_matrix`, :func:`singular_values` and :func:`randomise_parameters` for a
+  layer's own tests (its dense matrix, its spectrum, weights unlike the initialisation's).
 * :func:`check_model_roundtrip` -- builds a tiny LipConvnet with your component through
   :func:`lipcli.host.models.create_model` (``width=4``), saves it as a lipcli model file, loads it
   back through the plugin registry and checks identical logits.
@@ -60,6 +62,8 @@ from lipcli.testing.conv import (
     affine_matrix,
     check_conv_network_bound,
     check_conv_spec,
+    randomise_parameters,
+    singular_values,
 )
 from lipcli.testing.lipschitz import LipschitzReport, check_one_lipschitz
 from lipcli.testing.model import RoundtripReport, check_model_roundtrip
@@ -96,4 +100,6 @@ __all__ = [
     "check_state_roundtrip",
     "declared_lipschitz_bound",
     "installed_plugin_modules",
+    "randomise_parameters",
+    "singular_values",
 ]

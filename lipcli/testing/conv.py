@@ -102,6 +102,23 @@ def affine_matrix(
     return (out[:n] - out[n:]).reshape(n, -1).T
 
 
+def singular_values(module: Any, shape: tuple[int, ...]) -> torch.Tensor:
+    """Singular values (float64, descending) of the affine ``module``'s matrix on inputs of
+    ``shape`` (:func:`affine_matrix`)."""
+    return torch.linalg.svdvals(affine_matrix(module, shape).double())
+
+
+def randomise_parameters(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
+    """Every parameter of ``module`` redrawn ``scale · N(0, 1)`` (in its own dtype) from a
+    generator seeded with ``seed``, in place; returns ``module``.  Layers checked only at
+    their initialisation hide the bugs of trained weights (large, asymmetric, unnormalised)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return module
+
+
 def is_affine(module: nn.Module) -> bool:
     """Whether a conv module is an affine map (the default; ``lip_affine = False`` says not)."""
     return bool(getattr(module, "lip_affine", True))

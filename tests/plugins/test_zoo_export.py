@@ -19,7 +19,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from plugin_export import run_exported_program  # tests/ helper shared with tests/export
+from plugin_export import ISOLATED_RUNNER, run_exported_program  # tests/ helper shared with tests/export
 from lipcli.cli import app
 from lipcli.lipschitz.bound import guaranteed_upper_bound
 from lipcli.host.models import create_model, load_model, save_model
@@ -40,28 +40,6 @@ ZOO = {
 HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
 needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="needs the lipcli[onnx] extra")
 runner = CliRunner()
-
-#: runs an exported file with lipcli and every plugin package made unimportable
-RUNNER_SCRIPT = r'''
-import json, sys
-for blocked in ("lipcli", "lipcli_aol", "lipcli_bcop", "lipcli_cayley", "lipcli_sll", "lipcli_householder",
-                "lipcli_polygon_pool", "lipcli_ortho_head", "lipcli_bro", "lipcli_lot"):
-    sys.modules[blocked] = None          # any import of them now fails
-import numpy as np
-fmt, path, images, out = sys.argv[1:]
-x = np.load(images)
-if fmt == "onnx":
-    import onnxruntime as ort
-    result = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"image": x})
-else:
-    import torch
-    program = torch.export.load(path).module() if fmt == "pt2" else torch.jit.load(path)
-    with torch.no_grad():
-        result = program(torch.from_numpy(x))
-    result = [t.numpy() for t in (result if isinstance(result, (tuple, list)) else [result])]
-np.savez(out, *result)
-print(json.dumps(sorted(m for m in sys.modules if m.startswith("lipcli") and sys.modules[m] is not None)))
-'''
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +72,7 @@ def make_model(path: Path, *, conv: str, activation: str = "maxmin", pool: str =
 
 
 def run_isolated(tmp_path: Path, fmt: str, exported: Path, images: np.ndarray) -> list[np.ndarray]:
-    loaded, data = run_exported_program(tmp_path, RUNNER_SCRIPT, fmt, exported, images)
+    loaded, data = run_exported_program(tmp_path, ISOLATED_RUNNER, fmt, exported, images)
     assert loaded == []  # nothing of lipcli loaded
     return [data[f"arr_{i}"] for i in range(len(data.files))]
 

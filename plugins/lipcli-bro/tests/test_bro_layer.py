@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import lipcli_bro.plugin as plugin
 from lipcli.sdk.specs import ConvSpec
-from lipcli.testing import affine_matrix, check_conv_spec
+from lipcli.testing import affine_matrix, check_conv_spec, randomise_parameters, singular_values
 from lipcli_bro import BROConv, block_reflector
 from lipcli.sdk.fourier import kernel_spectrum
 
@@ -27,20 +27,8 @@ CASES = [(4, 4, 3, 1, 6), (3, 4, 3, 1, 6), (8, 4, 3, 1, 6), (4, 16, 3, 2, 6), (4
          (4, 16, 1, 2, 2), (8, 8, 1, 1, 1), (4, 4, 3, 1, 5)]
 
 
-def randomised(layer: BROConv, seed: int, scale: float = 1.0) -> BROConv:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    return layer
-
-
-def svals(layer: BROConv, cin: int, size: int) -> torch.Tensor:
-    return torch.linalg.svdvals(affine_matrix(layer, (cin, size, size)))
-
-
 def assert_orthogonal(layer: BROConv, cin: int, size: int) -> None:
-    s = svals(layer, cin, size)
+    s = singular_values(layer, (cin, size, size))
     assert float((s - 1).abs().max()) <= TOL, (float(s.min()), float(s.max()))
     assert float(s.max()) <= layer.lipschitz_upper_bound() < 1 + 1e-10
 
@@ -91,13 +79,13 @@ def test_cholesky_factor_gives_the_same_reflector(c, r):
 def test_cholesky_factor_trains_and_is_bounded(stride, size):
     """``factor=cholesky``: gradients against finite differences, and the dense Jacobian of
     the layer it trains (eval: the same factor) within the layer's verified bound."""
-    layer = randomised(BROConv(2, 4, 3, stride, rank=2, factor="cholesky").double(), seed=5).train()
+    layer = randomise_parameters(BROConv(2, 4, 3, stride, rank=2, factor="cholesky").double(), seed=5).train()
     x = torch.randn(1, 2, size, size, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda w, z: torch.func.functional_call(
         layer, {"weight": w, "bias": layer.bias}, (z,)), (layer.weight.detach().requires_grad_(), x),
         fast_mode=True)
     layer.eval()
-    s = svals(layer, 2, size)
+    s = singular_values(layer, (2, size, size))
     assert float(s.max()) <= layer.lipschitz_upper_bound() < 1 + 1e-10
     with pytest.raises(ValueError, match="factor"):
         BROConv(2, 4, factor="lu")
@@ -124,7 +112,7 @@ def test_auto_factor_on_cuda_trains_with_cholesky_and_evaluates_with_qr():
 
 @pytest.mark.parametrize("cin, cout, k, stride, size", CASES)
 def test_random_parameters_are_orthogonal(cin, cout, k, stride, size):
-    layer = randomised(BROConv(cin, cout, k, stride).double().eval(), seed=cin + cout + k + stride)
+    layer = randomise_parameters(BROConv(cin, cout, k, stride).double().eval(), seed=cin + cout + k + stride)
     assert_orthogonal(layer, cin, size)
 
 
@@ -153,14 +141,14 @@ def test_perturbed_and_trained_parameters_are_orthogonal(cin, cout, k, stride, s
 
 @pytest.mark.parametrize("cin, cout, k, stride, size", CASES[:5])
 def test_float32_parameters_cast_to_float64_are_orthogonal(cin, cout, k, stride, size):
-    layer32 = randomised(BROConv(cin, cout, k, stride), seed=7)
+    layer32 = randomise_parameters(BROConv(cin, cout, k, stride), seed=7)
     layer = BROConv(cin, cout, k, stride).double().eval()
     layer.load_state_dict({k_: v.double() for k_, v in layer32.state_dict().items()})  # exact
     assert_orthogonal(layer, cin, size)
 
 
 def test_float32_bound_covers_the_float32_matrices():
-    layer = randomised(BROConv(8, 8, 3), seed=0).eval()
+    layer = randomise_parameters(BROConv(8, 8, 3), seed=0).eval()
     with torch.no_grad():
         layer(torch.randn(2, 8, 6, 6))
     bound = layer.lipschitz_upper_bound()
@@ -172,7 +160,7 @@ def test_float32_bound_covers_the_float32_matrices():
 
 @pytest.mark.parametrize("stride, size", [(1, 4), (2, 4), (1, 1)])
 def test_gradients_match_finite_differences(stride, size):
-    layer = randomised(BROConv(2, 4, 3, stride, rank=2).double(), seed=5).train()
+    layer = randomise_parameters(BROConv(2, 4, 3, stride, rank=2).double(), seed=5).train()
     x = torch.randn(1, 2, size, size, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda w, z: torch.func.functional_call(
         layer, {"weight": w, "bias": layer.bias}, (z,)), (layer.weight.detach().requires_grad_(), x),
@@ -239,7 +227,7 @@ def test_equals_an_independent_dense_computation(cin, cout, size):
     convolution, ``I − 2V(VᵀV)⁻¹Vᵀ`` restricted to the first ``out`` output and ``in`` input
     channels, equals the layer's dense Jacobian to 1e-10 (float64): an implementation
     without FFTs, QR or per-frequency matrices."""
-    layer = randomised(BROConv(cin, cout, 3).double().eval(), seed=cin * cout + size)
+    layer = randomise_parameters(BROConv(cin, cout, 3).double().eval(), seed=cin * cout + size)
     V = circular_conv_matrix(layer.weight, size)  # (c·HW, r·HW)
     eye = torch.eye(V.shape[0], dtype=torch.float64)
     W = eye - 2 * V @ torch.linalg.solve(V.T @ V, V.T)

@@ -25,28 +25,6 @@ from lipcli_liresnet.residual import ResidualConv
 checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
 HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
 
-RUNNER_SCRIPT = r'''
-import json, sys
-for blocked in ("lipcli", "lipcli_liresnet", "lipcli_logit_annealing", "lipcli_aol", "lipcli_bcop",
-                "lipcli_cayley"):
-    sys.modules[blocked] = None          # any import of them now fails
-import numpy as np
-fmt, path, images, out = sys.argv[1:]
-x = np.load(images)
-if fmt == "onnx":
-    import onnxruntime as ort
-    result = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"image": x})
-else:
-    import torch
-    program = torch.export.load(path).module() if fmt == "pt2" else torch.jit.load(path)
-    with torch.no_grad():
-        result = program(torch.from_numpy(x))
-    result = [t.numpy() for t in (result if isinstance(result, (tuple, list)) else [result])]
-np.savez(out, *result)
-print(json.dumps(sorted(m for m in sys.modules if m.startswith("lipcli") and sys.modules[m] is not None)))
-'''
-
-
 @pytest.fixture(scope="module")
 def registered():
     added = "liresnet" not in get_registry().names("arch")
@@ -88,7 +66,7 @@ def test_round_trip_without_lipcli(registered, tmp_path, fmt):
     assert report["check"]["max_rel_logit_diff"] <= 1e-5 and report["check"]["prediction_mismatches"] == 0
     assert report["record"]["config"]["arch"]["name"] == "liresnet"
     images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(3))
-    loaded, data = checks.run_exported_program(tmp_path, RUNNER_SCRIPT, fmt, Path(report["output"]),
+    loaded, data = checks.run_exported_program(tmp_path, checks.ISOLATED_RUNNER, fmt, Path(report["output"]),
                                                images.numpy())
     assert loaded == []  # nothing of lipcli or the plugins was imported
     logits, radius = data["arr_0"], data["arr_1"]

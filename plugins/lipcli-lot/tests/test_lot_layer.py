@@ -20,7 +20,7 @@ import torch
 
 import lipcli_lot.plugin as plugin
 from lipcli.sdk.specs import ConvSpec
-from lipcli.testing import affine_matrix, check_conv_spec
+from lipcli.testing import affine_matrix, check_conv_spec, randomise_parameters, singular_values
 from lipcli_lot import LOTConv, lot_polar
 from lipcli_lot.lot import certified_gram_norm_upper_bound, gershgorin_norm_upper_bounds, polar_norm_upper_bound
 
@@ -28,20 +28,8 @@ CASES = [(4, 4, 3, 1, 6), (3, 4, 3, 1, 6), (8, 4, 3, 1, 6), (4, 16, 3, 2, 6), (4
          (4, 16, 1, 2, 2), (8, 8, 1, 1, 1), (4, 4, 3, 1, 5)]
 
 
-def randomised(layer: LOTConv, seed: int, scale: float = 1.0) -> LOTConv:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    return layer
-
-
-def svals(layer: LOTConv, cin: int, size: int) -> torch.Tensor:
-    return torch.linalg.svdvals(affine_matrix(layer, (cin, size, size)))
-
-
 def assert_bounded(layer: LOTConv, cin: int, size: int) -> float:
-    s = svals(layer, cin, size)
+    s = singular_values(layer, (cin, size, size))
     bound = layer.lipschitz_upper_bound()
     assert float(s.max()) <= bound * (1 + 1e-12) and bound <= 1 + 1e-10, (float(s.max()), bound)
     return bound
@@ -98,14 +86,14 @@ def test_bound_parts_cover_exact_norms_and_are_tight():
 @pytest.mark.parametrize("cin, cout, k, stride, size", CASES)
 @pytest.mark.parametrize("iterations", [2, 10])
 def test_random_parameters_are_below_the_bound(cin, cout, k, stride, size, iterations):
-    layer = randomised(LOTConv(cin, cout, k, stride, iterations=iterations).double().eval(), seed=cin + cout)
+    layer = randomise_parameters(LOTConv(cin, cout, k, stride, iterations=iterations).double().eval(), seed=cin + cout)
     assert_bounded(layer, cin, size)
 
 
 @pytest.mark.parametrize("cin, cout, k, stride, size", CASES)
 def test_converged_layers_are_orthogonal(cin, cout, k, stride, size):
     layer = well_conditioned(LOTConv(cin, cout, k, stride, iterations=40, eps=0.0).double().eval(), seed=cin)
-    s = svals(layer, cin, size)
+    s = singular_values(layer, (cin, size, size))
     assert float((s - 1).abs().max()) <= 1e-9
     assert float(s.max()) <= layer.lipschitz_upper_bound() < 1 + 1e-10
 
@@ -132,7 +120,7 @@ def test_perturbed_and_trained_parameters_are_below_the_bound(cin, cout, k, stri
 
 @pytest.mark.parametrize("cin, cout, k, stride, size", CASES[:5])
 def test_float32_parameters_cast_to_float64_are_below_the_bound(cin, cout, k, stride, size):
-    layer32 = randomised(LOTConv(cin, cout, k, stride), seed=7)
+    layer32 = randomise_parameters(LOTConv(cin, cout, k, stride), seed=7)
     layer = LOTConv(cin, cout, k, stride).double().eval()
     layer.load_state_dict({k_: v.double() for k_, v in layer32.state_dict().items()})  # exact
     assert_bounded(layer, cin, size)
@@ -140,7 +128,7 @@ def test_float32_parameters_cast_to_float64_are_below_the_bound(cin, cout, k, st
 
 @pytest.mark.parametrize("iterations", [2, 10])
 def test_float32_bound_covers_the_float32_matrices(iterations):
-    layer = randomised(LOTConv(8, 8, 3, iterations=iterations), seed=0).eval()
+    layer = randomise_parameters(LOTConv(8, 8, 3, iterations=iterations), seed=0).eval()
     with torch.no_grad():
         layer(torch.randn(2, 8, 6, 6))
     bound = layer.lipschitz_upper_bound()
@@ -152,7 +140,7 @@ def test_float32_bound_covers_the_float32_matrices(iterations):
 
 @pytest.mark.parametrize("stride, size", [(1, 4), (2, 4), (1, 1)])
 def test_gradients_match_finite_differences(stride, size):
-    layer = randomised(LOTConv(2, 4, 3, stride, iterations=3).double(), seed=5).train()
+    layer = randomise_parameters(LOTConv(2, 4, 3, stride, iterations=3).double(), seed=5).train()
     x = torch.randn(1, 2, size, size, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda w, z: torch.func.functional_call(
         layer, {"weight": w, "bias": layer.bias}, (z,)), (layer.weight.detach().requires_grad_(), x),

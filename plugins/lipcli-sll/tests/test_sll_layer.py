@@ -10,7 +10,7 @@ import torch
 import lipcli_sll.plugin as plugin
 from lipcli.lipschitz.promises import perturbed_copies
 from lipcli.sdk.specs import ConvSpec
-from lipcli.testing import check_conv_spec
+from lipcli.testing import check_conv_spec, randomise_parameters
 from lipcli.testing.conv import jacobian_singular_values, pair_ratio
 from lipcli_sll import SLLConv, sll_residual, sll_scale, sll_t
 
@@ -22,12 +22,7 @@ CASES = [(4, 4, 3, 1, 6), (3, 4, 3, 1, 6), (4, 16, 3, 2, 6), (4, 16, 1, 2, 2),
 
 def randomised(layer: SLLConv, seed: int, scale: float = 1.0) -> SLLConv:
     """A float64 eval layer with every parameter ``scale · N(0, 1)`` (q far from 1 too)."""
-    layer = layer.double().eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=torch.float64))
-    return layer
+    return randomise_parameters(layer.double().eval(), seed, scale)
 
 
 def brute_force_t(weight: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
