@@ -3,7 +3,8 @@
 # cuda-marked tests, Table 1 at batch 128 (with the convolution-kernel floor: step ÷ conv
 # kernel time) and 512, the newer convolutions and the residual network beside soc-fast,
 # a profile of one LipConvnet-20 step, and `lip bench certify` on LipConvnet-20 (series vs
-# the eval lowering; LLN 10/100 classes, CRC-Lip 10/100 classes).
+# the eval lowering; LLN 10/100 classes, CRC-Lip 10/100 classes; LLN 10 classes again with
+# cuDNN's autotuner).
 #
 # Usage (repository root; wheels of lipcli and its plugins in WHEELS, built beforehand with
 #   python -m pip wheel -q --no-deps --no-build-isolation -w .whl . plugins/lipcli-{bro,sll,lot,liresnet,logit-annealing}
@@ -71,6 +72,10 @@ if want certify; then
     step "certify-$1-$2" 90 $LIP bench certify --arch $BIG --head $1 --classes $2 --n $N --batch-size $BS \
       --device $DEV --lipschitz-iters 5 $fit $W -o "$R/certify-lc20-$1-$2.json"
   done
+  # cuDNN's autotuner may pick float32 algorithms with fewer multiplications (Winograd, FFT)
+  # for the literal 32x32/16x16 blocks, which the lowering leaves as they are
+  step "certify-lln-10-cudnn-benchmark" 90 $LIP bench certify --arch $BIG --head lln --classes 10 --n $N \
+    --batch-size $BS --device $DEV --lipschitz-iters 5 --cudnn-benchmark $W -o "$R/certify-lc20-lln-10-cudnn.json"
 fi
 tar -czf "$OUT/reports.tar.gz" -C "$OUT" reports
 echo "== done" >> "$log"
