@@ -257,7 +257,7 @@ def test_fused_convolution_add_equals_convolution_then_add(sign, k, fmt):
 @pytest.mark.parametrize("fused", [True, False])
 def test_flop_counter_counts_every_convolution_of_the_eval_series(monkeypatch, fused):
     """torch's flop counter (what ``lip bench certify`` reports) sees every convolution of
-    the eval series, the fused oneDNN convolution-plus-add included (it skipped them)."""
+    the eval series, also where they run as oneDNN's fused convolution-plus-add."""
     from torch.utils.flop_counter import FlopCounterMode
 
     if fused and not series.FUSED_CONV_ADD:
@@ -271,6 +271,8 @@ def test_flop_counter_counts_every_convolution_of_the_eval_series(monkeypatch, f
         with FlopCounterMode(display=False) as counter:
             layer(x)
     assert counter.get_total_flops() == 2 * (layer.eval_terms - 1) * C * C * 9 * hw * hw * batch
+    ops = {str(op) for op in counter.get_flop_counts()["Global"]}
+    assert ("mkldnn._convolution_pointwise" in ops) == fused, ops  # the path under test ran
 
 
 class _FakeInput:
