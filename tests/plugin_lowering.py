@@ -124,14 +124,18 @@ def assert_close_map(P: np.ndarray, layer64: nn.Module, shape: tuple[int, int, i
 
 def check_export_choice(layer: nn.Module, shape: tuple[int, int, int], literal: type) -> None:
     """``export_module(context)``: dense exactly when the matrix fits the cap and costs at most
-    the literal form's operations (``series_flops_per_image``); ``literal`` otherwise, and
-    always with a zero cap."""
+    the literal form's operations (``series_flops_per_image``); ``literal`` otherwise, with a
+    zero cap and with a cap one byte under the matrix."""
     assert isinstance(layer.export_module(ExportContext(shape, 0)), literal)
     chosen = layer.export_module(ExportContext(shape, 2**30))
     facts = chosen.export_lowering
     pays = facts["dense_flops_per_image"] <= facts["series_flops_per_image"]
     assert isinstance(chosen, DenseOperator if pays else literal)
-    assert facts["lowering"] == ("dense" if pays else facts["lowering"])
+    assert (facts["lowering"] == "dense") == pays, facts
+    if pays:  # one byte under the matrix: literal
+        nbytes = round(facts["dense_mib"] * 2**20)
+        assert isinstance(layer.export_module(ExportContext(shape, nbytes - 1)), literal)
+        assert isinstance(layer.export_module(ExportContext(shape, nbytes)), DenseOperator)
 
 
 def check_fourier_layer(layer: nn.Module, shape: tuple[int, int, int]) -> None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ETA", "SCALAR_MARGIN", "UNIT_ROUNDOFF", "gamma", "pow2_scale", "round_up"]
+__all__ = ["ETA", "SCALAR_MARGIN", "UNIT_ROUNDOFF", "gamma", "norm_from_squares", "pow2_scale", "round_up",
+           "sum_upper"]
 
 #: Unit roundoff ``u`` of float64.
 UNIT_ROUNDOFF = 2.0**-53
@@ -33,6 +34,20 @@ def gamma(n: int) -> float:
     if nu >= 0.5:
         raise ValueError(f"problem too large for the rounding analysis (n = {n})")
     return nu / (1.0 - nu)
+
+
+def sum_upper(computed: float, terms: int) -> float:
+    """An upper bound on a sum of ``terms`` non-negative float64 values (each exact or rounded
+    up already) from its computed value, summed in any order: ``computed·(1 + 2γ_{terms+2})``."""
+    return computed * (1.0 + 2.0 * gamma(terms + 2))
+
+
+def norm_from_squares(square_sum: float, terms: int) -> float:
+    """An upper bound on ``√(Σ x²)`` from the computed float64 sum of ``terms`` squares (the
+    squares' own roundings, the sum in any order, the square root and the product):
+    ``√(square_sum·up)·up`` with ``up = 1 + 2γ_{terms+2}``."""
+    up = 1.0 + 2.0 * gamma(terms + 2)
+    return math.sqrt(square_sum * up) * up
 
 
 def round_up(x: float) -> float:

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lipcli.sdk.lowering_costs import BUILD_FLOP_WEIGHT, DENSE_MIN_GAIN
-from lipcli.numerics.rounding import gamma, round_up
+from lipcli.numerics.rounding import gamma, norm_from_squares, round_up, sum_upper
 
 #: name of the method a layer implements to offer its fixed linear map
 LINEAR_MAP_METHOD = "eval_linear_map"
@@ -93,9 +93,9 @@ def rounding_excess(matrix64: Tensor, rounded: Tensor) -> float:
         row_max = max(row_max, float(a.sum(1).max()))
         col_sums += a.sum(0)
         square_sum += float(a.square_().sum())
-    up = 1.0 + 2.0 * gamma(matrix64.numel() + 2)
-    fro = math.sqrt(square_sum * up) * up
-    holder = math.sqrt(float(col_sums.max()) * up * row_max * up) * up
+    n = matrix64.numel()
+    fro = norm_from_squares(square_sum, n)
+    holder = math.sqrt(sum_upper(float(col_sums.max()), n) * sum_upper(row_max, n)) * (1.0 + 2.0 * gamma(n + 2))
     return round_up(min(fro, holder))
 
 

@@ -37,7 +37,7 @@ underflow).  The error of the whole matrix is itself block circulant with kernel
 
 **When dense pays** (:func:`dense_lowering_at_gain`).  :func:`lipcli.sdk.lowering.dense_lowering`
 asks a matrix product to cost at most ``1/DENSE_MIN_GAIN`` of the literal form's
-operations (``DENSE_MIN_GAIN = 1.5``), a margin calibrated on SOC's series of real convolutions.  The literal forms of
+operations, a margin calibrated on SOC's series of real convolutions.  The literal forms of
 the circular-convolution layers are slower per operation than one matrix product (FFTs and
 complex products of a few pixels; circular padding gathers), so for them the dense form
 pays already at equal operation counts: on the strided layers of LipConvnet-5 width 16,
@@ -57,7 +57,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lipcli.numerics.rounding import ETA, UNIT_ROUNDOFF, gamma, round_up
+from lipcli.numerics.rounding import ETA, UNIT_ROUNDOFF, gamma, norm_from_squares, round_up
 from lipcli.sdk.lowering import DenseOperator, dense_lowering
 
 __all__ = ["CIRCULAR_MIN_GAIN", "circulant_matrix", "dense_lowering_at_gain", "literal_facts", "circular_conv_kernel", "circular_conv_matrix", "fourier_kernel",
@@ -134,9 +134,8 @@ def fourier_kernel(op: Tensor, size: tuple[int, int]) -> tuple[Tensor, float]:
     G = (V @ table) / N
     n = 2 * nf
     kappa = gamma(n) + TRIG_ERROR + UNIT_ROUNDOFF * (1.0 + gamma(n))
-    up = 1.0 + 2.0 * gamma(n + 2)
-    s = (V.abs() @ torch.cat([w, w], dim=0)).squeeze(1) * up  # ≥ Σ w(|Re| + |Im|)
-    s_fro = math.sqrt(float(s.square().sum()) * up) * up
+    s = (V.abs() @ torch.cat([w, w], dim=0)).squeeze(1) * (1.0 + 2.0 * gamma(n + 2))  # ≥ Σ w(|Re| + |Im|)
+    s_fro = norm_from_squares(float(s.square().sum()), s.numel())
     err = kappa * s_fro * (1.0 + 4.0 * UNIT_ROUNDOFF) + math.sqrt(out * cin * N) * n * ETA
     return G.reshape(out, cin, H, W), round_up(err)
 
@@ -161,8 +160,7 @@ def circular_conv_kernel(K: Tensor, size: tuple[int, int]) -> tuple[Tensor, floa
     if m <= 1:
         return G, 0.0  # exact copies
     g = gamma(m - 1)
-    up = 1.0 + 2.0 * gamma(A.numel() + 2)
-    a_fro = math.sqrt(float(A.square().sum()) * up) * up * (1.0 + 2.0 * g)  # ≥ ‖fold(|K|)‖_F
+    a_fro = norm_from_squares(float(A.square().sum()), A.numel()) * (1.0 + 2.0 * g)  # ≥ ‖fold(|K|)‖_F
     err = math.sqrt(H * W) * g * a_fro * (1.0 + 4.0 * UNIT_ROUNDOFF) + math.sqrt(A.numel() * H * W) * m * ETA
     return G, round_up(err)
 

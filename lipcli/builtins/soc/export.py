@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lipcli.builtins.soc import settings
-from lipcli.numerics.rounding import gamma, round_up
+from lipcli.numerics.rounding import gamma, norm_from_squares, round_up
 from lipcli.sdk.lowering import DENSE_MIN_GAIN, DenseOperator, LinearMap, dense_lowering
 
 __all__ = ["DENSE_MIN_GAIN", "DenseSOC", "ExportedSOC", "linear_map", "lower_soc", "operator_matrix",
@@ -173,8 +173,7 @@ def build_plan(layer: nn.Module, input_shape: tuple[int, ...]) -> tuple[str, int
 
 def _fro_bound(t: Tensor, terms: int) -> float:
     """An upper bound on ``‖t‖_F`` (``terms`` ≥ the number of entries summed)."""
-    up = 1.0 + 2.0 * gamma(terms + 2)
-    return math.sqrt(float(t.square().sum()) * up) * up
+    return norm_from_squares(float(t.square().sum()), terms)
 
 
 def _conv_fro_bound(S: Tensor, h: int, w: int) -> float:

@@ -58,7 +58,7 @@ MAX_TERMS = 64
 MAX_POWER_ITERS = 1000
 
 
-class SOC(PowerVectors, nn.Module):
+class SOC(PowerVectors):
     """Skew orthogonal convolution ``(N, c_in, H, W) → (N, c_out, H/s, W/s)`` (SPEC §1).
 
     Parameters ``weight`` (``C×C×k×k``, ``C = max(c_out, c_in·s²)``, init ``N(0, 1/C)``) and
@@ -214,7 +214,10 @@ class SOC(PowerVectors, nn.Module):
         return self._eval_filter()
 
     def train(self, mode: bool = True) -> "SOC":
-        self._invalidate()
+        # a mode change drops the caches; .eval() on an eval layer keeps them, so the eval
+        # lowering's matrix and the bound it adds to come from ONE computed filter
+        if bool(mode) != self.training:
+            self._invalidate()
         return super().train(mode)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "SOC":  # .to(), .double(), ...

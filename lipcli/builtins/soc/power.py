@@ -11,7 +11,7 @@ For the exactly skew ``D`` (``T(D) = −D``) the four reshapes are tied (F flips
 index): ``R1(D) = −F R0(D)ᵀ F`` and ``R3(D) = −F2 R2(D)ᵀ``, so all products needed by the
 four power iterations come from two matrices, ``M0 = R0(D)`` and ``M2 = R2(D)`` (a view of
 ``D``), two vectors each per pass.  ``M0`` is never materialised: its products are computed
-from ``M2`` (see ``_left_products``/``_right_products``), so each half-step reads ``D`` once.
+from ``M2`` (see ``filters._left_products``/``_right_products``), so each half-step reads ``D`` once.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from torch import Tensor, nn
 from lipcli.builtins.soc import fused as _fused
 from lipcli.builtins.soc.filters import (
     FUSED_MAX_POWER_STEPS,
-    _left_products,
     _power_steps,
     _power_steps_fused,
     _right_products,
@@ -50,12 +49,6 @@ class PowerVectors(nn.Module):
 
     def _power_vectors(self, r: int) -> tuple[Tensor, Tensor]:
         return getattr(self, f"power_u{r}"), getattr(self, f"power_v{r}")
-
-    def _left_products(self, D: Tensor, X0: Tensor, X2: Tensor) -> tuple[Tensor, Tensor]:
-        return _left_products(D, X0, X2)
-
-    def _right_products(self, D: Tensor, P0: Tensor, P2: Tensor) -> tuple[Tensor, Tensor]:
-        return _right_products(D, P0, P2)
 
     def _flip1(self, x: Tensor) -> Tensor:  # F on a (channel, tap) index
         k = self.kernel_size
@@ -105,7 +98,7 @@ class PowerVectors(nn.Module):
             tuple(t.clone() for t in self._power_vectors(r)) for r in range(CONV_RESHAPES)
         )
         f1, f2 = self._flip1, self._flip2
-        q, q2 = self._right_products(
+        q, q2 = _right_products(
             D, torch.stack([v0, f1(u1)], 1), torch.stack([v2, f2(u3)], 1)
         )
         rho = [

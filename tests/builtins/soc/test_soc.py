@@ -275,6 +275,19 @@ def test_flop_counter_counts_every_convolution_of_the_eval_series(monkeypatch, f
     assert ("mkldnn._convolution_pointwise" in ops) == fused, ops  # the path under test ran
 
 
+def test_eval_on_an_eval_layer_keeps_the_cached_filter_and_bound():
+    """``.eval()`` on an eval layer (the lowered network calls it) keeps the cached filter and
+    bound, so a lowering's matrix and its bound come from one filter; a mode change drops them."""
+    layer = SOC(4, 4, 3).eval()
+    S, bound = layer.skew_filter(), layer.lipschitz_upper_bound()
+    layer.eval()
+    assert layer.skew_filter() is S and layer._bound_cache is not None
+    layer.train()
+    assert layer._cache_S is None and layer._bound_cache is None
+    layer.eval()
+    assert layer.skew_filter() is not S and layer.lipschitz_upper_bound() == bound
+
+
 class _FakeInput:
     """Stands in for a tensor where only ``device`` and ``shape`` are read (no GPU here)."""
 
