@@ -3,7 +3,7 @@
 This module discovers, loads and registers the plugins and holds the process-wide host; the
 :class:`Registry` of their components (and :class:`PluginInfo`, :func:`natural_key`,
 :func:`parse_component_choice`, :func:`split_component_choices`) lives in
-:mod:`lipcli.host.registry` and is importable from here as before.
+:mod:`lipcli.host.registry` and is also importable from here.
 
 Built-in plugins are the modules listed in :data:`BUILTIN_PLUGINS`; they are registered
 exactly like third-party plugins, which are discovered through the ``lipcli`` entry-point

@@ -40,11 +40,11 @@ asks a matrix product to cost at most ``1/DENSE_MIN_GAIN`` of the literal form's
 operations, a margin calibrated on SOC's series of real convolutions.  The literal forms of
 the circular-convolution layers are slower per operation than one matrix product (FFTs and
 complex products of a few pixels; circular padding gathers), so for them the dense form
-pays already at equal operation counts: on the strided layers of LipConvnet-5 width 16,
-batch 256, float32, on this project's shared 2-core CPU (interleaved medians of 7, Cayley,
-BRO, LOT, BCOP), the dense matrix ran 1.0–1.25× as fast at ``2 × 2`` inputs and 2.35–4.35×
-at ``4 × 4`` (1× and 0.44× the literal operations), and 0.5–0.7× (slower) at ``8 × 8``
-(5× and 1.8× the operations).  These layers therefore ask for :data:`CIRCULAR_MIN_GAIN`.
+pays already at equal operation counts: in an interleaved comparison on the strided layers of
+LipConvnet-5 width 16 (batch 256, float32, 2-core CPU; Cayley, BRO, LOT, BCOP) the dense matrix
+was at least as fast at ``2 × 2`` inputs (equal operations), clearly faster at ``4 × 4`` and slower
+at ``8 × 8`` (1.8–5× the operations); ``lip bench certify --conv NAME`` times a whole network both
+ways.  These layers therefore ask for :data:`CIRCULAR_MIN_GAIN`.
 """
 
 from __future__ import annotations
