@@ -5,7 +5,7 @@
 # test suite's fast subset against the installed package; then every plugin's wheel
 # (installed last: some tests check the messages for a model whose plugin is missing).
 #
-#   bash benchmarks/check_wheel.sh [WORKDIR] [--smoke]
+#   bash tools/check_wheel.sh [WORKDIR] [--smoke]
 #
 # PYTHON (default: .venv/bin/python) builds; it needs the `build` package (pip install build).
 # The new venv sees PYTHON's installed packages (torch, ...; not lipcli or its plugins) through

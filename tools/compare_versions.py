@@ -1,6 +1,6 @@
 """Old-versus-new behaviour check for refactors: the same scenarios run with two commits' code.
 
-    python benchmarks/compare_versions.py OLD_COMMIT [NEW_COMMIT] [--out DIR]
+    python tools/compare_versions.py OLD_COMMIT [NEW_COMMIT] [--out DIR]
 
 Each commit is checked out into a temporary git worktree and run with this checkout's Python
 (``.venv/bin/python`` unless ``PYTHON`` is set) and the commit's source on ``PYTHONPATH``. The

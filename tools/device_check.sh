@@ -9,7 +9,7 @@
 # Usage (repository root; wheels of lipcli and its plugins in WHEELS, built beforehand with
 #   python -m pip wheel -q --no-deps --no-build-isolation -w .whl . plugins/lipcli-{bro,sll,lot,liresnet,logit-annealing}
 # so that the plugins' entry points register without network):
-#   OUT=DIR [ONLY=tests,table1,table512,convs,profile,certify] bash benchmarks/device_check.sh
+#   OUT=DIR [ONLY=tests,table1,table512,convs,profile,certify] bash tools/device_check.sh
 # Every step has its own time limit and its own line "== NAME: rc R in S s" in
 # $OUT/device-check.txt; the JSON reports go to $OUT/reports/ and are packed into
 # $OUT/reports.tar.gz at the end.  SMOKE=1: tiny sizes on the CPU (checks the script).

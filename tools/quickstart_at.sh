@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train + certify the README's quick start with the code of any commit, using this checkout's
 # .venv (torch etc.) and the commit's lipcli source on PYTHONPATH.
-#   bash benchmarks/quickstart_at.sh COMMIT [OUTDIR]
+#   bash tools/quickstart_at.sh COMMIT [OUTDIR]
 # Two commits whose model files are bit-identical print the same table; the script prints the
 # SHA-256 of every tensor file so that two runs can be compared.
 set -euo pipefail

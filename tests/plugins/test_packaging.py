@@ -1,7 +1,7 @@
 """Release check: sdist + wheel built with ``python -m build`` and installed into a fresh
-venv outside the source tree (``benchmarks/check_wheel.sh --smoke``: version, plugins, a short
+venv outside the source tree (``tools/check_wheel.sh --smoke``: version, plugins, a short
 quick start and one test file against the installed wheel; the full fast subset runs with
-``bash benchmarks/check_wheel.sh``)."""
+``bash tools/check_wheel.sh``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.skipif(importlib.util.find_spec("build") is None, reason="needs the 'build' package")
 def test_wheel_builds_installs_and_runs_outside_the_source_tree(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable}
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "check_wheel.sh"), str(tmp_path), "--smoke"],
+    proc = subprocess.run(["bash", str(ROOT / "tools" / "check_wheel.sh"), str(tmp_path), "--smoke"],
                           capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "wheel check passed" in proc.stdout
