@@ -198,10 +198,35 @@ def test_every_raw_report_belongs_to_a_figure():
     assert not orphans, f"docs/data files no doc refers to (superseded? delete them): {orphans}"
 
 
+def _scripts(folder: str) -> list[Path]:
+    return sorted(p for p in (ROOT / folder).iterdir() if p.is_file() and p.name != "README.md")
+
+
 def test_every_benchmark_script_is_a_reproduction_script():
     """benchmarks/ keeps only scripts a doc refers to (or that such a script runs)."""
-    scripts = sorted(p for p in (ROOT / "benchmarks").iterdir() if p.is_file())
+    scripts = _scripts("benchmarks")
     docs = _docs_text()
     used = "\n".join(p.read_text() for p in scripts if p.name in docs)
     unused = [p.name for p in scripts if p.name not in docs and p.name not in used]
-    assert not unused, f"benchmarks/ scripts no doc refers to: {unused}"
+    assert not unused, f"benchmarks/ scripts no doc refers to (tooling goes to tools/): {unused}"
+
+
+@pytest.mark.parametrize("folder", ["benchmarks", "tools"])
+def test_every_script_has_a_line_in_its_folder_readme(folder):
+    readme = (ROOT / folder / "README.md").read_text()
+    missing = [p.name for p in _scripts(folder) if f"`{p.name}`" not in readme]
+    assert not missing, f"{folder}/README.md does not list {missing}"
+
+
+_SCRIPT_PATH = re.compile(r"(?<![\w/.-])((?:benchmarks|tools)/[\w.-]+\.(?:py|sh))")
+
+
+def test_every_named_script_path_exists():
+    """A command quoted in a doc, test, script or pyproject names a script that is there."""
+    sources = [README, ROOT / "pyproject.toml", *sorted((ROOT / "docs").glob("*.md")),
+               *_scripts("benchmarks"), *_scripts("tools"), *sorted((ROOT / "tests").rglob("*.py"))]
+    named = {(src.relative_to(ROOT).as_posix(), path) for src in sources
+             for path in _SCRIPT_PATH.findall(src.read_text())}
+    assert any(path == "tools/check_wheel.sh" for _, path in named)
+    missing = sorted((src, path) for src, path in named if not (ROOT / path).is_file())
+    assert not missing, f"scripts named but not in the tree: {missing}"
