@@ -55,8 +55,8 @@ def default_root(root: str | None, quiet: bool) -> Iterator[None]:
     try:
         with on_data_loaded(loaded):
             yield
-    except SettingError as exc:
-        if exc.setting != "data_dir":
+    except SettingError as exc:  # the folder's (data_dir), or no data set in it (download)
+        if exc.setting not in ("data_dir", "download"):
             raise
         raise LipUsageError(f"{source()}: {exc}") from None
     except DownloadError as exc:

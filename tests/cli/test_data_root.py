@@ -307,8 +307,10 @@ def test_a_damaged_archive_in_the_data_root_is_named(tmp_path, monkeypatch):
             "delete it); offline, put the folder cifar-10-batches-py") in line
     r = runner.invoke(app, ["train", *TINY, "--no-download", "--out", str(tmp_path / "m.safetensors")])
     assert r.exit_code == 2
-    assert ("; the cifar-10-python.tar.gz there is damaged (not the published MD5 checksum); downloading "
-            "fetches it") in _one_error_line(r.stderr)
+    line = _one_error_line(r.stderr)
+    assert line.startswith(f"error: LIPCLI_DATA: CIFAR-10 not found in {root} (missing ")
+    assert line.endswith("; the cifar-10-python.tar.gz there is damaged (not the published MD5 checksum); "
+                         "downloading fetches it")
 
 
 def test_an_image_folder_with_an_empty_class_folder_is_one_line(tmp_path, imagefolder_writer):
