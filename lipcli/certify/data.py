@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from lipcli.certify.results import EvalDataset
-from lipcli.data.loaders import check_data_dir, resolve_dataset
+from lipcli.data.loaders import check_data_dir, data_loaded, resolve_dataset
 from lipcli.sdk.errors import LipError, LipUsageError, SettingError
 from lipcli.host.models import recorded_dataset
 
@@ -92,6 +92,7 @@ def load_dataset(
         raise LipError(
             f"cannot load data set {spec.name!r} split {split!r} from {root}: {_one_line(exc)}"
         ) from None
+    data_loaded(root)
     num_classes = spec.num_classes
     if num_classes is None:
         classes = getattr(dataset, "classes", None)

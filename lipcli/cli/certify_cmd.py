@@ -117,9 +117,9 @@ def certify(
     radii_list = parse_radii(radii, radius_unit)
     model = resolve_model_argument(model)
     _check_paths(model, per_sample, plot)
-    from lipcli.cli.dataroot import for_certification
+    from lipcli.cli.dataroot import default_root, for_certification
 
-    root, download = for_certification(model, dataset, data_dir, download, quiet)
+    root, download = for_certification(model, dataset, data_dir, download)
     options = CertifyOptions(
         radii=radii_list, radius_unit=radius_unit, dataset=dataset,
         data_dir=root, download=download, split=split,
@@ -134,7 +134,7 @@ def certify(
     # a write that still fails at the end (disk full, ...) is reported AFTER the results are
     # printed, so that the work is not lost
     write_errors: list[str] = []
-    with ProgressBars(enabled=not quiet) as bars:
+    with default_root(root if data_dir is None else None, quiet), ProgressBars(enabled=not quiet) as bars:
         try:
             outcome = run_certification(model, options, progress=bars.update)
         except ResultsNotWrittenError as exc:

@@ -1,21 +1,67 @@
 """The default data root of ``lip train`` and ``lip certify``: a CIFAR data set named without
 ``--data-dir`` lives in :func:`lipcli.data.loaders.default_data_root` (``$LIPCLI_DATA``, else the
 user cache folder + ``lipcli/data``), is downloaded there when missing (unless
-``--no-download``), and the folder used is printed on stderr.  With ``--data-dir`` nothing is
-downloaded unless ``--download`` is given."""
+``--no-download``), and the folder used is printed on stderr once the data set is read from
+it (:func:`default_root`: a command that fails before, e.g. offline, says one line, its error,
+which names the folder and where it comes from: ``LIPCLI_DATA`` or the default data root).
+With ``--data-dir`` nothing is downloaded unless ``--download`` is given."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import typer
 
 
 def _name(choice: Any) -> str | None:
     return choice.split(":", 1)[0].strip() if isinstance(choice, str) else None
+
+
+def source() -> str:
+    """Where the default data root comes from: ``LIPCLI_DATA`` when set, else "the default
+    data root" (the user cache folder), with how to choose another."""
+    from lipcli.data.loaders import DATA_ENV
+
+    if os.environ.get(DATA_ENV, "").strip():
+        return DATA_ENV
+    return f"the default data root (set {DATA_ENV} or pass --data-dir to use another)"
+
+
+@contextlib.contextmanager
+def default_root(root: str | None, quiet: bool) -> Iterator[None]:
+    """The block runs a command whose data set lives in the default data root ``root`` (None:
+    a folder the user named; nothing is done): ``data: ROOT ...`` is printed once the data
+    set has been read from it (:func:`announce`), and an error about the folder names where
+    it comes from (:func:`source`) instead of ``--data-dir``, which was not given."""
+    if root is None:
+        yield
+        return
+    from lipcli.builtins.datasets.cifar import DownloadError
+    from lipcli.data.loaders import on_data_loaded
+    from lipcli.sdk.errors import LipUsageError, SettingError
+
+    said: list[str] = []
+
+    def loaded(where: str | None) -> None:
+        same = where is not None and os.path.abspath(os.path.expanduser(where)) == os.path.abspath(root)
+        if same and not said:
+            said.append(root)
+            announce(Path(root), quiet)
+
+    try:
+        with on_data_loaded(loaded):
+            yield
+    except SettingError as exc:  # the folder's (data_dir), or no data set in it (download)
+        if exc.setting not in ("data_dir", "download"):
+            raise
+        raise LipUsageError(f"{source()}: {exc}") from None
+    except DownloadError as exc:
+        exc.root_note = source().split(" (", 1)[0] + "; "
+        raise
 
 
 def announce(root: Path, quiet: bool) -> None:
@@ -31,21 +77,21 @@ def announce(root: Path, quiet: bool) -> None:
                "another)", err=True)
 
 
-def for_training(cfg: Any, download_given: bool, quiet: bool) -> Any:
-    """``cfg`` (a TrainConfig of a new run) with the default data root filled in when its
-    data set is a downloadable one and no directory was given; ``download`` becomes true
-    there unless ``--download/--no-download`` was given."""
+def for_training(cfg: Any, download_given: bool) -> tuple[Any, str | None]:
+    """``(cfg, root)``: ``cfg`` (a TrainConfig of a new run) with the default data root
+    ``root`` filled in when its data set is a downloadable one and no directory was given
+    (``download`` becomes true there unless ``--download/--no-download`` was given), else
+    ``cfg`` as it is and None."""
     from lipcli.data.loaders import DOWNLOADABLE, default_data_root
 
     if cfg.data_dir is not None or _name(cfg.dataset) not in DOWNLOADABLE:
-        return cfg
-    root = default_data_root()
-    announce(root, quiet)
-    return dataclasses.replace(cfg, data_dir=str(root), download=cfg.download if download_given else True)
+        return cfg, None
+    root = str(default_data_root())
+    return dataclasses.replace(cfg, data_dir=root, download=cfg.download if download_given else True), root
 
 
-def for_certification(model: Path, dataset: str | None, data_dir: Path | None, download: bool | None,
-                      quiet: bool) -> tuple[str | None, bool]:
+def for_certification(model: Path, dataset: str | None, data_dir: Path | None,
+                      download: bool | None) -> tuple[str | None, bool]:
     """``(data_dir, download)`` for ``lip certify``: the default data root when the data set
     (``--dataset``, else the model file's) is a downloadable one, no ``--data-dir`` was given
     and (for the recorded data set) the recorded folder does not exist here."""
@@ -68,6 +114,4 @@ def for_certification(model: Path, dataset: str | None, data_dir: Path | None, d
             return None, bool(download)  # the recorded folder, as before
     elif _name(dataset) not in DOWNLOADABLE:
         return None, bool(download)
-    root = default_data_root()
-    announce(root, quiet)
-    return str(root), download is not False
+    return str(default_data_root()), download is not False

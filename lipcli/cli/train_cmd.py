@@ -106,7 +106,10 @@ def train(
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", min=1, max=MAX_NPROC_PER_NODE, help="Processes on this "
         "machine. 1: train in this process; N > 1: validate the run here, then start N worker "
         "processes (DDP; gloo on CPU, one GPU each with CUDA) and wait for them, as `torchrun "
-        "--nproc-per-node N -m lipcli train ...` does.")] = DEFAULT_NPROC_PER_NODE,
+        "--nproc-per-node N -m lipcli train ...` does. At most one per CUDA device (a run on "
+        "cuda), else one per usable CPU core.")] = DEFAULT_NPROC_PER_NODE,
+    oversubscribe: Annotated[bool, typer.Option("--oversubscribe", help="Allow --nproc-per-node above the "
+        "CPU cores this process may use (a CPU run).")] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
     threads: ThreadsOption = None,
@@ -119,6 +122,7 @@ def train(
     continue with `lip train --resume RUN_DIR`.  Several processes: `lip train
     --nproc-per-node N ...` (or `torchrun --nproc-per-node N -m lipcli train ...`).
     """
+    from lipcli.cli.dataroot import default_root as in_default_root, for_training
     from lipcli.sdk.errors import LipUsageError
     from lipcli.train import TrainConfig, load_config_file
     from lipcli.train import train as run_training
@@ -126,6 +130,7 @@ def train(
     given = _given_settings(ctx)
     plan: dict[str, Any]
     positional: list[Any] = []  # the config of a new run
+    default_root: str | None = None  # the default data root, when the run's data set lives there
     if resume is not None:
         if config is not None:
             raise LipUsageError("--resume uses the run's stored settings; drop --config")
@@ -138,22 +143,24 @@ def train(
             cfg = _without_file_width(
                 cfg.updated(load_config_file(config), source=str(config)), given
             )
-        from lipcli.cli.dataroot import for_training
-
-        positional = [for_training(cfg.updated(given, source="command line"), "download" in given, quiet)]
+        cfg, default_root = for_training(cfg.updated(given, source="command line"), "download" in given)
+        positional = [cfg]
         plan = {"run_dir": None if run_dir is None else str(run_dir)}
     plan.update(out=None if out is None else str(out), overwrite=overwrite)
-    if nproc_per_node > 1:
-        _launch(ctx, nproc_per_node, positional, plan)
-        return
-    summary = run_training(*positional, **plan, quiet=quiet)
+    with in_default_root(default_root, quiet):
+        if nproc_per_node > 1:
+            _launch(ctx, nproc_per_node, oversubscribe, positional, plan)
+            return
+        summary = run_training(*positional, **plan, quiet=quiet)
     if json_out and summary is not None:  # None: a torchrun process other than rank 0
         print_json(summary.to_json())
 
 
-def _launch(ctx: typer.Context, processes: int, positional: list[Any], plan: dict[str, Any]) -> None:
-    """``--nproc-per-node N``: validate the whole run here (one line and exit 2/1 on bad input,
-    before any worker starts), then run this command line without the option as N workers
+def _launch(ctx: typer.Context, processes: int, oversubscribe: bool, positional: list[Any],
+            plan: dict[str, Any]) -> None:
+    """``--nproc-per-node N``: check N against this machine (one per CUDA device or usable
+    CPU core, unless ``--oversubscribe``), validate the whole run here (one line and exit 2/1
+    on bad input, before any worker starts), then run this command line without the option as N workers
     (:mod:`lipcli.train.launch`).  Rank 0 prints the progress and the summary; a failed run
     prints the workers' error line here, once, and exits with its code (2 for a usage error,
     130 after Ctrl-C, else 1)."""
@@ -164,17 +171,19 @@ def _launch(ctx: typer.Context, processes: int, positional: list[Any], plan: dic
     from lipcli.sdk.errors import LipError, LipUsageError
     from lipcli.train import check_train
     from lipcli.train.errors import NamedSettings
-    from lipcli.train.launch import launch_workers
+    from lipcli.train.launch import check_process_count, launch_workers
 
     if other_rank() or "TORCHELASTIC_RUN_ID" in os.environ:
         raise LipUsageError("--nproc-per-node starts worker processes itself; under torchrun leave it out")
+    check_process_count(processes, _device_setting(positional, plan), oversubscribe)
     try:
         paths = check_train(*positional, **plan, processes=processes)
     except LipError as exc:
         if isinstance(exc, NamedSettings):  # continuing the run is this command line
             exc.launch, exc.launcher = processes, "lipcli"
         raise
-    args = ["--debug"] * state.debug + ["train", *command_line_args(ctx, exclude={"nproc_per_node"})]
+    launcher_only = {"nproc_per_node", "oversubscribe"}
+    args = ["--debug"] * state.debug + ["train", *command_line_args(ctx, exclude=launcher_only)]
     if plan.get("resume") is None and plan.get("run_dir") is None and plan.get("out") is None:
         args.append(f"--run-dir={paths.run_dir}")  # the timestamped directory validated here
     result = launch_workers(processes, args)
@@ -182,7 +191,8 @@ def _launch(ctx: typer.Context, processes: int, positional: list[Any], plan: dic
         return
     died = _died(result)
     if died is not None:  # the cause; the others only lost their connection to it
-        resume = f"lip train --nproc-per-node {processes} --resume {paths.run_dir}"
+        launch = f"--nproc-per-node {processes}" + " --oversubscribe" * oversubscribe
+        resume = f"lip train {launch} --resume {paths.run_dir}"
         fail(f"{died}; resume with: {resume}" if paths.checkpoint.is_file() else
              f"{died} before the first checkpoint; the run directory is {paths.run_dir}", 1)
     error = result.message
@@ -195,6 +205,26 @@ def _launch(ctx: typer.Context, processes: int, positional: list[Any], plan: dic
         f"{rank} with exit code {code}" for rank, code in sorted(result.exit_codes.items()))
     fail(f"worker processes ended without a message ({ended}); the run directory is {paths.run_dir}",
          result.exit_code)
+
+
+def _device_setting(positional: list[Any], plan: dict[str, Any]) -> str:
+    """The ``device`` setting of the run to launch: the new run's, else the one given to
+    ``--resume`` or stored in the run directory's config.json (``auto`` when unreadable: the
+    run's own check reports that)."""
+    import json
+
+    from lipcli.train.config import CONFIG_NAME
+
+    if positional:
+        return str(positional[0].device)
+    given = plan.get("resume_overrides") or {}
+    if "device" in given:
+        return str(given["device"])
+    try:
+        stored = json.loads((Path(plan["resume"]) / CONFIG_NAME).read_text(encoding="utf-8")).get("device")
+    except (OSError, ValueError, AttributeError):
+        stored = None
+    return stored if isinstance(stored, str) else "auto"
 
 
 def _died(result: Any) -> str | None:

@@ -21,11 +21,12 @@ Reproducibility (used by ``lip train --resume``):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
@@ -184,11 +185,41 @@ def check_data_dir(component: Component, root: str | None, download: bool) -> st
             "files; when downloading, where to fetch them); the digits data set is embedded and needs none"
         )
     path = os.path.expanduser(str(root))
-    if not download and not os.path.isdir(path):
-        raise SettingError("data_dir", f"data directory {path} does not exist (dataset {spec.name!r})")
     if os.path.exists(path) and not os.path.isdir(path):
-        raise SettingError("data_dir", f"data directory {path} is not a directory")
+        raise SettingError("data_dir", f"data directory {path} is a file, not a directory (dataset {spec.name!r})")
+    if not os.path.isdir(path):
+        if not download:
+            raise SettingError("data_dir", f"data directory {path} does not exist (dataset {spec.name!r})")
+        anchor = Path(os.path.abspath(path)).parent
+        while not anchor.exists() and anchor != anchor.parent:
+            anchor = anchor.parent
+        if not anchor.is_dir() or not os.access(anchor, os.W_OK | os.X_OK):
+            what = "a file" if anchor.exists() and not anchor.is_dir() else "not writable"
+            raise SettingError("data_dir", f"data directory {path} does not exist and cannot be created for "
+                                           f"the download: {anchor} is {what} (dataset {spec.name!r})")
     return path
+
+
+#: what :func:`on_data_loaded` registered: called by :func:`data_loaded`
+_LOADED_CALLBACKS: list[Callable[[str | None], None]] = []
+
+
+@contextlib.contextmanager
+def on_data_loaded(callback: Callable[[str | None], None]) -> Iterator[None]:
+    """Call ``callback(root)`` whenever a data set has been read from ``root`` while the block
+    runs (:func:`data_loaded`): ``lip`` prints its data-root note then, so that a command that
+    fails before says one line, its error."""
+    _LOADED_CALLBACKS.append(callback)
+    try:
+        yield
+    finally:
+        _LOADED_CALLBACKS.remove(callback)
+
+
+def data_loaded(root: str | None) -> None:
+    """Tell the :func:`on_data_loaded` callbacks that a data set was read from ``root``."""
+    for callback in list(_LOADED_CALLBACKS):
+        callback(root)
 
 
 def _build(component: Component, root: str | None, split: str, *, download: bool, augment: bool) -> Dataset:
@@ -229,6 +260,7 @@ def load_data(
     train_full = _build(component, root, "train", download=download, augment=augment)
     train_plain = _build(component, root, "train", download=False, augment=False) if val_split > 0 else None
     test_full = _build(component, root, "test", download=False, augment=False)
+    data_loaded(root)
 
     classes = list(getattr(train_full, "classes", None) or [])
     if not classes:

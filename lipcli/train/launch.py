@@ -26,6 +26,11 @@ resume command (the others, cut off in a collective, report a lost connection: s
 
 As ``torchrun`` does, ``OMP_NUM_THREADS`` is set to 1 for the workers when it is not set and
 ``N > 1`` (N processes each using every core would slow each other down).
+
+Before anything else, :func:`check_process_count` refuses more workers than the machine has
+room for: one per CUDA device for a run on a bare ``cuda`` (or ``auto`` with CUDA: each worker
+takes a GPU of its own), else one per CPU core this process may use (:func:`usable_cpus`),
+unless ``oversubscribe`` (``lip train --oversubscribe``).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from lipcli.train.config import LAUNCH_ERRORS_ENV, LAUNCHER_ENV, LAUNCHER_PID_ENV
+from lipcli.train.errors import TrainUsageError
 from lipcli.host.modelfile import atomic_write_bytes
 
 #: the loggers of torch's launcher (the elastic agent, its rendezvous and process handling)
@@ -232,6 +238,36 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def usable_cpus() -> int:
+    """The CPU cores this process may run on: its affinity mask where the platform has one
+    (a container's or ``taskset``'s limit), else ``os.cpu_count()``."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def check_process_count(processes: int, device: str, oversubscribe: bool = False) -> None:
+    """Refuse ``processes`` workers of a run on ``device`` (the ``device`` setting) beyond
+    what this machine has room for (:class:`TrainUsageError` naming ``nproc_per_node`` and its
+    range, exit 2): see the module docstring.  Nothing is started here."""
+    from lipcli._util.devices import resolve_device
+
+    dev = resolve_device(device)
+    if dev.type == "cuda" and dev.index is None:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if processes > gpus:
+            raise TrainUsageError(f"{{nproc_per_node}} {processes} is more than the {gpus} CUDA device(s) of "
+                                  f"this machine; each process takes one (range 1..{gpus})")
+        return
+    cores = usable_cpus()
+    if processes > cores and not oversubscribe:
+        raise TrainUsageError(f"{{nproc_per_node}} {processes} is more than the {cores} CPU core(s) this "
+                              f"process may use (range 1..{cores}; {{oversubscribe}} allows more)")
 
 
 def launch_workers(processes: int, args: Sequence[str]) -> LaunchResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -210,6 +211,36 @@ def test_imagefolder_errors(tmp_path, imagefolder_writer):
         D.load_imagefolder(root, "test")
     with pytest.raises(LipUsageError, match="cannot be downloaded"):
         D.load_imagefolder(root, "train", download=True)
+
+
+def test_imagefolder_refuses_an_empty_class_folder(tmp_path, imagefolder_writer):
+    """A class folder without images (here: only a text file) would be a class that no image
+    teaches; it is refused in the split that holds it, naming the folder (torchvision's
+    ImageFolder refuses it too)."""
+    root = imagefolder_writer(tmp_path)
+
+    def empty_out(folder):
+        folder.mkdir(exist_ok=True)
+        for path in folder.iterdir():
+            path.unlink()
+        (folder / "notes.txt").write_text("not an image")
+        return folder
+
+    empty = empty_out(root / "train" / "empty")
+    with pytest.raises(LipUsageError, match=rf"^class folder {re.escape(str(empty))} has no images; ") as err:
+        D.load_imagefolder(root, "train")
+    assert "\n" not in str(err.value)
+    assert D.load_imagefolder(root, "test").classes == ["circle", "cross", "empty", "square"]  # numbering kept
+    test_circle = empty_out(root / "test" / "circle")
+    with pytest.raises(LipUsageError, match=rf"^class folder {re.escape(str(test_circle))} has no images"):
+        D.load_imagefolder(root, "test")
+    also = empty_out(root / "train" / "a-empty")
+    with pytest.raises(LipUsageError, match=r"a-empty has no images \(and 1 more class folder"):
+        D.load_imagefolder(root, "train")
+    for folder in (empty, also):
+        (folder / "notes.txt").unlink()
+        folder.rmdir()
+    assert D.load_imagefolder(root, "train").classes == ["circle", "cross", "square"]
 
 
 def test_imagefolder_data_statistics(imagefolder_root):

@@ -175,3 +175,149 @@ def test_digits_and_imagefolder_get_no_default_root(tmp_path, monkeypatch):
     model = save_tiny_model(tmp_path / "d.safetensors", dataset={"name": "digits", "params": {}, "num_classes": 10})
     r = runner.invoke(app, ["certify", str(model), "--limit", "4", "--radii", "36", "--no-write", "-q"])
     assert r.exit_code == 0 and "data: " not in r.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# issue 34: the offline command is one line; errors name where the data root comes from
+# --------------------------------------------------------------------------------------------
+def _offline(monkeypatch) -> list:
+    """No download can succeed (and none reaches the network): torchvision's downloader fails
+    as it does without a connection; returns the list of attempted calls."""
+    import urllib.error
+
+    calls = []
+
+    def offline(*args, **kwargs):
+        calls.append(args)
+        raise urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))
+
+    monkeypatch.setattr(torchvision.datasets.utils, "download_and_extract_archive", offline)
+    return calls
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    return lines[0]
+
+
+def test_the_users_offline_command_is_one_line(tmp_path, monkeypatch):
+    """``lip train --arch lipconvnet-20 --head mlp`` with no network: the error alone (no
+    ``data:`` note before it), naming the folder, that LIPCLI_DATA chose it, and digits."""
+    calls = _offline(monkeypatch)
+    root = tmp_path / "empty"
+    root.mkdir()
+    monkeypatch.setenv("LIPCLI_DATA", str(root))
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["train", "--arch", "lipconvnet-20", "--head", "mlp"])
+    assert r.exit_code == 1 and len(calls) == 1, r.output
+    line = _one_error_line(r.stderr)
+    assert line.startswith(f"error: could not download cifar10 into {root} (LIPCLI_DATA; ")
+    assert "Temporary failure in name resolution" in line and line.endswith("--dataset digits")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"] and list(root.iterdir()) == []
+
+
+def test_the_users_offline_command_is_one_line_in_a_real_process(tmp_path):
+    """The same as a real ``lip`` process; every download goes to a proxy on 127.0.0.1's
+    discard port, which refuses it (nothing leaves the machine)."""
+    root = tmp_path / "empty"
+    root.mkdir()
+    proxy = "http://127.0.0.1:9"
+    env = {**os.environ, "LIPCLI_DATA": str(root), "OMP_NUM_THREADS": "1", "http_proxy": proxy,
+           "https_proxy": proxy, "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "no_proxy": "", "NO_PROXY": ""}
+    r = subprocess.run([sys.executable, "-m", "lipcli", "train", "--arch", "lipconvnet-20", "--head", "mlp"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert r.returncode == 1, r.stderr
+    line = _one_error_line(r.stderr)
+    assert line.startswith(f"error: could not download cifar10 into {root} (LIPCLI_DATA; ")
+    assert "Traceback" not in r.stderr and list(root.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # no run directory either
+
+
+def test_data_root_errors_name_what_was_set_and_what_is_wrong(tmp_path, monkeypatch):
+    _offline(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    out = ["--out", str(tmp_path / "m.safetensors")]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    missing = tmp_path / "missing"
+    monkeypatch.setenv("LIPCLI_DATA", str(missing))
+    r = runner.invoke(app, ["train", *TINY, "--no-download", *out])
+    assert r.exit_code == 2
+    assert _one_error_line(r.stderr) == (f"error: LIPCLI_DATA: data directory {missing} does not exist "
+                                         "(dataset 'cifar10')")
+    monkeypatch.setenv("LIPCLI_DATA", str(a_file))
+    r = runner.invoke(app, ["train", *TINY, *out])
+    assert r.exit_code == 2
+    assert _one_error_line(r.stderr) == (f"error: LIPCLI_DATA: data directory {a_file} is a file, not a "
+                                         "directory (dataset 'cifar10')")
+    r = runner.invoke(app, ["train", *TINY, "--data-dir", str(a_file), *out])
+    assert r.exit_code == 2
+    assert _one_error_line(r.stderr) == (f"error: --data-dir: data directory {a_file} is a file, not a "
+                                         "directory (dataset 'cifar10')")
+    # the default root (no LIPCLI_DATA) inside a file: it cannot be created for the download
+    monkeypatch.delenv("LIPCLI_DATA")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(a_file))
+    monkeypatch.setattr(sys, "platform", "linux")
+    r = runner.invoke(app, ["train", *TINY, *out])
+    assert r.exit_code == 2
+    assert _one_error_line(r.stderr) == (
+        "error: the default data root (set LIPCLI_DATA or pass --data-dir to use another): data directory "
+        f"{a_file}/lipcli/data does not exist and cannot be created for the download: {a_file} is a file "
+        "(dataset 'cifar10')")
+    # lip certify, whose model's recorded folder is gone: the default root, named the same way
+    monkeypatch.setenv("LIPCLI_DATA", str(missing))
+    model = save_tiny_model(tmp_path / "c.safetensors", dataset={"name": "cifar10", "params": {},
+                                                                 "root": str(tmp_path / "gone")})
+    r = runner.invoke(app, ["certify", str(model), "--no-download", "--limit", "4", "--no-write"])
+    assert r.exit_code == 2
+    assert _one_error_line(r.stderr).startswith(f"error: LIPCLI_DATA: data directory {missing} does not exist")
+
+
+def test_a_data_root_that_cannot_take_the_download_is_named(tmp_path, monkeypatch):
+    from lipcli.builtins.datasets import cifar
+
+    calls = _offline(monkeypatch)
+    root = tmp_path / "data"
+    root.mkdir()
+    monkeypatch.setattr(cifar, "cannot_create_in", lambda d: f"directory {d} is not writable (read-only?)")
+    monkeypatch.setenv("LIPCLI_DATA", str(root))
+    r = runner.invoke(app, ["train", *TINY, "--out", str(tmp_path / "m.safetensors")])
+    assert r.exit_code == 2 and calls == []
+    assert _one_error_line(r.stderr) == (f"error: LIPCLI_DATA: data directory {root} has no CIFAR-10 and "
+                                         f"cannot take the download: directory {root} is not writable (read-only?)")
+    write_cifar10(root)  # a read-only root that holds the data set is fine
+    r = runner.invoke(app, ["train", *TINY, "--out", str(tmp_path / "m.safetensors")])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines().count(f"data: {root} (the default data root; set LIPCLI_DATA or pass "
+                                       "--data-dir to use another)") == 1
+
+
+def test_a_damaged_archive_in_the_data_root_is_named(tmp_path, monkeypatch):
+    _offline(monkeypatch)
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / torchvision.datasets.CIFAR10.filename).write_bytes(b"garbage, not a tar.gz")
+    monkeypatch.setenv("LIPCLI_DATA", str(root))
+    r = runner.invoke(app, ["train", *TINY, "--out", str(tmp_path / "m.safetensors")])
+    assert r.exit_code == 1
+    line = _one_error_line(r.stderr)
+    assert line.startswith(f"error: could not download cifar10 into {root} (LIPCLI_DATA; ")
+    assert ("; the cifar-10-python.tar.gz found there is damaged (not the published MD5 checksum): "
+            "delete it); offline, put the folder cifar-10-batches-py") in line
+    r = runner.invoke(app, ["train", *TINY, "--no-download", "--out", str(tmp_path / "m.safetensors")])
+    assert r.exit_code == 2
+    line = _one_error_line(r.stderr)
+    assert line.startswith(f"error: LIPCLI_DATA: CIFAR-10 not found in {root} (missing ")
+    assert line.endswith("; the cifar-10-python.tar.gz there is damaged (not the published MD5 checksum); "
+                         "downloading fetches it")
+
+
+def test_an_image_folder_with_an_empty_class_folder_is_one_line(tmp_path, imagefolder_writer):
+    root = imagefolder_writer(tmp_path / "tree")
+    (root / "train" / "nothing").mkdir()
+    r = runner.invoke(app, ["train", "--dataset", "imagefolder", "--data-dir", str(root), *TINY,
+                            "--out", str(tmp_path / "m.safetensors")])
+    assert r.exit_code == 2
+    assert _one_error_line(r.stderr).startswith(f"error: class folder {root / 'train' / 'nothing'} has no images; ")
+    assert not (tmp_path / "m.safetensors").exists()

@@ -146,6 +146,71 @@ def test_a_bad_option_is_refused_before_any_worker_starts(tiny, tmp_path, monkey
     assert r.exit_code == 2 and "--nproc-per-node" in r.output
 
 
+def test_more_processes_than_cores_are_refused_before_anything_starts(tiny, tmp_path, monkeypatch):
+    """``--nproc-per-node`` above the CPU cores this process may use: one line naming the
+    option and its range, exit 2, before the run is even checked; ``--oversubscribe`` lets
+    it through (and is not passed on to the workers)."""
+    monkeypatch.chdir(tmp_path)
+    started, checked = [], []
+    monkeypatch.setattr("lipcli.train.launch.usable_cpus", lambda: 2)
+    monkeypatch.setattr("lipcli.train.launch.launch_workers",
+                        lambda n, args: started.append((n, args)) or LaunchResult(processes=n))
+    monkeypatch.setattr("lipcli.train.check_train", lambda *a, **k: checked.append(k) or check_train(*a, **k))
+    r = runner.invoke(app, ["train", "--nproc-per-node", "4", *tiny, "--out", "m.safetensors"])
+    assert r.exit_code == 2 and started == [] and checked == []
+    assert r.stderr.strip() == ("error: --nproc-per-node 4 is more than the 2 CPU core(s) this process may "
+                                "use (range 1..2; --oversubscribe allows more)")
+    r = runner.invoke(app, ["train", "--nproc-per-node", "2", *tiny, "--out", "m.safetensors"])
+    assert r.exit_code == 0 and [n for n, _ in started] == [2], r.output
+    r = runner.invoke(app, ["train", "--nproc-per-node", "4", "--oversubscribe", *tiny, "--out", "m.safetensors"])
+    assert r.exit_code == 0 and [n for n, _ in started] == [2, 4] and len(checked) == 2, r.output
+    assert "--oversubscribe" not in started[-1][1] and "--nproc-per-node" not in " ".join(started[-1][1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]  # the workers would write
+
+
+def test_the_process_limit_is_the_cuda_devices_of_a_cuda_run(monkeypatch, tmp_path):
+    import torch
+
+    from lipcli.cli.train_cmd import _device_setting
+    from lipcli.train.launch import check_process_count, usable_cpus
+
+    assert usable_cpus() == len(os.sched_getaffinity(0))
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 5)
+    assert usable_cpus() == 5
+    check_process_count(5, "cpu")
+    with pytest.raises(LipUsageError, match=r"^nproc_per_node 6 is more than the 5 CPU core\(s\) .*\(range 1\.\.5; "):
+        check_process_count(6, "cpu")
+    check_process_count(6, "cpu", oversubscribe=True)
+    monkeypatch.setattr("lipcli._util.devices.resolve_device", lambda name: torch.device(name))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    check_process_count(2, "cuda")
+    for oversubscribe in (False, True):  # each process takes a GPU of its own
+        with pytest.raises(LipUsageError, match=r"^nproc_per_node 3 is more than the 2 CUDA device\(s\) .*"
+                                                r"\(range 1\.\.2\)$"):
+            check_process_count(3, "cuda", oversubscribe)
+    check_process_count(5, "cuda:1")  # one device named for every process: the cores count
+    # the device of a run to resume: given, else the run directory's config.json, else auto
+    (tmp_path / "config.json").write_text(json.dumps({"device": "cuda"}))
+    assert _device_setting([], {"resume": str(tmp_path), "resume_overrides": {"device": "cpu"}}) == "cpu"
+    assert _device_setting([], {"resume": str(tmp_path), "resume_overrides": {}}) == "cuda"
+    assert _device_setting([], {"resume": str(tmp_path / "gone"), "resume_overrides": {}}) == "auto"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_64_processes_on_one_core_is_one_line_and_starts_nothing(tiny, tmp_path):
+    """A real ``lip train --nproc-per-node 64`` limited to one CPU core: exit 2, one line,
+    nothing written (no worker ever started)."""
+    core = min(os.sched_getaffinity(0))
+    proc = lip(["train", "--nproc-per-node", "64", *tiny, "--out", "m.safetensors"], tmp_path,
+               preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    code, out, err = finish(proc, timeout=300)
+    assert code == 2 and out == ""
+    assert assert_one_clean_line(err) == ("error: --nproc-per-node 64 is more than the 1 CPU core(s) this "
+                                          "process may use (range 1..1; --oversubscribe allows more)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.toml"]
+
+
 def test_nproc_per_node_is_refused_under_torchrun(tiny, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")

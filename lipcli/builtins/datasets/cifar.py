@@ -11,6 +11,7 @@ arrays, so a tampered file cannot run code. Normalisation: mean (0.4914, 0.4822,
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from lipcli._util.outputs import cannot_create_in
 from lipcli.builtins.datasets.common import RandomCropFlip, TensorImageDataset, check_split
 from lipcli.sdk.errors import LipError, LipUsageError, SettingError
 
@@ -99,14 +101,28 @@ def _layout_hint(variant: str, root: Path) -> str:
 class DownloadError(LipError):
     """A CIFAR archive could not be downloaded (offline, a bad checksum, ...): runtime error
     (exit 1) naming the folder to fill by hand and the embedded alternative, whose setting
-    ``render(option)`` spells as a command-line option (:func:`lipcli.cli.common.cli_message`)."""
+    ``render(option)`` spells as a command-line option (:func:`lipcli.cli.common.cli_message`).
+    ``root_note`` (e.g. ``"LIPCLI_DATA; "``, set by a front end) says where the folder's name
+    came from, at the start of the parenthesis after it."""
 
     def __init__(self, template: str) -> None:
         self.template = template
-        super().__init__(template.format(dataset="dataset"))
+        self.root_note = ""
+        super().__init__(template.format(dataset="dataset", root_note=""))
 
     def render(self, option: Any) -> str:
-        return self.template.format(dataset=option("dataset"))
+        return self.template.format(dataset=option("dataset"), root_note=self.root_note)
+
+
+def _damaged_archive(variant: str, root: Path) -> str | None:
+    """The published archive's file name when a file of that name in ``root`` is not it
+    (its MD5 differs), else None."""
+    import torchvision
+    from torchvision.datasets.utils import check_integrity
+
+    cls = torchvision.datasets.CIFAR10 if variant == "cifar10" else torchvision.datasets.CIFAR100
+    archive = root / cls.filename
+    return cls.filename if archive.is_file() and not check_integrity(str(archive), cls.tgz_md5) else None
 
 
 def _download_cifar(variant: str, root: Path) -> None:
@@ -117,21 +133,28 @@ def _download_cifar(variant: str, root: Path) -> None:
     from torchvision.datasets.utils import download_and_extract_archive
 
     cls = torchvision.datasets.CIFAR10 if variant == "cifar10" else torchvision.datasets.CIFAR100
+    damaged = _damaged_archive(variant, root)
+    created = not root.exists()
     try:
         root.mkdir(parents=True, exist_ok=True)
         download_and_extract_archive(cls.url, str(root), filename=cls.filename, md5=cls.tgz_md5,
                                      remove_finished=True)
     except Exception as exc:  # noqa: BLE001 - network errors of every kind: runtime (exit 1)
+        if created:  # the folder made for the download, when nothing came into it
+            with contextlib.suppress(OSError):
+                root.rmdir()
         reason = " ".join(str(getattr(exc, "reason", None) or exc or type(exc).__name__).split())
         if isinstance(exc, RuntimeError) and "corrupted" in reason:
             reason = "the download does not match the published MD5 checksum"
+        elif damaged is not None:  # the file there was not the archive, and none came
+            reason += f"; the {damaged} found there is damaged (not the published MD5 checksum): delete it"
         folder = CIFAR10_DIR if variant == "cifar10" else CIFAR100_DIR
 
         def lit(text: Any) -> str:
             return str(text).replace("{", "{{").replace("}", "}}")
 
         raise DownloadError(
-            f"could not download {variant} into {lit(root)} ({lit(reason)}); offline, put the folder "
+            f"could not download {variant} into {lit(root)} ({{root_note}}{lit(reason)}); offline, put the folder "
             f"{folder} (the 'python version' of https://www.cs.toronto.edu/~kriz/cifar.html) in "
             f"{lit(root)}, or use the embedded data set: {{dataset}} digits"
         ) from None
@@ -150,13 +173,19 @@ def load_cifar(
     files = train_files if split == "train" else test_files
     needed = [base / f for f in (*files, meta_file)]
     if download and not all(p.is_file() for p in needed):
+        reason = cannot_create_in(root) if root.is_dir() else None
+        if reason is not None:
+            raise SettingError("data_dir", f"data directory {root} has no {title} and cannot take the "
+                                           f"download: {reason}")
         _download_cifar(variant, root)
     missing = [p for p in needed if not p.is_file()]
     if missing:
+        archive = _damaged_archive(variant, root)
+        there = "" if archive is None else f"; the {archive} there is damaged (not the published MD5 checksum)"
         raise SettingError(
             "download",
             f"{title} not found in {root} (missing {missing[0]}): expected "
-            f"{_layout_hint(variant, root)} (the 'python version'); downloading fetches it"
+            f"{_layout_hint(variant, root)} (the 'python version'){there}; downloading fetches it"
         )
     num_classes = 10 if variant == "cifar10" else 100
     meta = _load_pickle(base / meta_file)

@@ -1,6 +1,7 @@
 """``imagefolder``: any tree ``DIR/train/<class>/*.{png,jpg,...}`` and ``DIR/test/<class>/*``;
 classes are the sorted sub-directory names of ``train/`` (a test class missing from ``train/``
-is an error; labels of the test split use the train split's numbering). Images are converted to
+is an error, and so is a class folder without images, as in torchvision's ImageFolder; labels
+of the test split use the train split's numbering). Images are converted to
 RGB and resized to ``size`` x ``size`` (parameter ``size``: 32 (default), 64, 128, 256 or 512;
 bilinear, antialiased); an image that already has that size is kept exactly as it is
 (``imagefolder:size=64`` keeps TinyImageNet's native 64 x 64). The training crop pads by
@@ -92,6 +93,18 @@ def _class_dirs(directory: Path) -> list[str]:
     return sorted(e.name for e in directory.iterdir() if e.is_dir() and not e.name.startswith("."))
 
 
+def _refuse_empty_classes(split_dir: Path, present: dict[str, int], samples: list[tuple[str, int]],
+                          extensions: tuple[str, ...]) -> None:
+    """A class folder of ``split_dir`` without an image is an error (as in torchvision's
+    ImageFolder): in ``train/`` it would be a class no image teaches."""
+    found = {label for _, label in samples}
+    empty = [name for name, label in present.items() if label not in found]
+    if empty:
+        more = f" (and {len(empty) - 1} more class folder(s) without images)" if len(empty) > 1 else ""
+        raise LipUsageError(f"class folder {split_dir / empty[0]} has no images{more}; add images "
+                            f"({', '.join(extensions)}) or remove the folder")
+
+
 def load_imagefolder(
     root: str | Path | None,
     split: str,
@@ -130,6 +143,7 @@ def load_imagefolder(
     samples = make_dataset(str(split_dir), present, extensions=IMG_EXTENSIONS, allow_empty=True)
     if not samples:
         raise LipUsageError(f"no images found under {split_dir} ({layout}; extensions {', '.join(IMG_EXTENSIONS)})")
+    _refuse_empty_classes(split_dir, present, samples, IMG_EXTENSIONS)
     transform = RandomCropFlip(size=size, padding=CROP_PADDING * size // IMAGE_SIZE, flip=True) if augment else None
     ds = ImageFolderDataset(samples, classes, transform, cache, size=size)
     if stats == "data":
