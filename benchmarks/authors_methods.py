@@ -125,7 +125,7 @@ def import_authors(checkout: dict[str, Path], shim_soc: bool = False) -> Provide
         if not (folder / f"{module}.py").is_file():
             raise Skip(f"{method}: {folder / (module + '.py')} not found")
         if method == "soc" and not shim_soc and not torch.cuda.is_available():
-            raise Skip("soc: skipped: the authors' skew_ortho_conv.py compiles a cuDNN (CUDA) "
+            raise Skip("soc: the authors' skew_ortho_conv.py compiles a cuDNN (CUDA) "
                        "extension at import and its utils.py needs apex; --shim-soc substitutes "
                        "torch.nn.grad.conv2d_weight for the extension")
         before = set(sys.modules)
@@ -133,8 +133,9 @@ def import_authors(checkout: dict[str, Path], shim_soc: bool = False) -> Provide
         try:
             with _soc_cpu_stand_ins() if method == "soc" and shim_soc else contextlib.nullcontext():
                 mod = importlib.import_module(module)
-        except ImportError as exc:
-            raise Skip(f"{method}: skipped: importing the authors' {module}.py failed: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a missing module, a failing compile: one line
+            raise Skip(f"{method}: importing the authors' {module}.py failed: "
+                       f"{type(exc).__name__}: {exc}") from None
         finally:
             sys.path.remove(str(folder))
             for name in set(sys.modules) - before:
@@ -218,7 +219,21 @@ class SOCMethod(Method):
         return lay
 
 
-class BROMethod(Method):
+class PaddedMethod(Method):
+    """A Fourier layer the authors run on the zero-padded input (BRO, LOT): ``_build(a, cin,
+    stride)`` is lipcli's layer with the authors' parameters."""
+
+    def _build(self, a: nn.Module, cin: int, stride: int) -> nn.Module:
+        raise NotImplementedError
+
+    def lipcli(self, a, shape):
+        return self._build(a, shape.cin, shape.stride)
+
+    def reference(self, a, shape):
+        return padded_reference(self._build(a, shape.cin * shape.stride**2, 1), shape)
+
+
+class BROMethod(PaddedMethod):
     name, lipcli_conv = "bro", "bro"
 
     def authors(self, cls, shape, gen, agreement):
@@ -234,14 +249,8 @@ class BROMethod(Method):
         _copy(lay.bias, a.bias)
         return lay
 
-    def lipcli(self, a, shape):
-        return self._build(a, shape.cin, shape.stride)
 
-    def reference(self, a, shape):
-        return padded_reference(self._build(a, shape.cin * shape.stride**2, 1), shape)
-
-
-class LOTMethod(Method):
+class LOTMethod(PaddedMethod):
     name, lipcli_conv = "lot", "lot"
 
     def authors(self, cls, shape, gen, agreement):
@@ -260,12 +269,6 @@ class LOTMethod(Method):
         _copy(lay.weight, a.weight)
         _copy(lay.bias, a.bias)
         return lay
-
-    def lipcli(self, a, shape):
-        return self._build(a, shape.cin, shape.stride)
-
-    def reference(self, a, shape):
-        return padded_reference(self._build(a, shape.cin * shape.stride**2, 1), shape)
 
     def prepare_eval(self, a, shape):
         if hasattr(a, "frozen_w_ortho"):

@@ -182,6 +182,9 @@ def compare(provider: Provider, methods: list[str], threads: list[int], rounds: 
             except Skip as why:
                 skipped.append(f"{why} ({what})")
                 log(skipped[-1])
+            except Exception as exc:  # noqa: BLE001 - e.g. the authors' code needing CUDA
+                skipped.append(f"{name} ({what}): {type(exc).__name__}: {exc}"[:300])
+                log(skipped[-1])
     return {"rows": rows, "skipped": skipped}
 
 
