@@ -1,0 +1,244 @@
+"""lipcli's layers against the authors' own code: output agreement and interleaved A/B time.
+
+    python benchmarks/compare_authors.py --soc PATH --bro PATH --lot PATH --sll PATH \
+        [--shim-soc] [--rounds 5] [--threads 1,2] [--json]
+
+Each PATH is a checkout the user fetched (nothing is fetched here): SOC
+github.com/singlasahil14/improved_l2_robustness, BRO github.com/ntuaislab/BRONet, LOT
+github.com/AI-secure/Layerwise-Orthogonal-Training, SLL
+github.com/araujoalexandre/Lipschitz-SLL-Networks.  Their layers are imported unmodified
+(``benchmarks/authors_methods.py`` says where each lives and how its parameters map into
+lipcli's layer).  Per layer shape and per network (LipConvnet-5's convolutions with MaxMin
+between them) it prints
+
+* ``agree``: ``max |lipcli − authors| / max |authors|`` over the train- and eval-mode outputs
+  on the same parameters and input (float64 where the authors' code runs in it);
+* ``train`` / ``eval``: the time ratio lipcli ÷ authors (below 1 = lipcli faster) of a training
+  step (forward + backward) and of an eval forward, median [min..max] over interleaved rounds
+  (each round times both, in alternating order), at each thread count;
+* each checkout's commit (``git rev-parse HEAD``, or ``unknown``).
+
+A method whose code cannot run here is skipped with a line saying why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from authors_methods import METHODS, REPOSITORIES, Method, Provider, Shape, Skip, checkout_commit, import_authors  # noqa: E402
+
+#: layer shapes per method: LipConvnet's kinds (stride 1 in = out, stride 2 doubling), small
+SHAPES = (Shape(16, 16, 16), Shape(32, 32, 8), Shape(16, 32, 16, 2), Shape(64, 128, 4, 2))
+SLL_SHAPES = (Shape(16, 16, 16), Shape(32, 32, 8))
+
+
+def network_shapes(width: int, size: int = 32) -> list[Shape]:
+    """LipConvnet-5's convolutions: ``3 → w`` and five stride-2 blocks doubling the channels, the
+    last with a 1×1 filter."""
+    shapes, c = [Shape(3, width, size)], width
+    for block in range(5):
+        shapes.append(Shape(c, 2 * c, size, 2, 1 if block == 4 else 3))
+        c, size = 2 * c, size // 2
+    return shapes
+
+
+class MaxMin(nn.Module):
+    def forward(self, x: Tensor) -> Tensor:
+        a, b = x.view(x.shape[0], 2, x.shape[1] // 2, *x.shape[2:]).unbind(1)
+        return torch.cat([torch.maximum(a, b), torch.minimum(a, b)], 1)
+
+
+class Chain(nn.Module):
+    """Layers (modules or functions) with MaxMin after each but the last."""
+
+    def __init__(self, layers: list) -> None:
+        super().__init__()
+        self.fns = layers
+        self.mods = nn.ModuleList([f for f in layers if isinstance(f, nn.Module)])
+
+    def forward(self, x: Tensor) -> Tensor:
+        for i, f in enumerate(self.fns):
+            x = f(x)
+            if i < len(self.fns) - 1:
+                x = MaxMin()(x)
+        return x
+
+
+def relative_difference(ours: Tensor, theirs: Tensor) -> float:
+    return float((ours - theirs).abs().max() / theirs.abs().max().clamp_min(1e-300))
+
+
+def agreement(method: Method, cls: type, shapes: list[Shape], batch: int, seed: int) -> tuple[float, str]:
+    """Largest relative output difference (train and eval mode) of the chain of ``shapes``
+    (one shape: the layer), and the dtype it ran in (float64, else float32)."""
+    for dtype in (torch.float64, torch.float32):
+        gen = torch.Generator().manual_seed(seed)
+        try:
+            auth = [method.authors(cls, s, gen, agreement=True).to(dtype) for s in shapes]
+            ours = Chain([method.reference(a, s) for a, s in zip(auth, shapes)])
+            theirs = Chain(auth)
+            x = torch.randn(batch, shapes[0].cin, shapes[0].size, shapes[0].size, generator=gen,
+                            dtype=torch.float64).to(dtype)
+            worst = 0.0
+            for mode in (True, False):
+                theirs.train(mode), ours.train(mode)
+                with torch.no_grad():
+                    worst = max(worst, relative_difference(ours(x), theirs(x)))
+            return worst, str(dtype).replace("torch.", "")
+        except (RuntimeError, TypeError):
+            if dtype == torch.float32:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _step(model: nn.Module, x: Tensor, train: bool) -> None:
+    if train:
+        model.train()
+        model(x).square().mean().backward()
+        for p in model.parameters():
+            p.grad = None
+    else:
+        with torch.no_grad():
+            model(x)
+
+
+def interleaved_ratios(ours: Callable[[], None], theirs: Callable[[], None], rounds: int,
+                       reps: int, warmup: int = 1) -> list[float]:
+    """Per round ``time(ours) / time(theirs)``, each the mean of ``reps`` calls, the order of
+    the two alternating between rounds."""
+    for _ in range(warmup):
+        ours(), theirs()
+    ratios = []
+    for r in range(rounds):
+        times = {}
+        for name in (("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")):
+            fn = ours if name == "ours" else theirs
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            times[name] = (time.perf_counter() - t0) / reps
+        ratios.append(times["ours"] / times["theirs"])
+    return ratios
+
+
+def spread(ratios: list[float]) -> dict:
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+            "rounds": len(ratios)}
+
+
+def timing(method: Method, cls: type, shapes: list[Shape], batch: int, seed: int, rounds: int,
+           reps: int) -> dict:
+    gen = torch.Generator().manual_seed(seed)
+    auth = [method.authors(cls, s, gen, agreement=False) for s in shapes]
+    theirs, ours = Chain(auth), Chain([method.lipcli(a, s) for a, s in zip(auth, shapes)])
+    x = torch.randn(batch, shapes[0].cin, shapes[0].size, shapes[0].size, generator=gen)
+    out = {"train": spread(interleaved_ratios(lambda: _step(ours, x, True),
+                                              lambda: _step(theirs, x, True), rounds, reps))}
+    theirs.eval(), ours.eval()
+    for a, s in zip(auth, shapes):
+        method.prepare_eval(a, s)
+    out["eval"] = spread(interleaved_ratios(lambda: _step(ours, x, False),
+                                            lambda: _step(theirs, x, False), rounds, reps))
+    return out
+
+
+def compare(provider: Provider, methods: list[str], threads: list[int], rounds: int, reps: int,
+            batch: int, width: int, seed: int = 0, shapes: dict | None = None,
+            log: Callable[[str], None] = lambda s: None) -> dict:
+    """The whole comparison as a JSON-able dict: ``rows`` (method, what, agree, dtype, threads,
+    train, eval) and ``skipped`` (lines)."""
+    rows, skipped = [], []
+    for name in methods:
+        method = METHODS[name]
+        try:
+            cls = provider(name)
+        except Skip as why:
+            skipped.append(str(why))
+            log(str(why))
+            continue
+        cases = [(s.label, [s]) for s in (shapes or {}).get(name, SLL_SHAPES if name == "sll" else SHAPES)]
+        if method.network:
+            cases.append((f"LipConvnet-5 w{width} b{batch}", network_shapes(width)))
+        for what, chain in cases:
+            try:
+                agree, dtype = agreement(method, cls, chain, min(batch, 4), seed)
+                for t in threads:
+                    torch.set_num_threads(t)
+                    row = {"method": name, "lipcli": method.lipcli_conv, "what": what,
+                           "agree": agree, "dtype": dtype, "threads": t,
+                           **timing(method, cls, chain, batch, seed, rounds, reps)}
+                    rows.append(row)
+                    log(format_row(row))
+            except Skip as why:
+                skipped.append(f"{why} ({what})")
+                log(skipped[-1])
+            except Exception as exc:  # noqa: BLE001 - e.g. the authors' code needing CUDA
+                skipped.append(f"{name} ({what}): {type(exc).__name__}: {exc}"[:300])
+                log(skipped[-1])
+    return {"rows": rows, "skipped": skipped}
+
+
+def _ratio(d: dict) -> str:
+    return f"{d['median']:.2f} [{d['min']:.2f}..{d['max']:.2f}]"
+
+
+def format_row(r: dict) -> str:
+    return (f"| {r['method']} | {r['what']} | {r['agree']:.1e} ({r['dtype']}) | {r['threads']} "
+            f"| {_ratio(r['train'])} | {_ratio(r['eval'])} |")
+
+
+def table(result: dict) -> str:
+    lines = ["| method | shape / network | agree (max rel. diff.) | threads | train lipcli ÷ authors "
+             "| eval lipcli ÷ authors |", "|---|---|---|---|---|---|"]
+    lines += [format_row(r) for r in result["rows"]]
+    lines += [f"skipped: {s}" for s in result["skipped"]]
+    lines += [f"{m}: {REPOSITORIES[m]} at {c}" for m, c in result.get("commits", {}).items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    for m in METHODS:
+        ap.add_argument(f"--{m}", type=Path, metavar="PATH", help=f"checkout of {REPOSITORIES[m]}")
+    ap.add_argument("--shim-soc", action="store_true",
+                    help="import SOC on a machine without CUDA: torch's conv2d_weight for its cuDNN extension")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=2, help="calls per timing in a round")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--width", type=int, default=8, help="LipConvnet-5 width of the network rows")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    args = ap.parse_args(argv)
+    checkouts = {m: getattr(args, m) for m in METHODS if getattr(args, m) is not None}
+    if not checkouts:
+        ap.error("give at least one checkout (--soc/--bro/--lot/--sll PATH)")
+    missing = [str(p) for p in checkouts.values() if not p.is_dir()]
+    if missing:
+        print(f"error: not a folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        threads = [int(t) for t in args.threads.split(",")]
+    except ValueError:
+        print(f"error: --threads wants numbers like 1,2, got {args.threads!r}", file=sys.stderr)
+        return 2
+    result = compare(import_authors(checkouts, args.shim_soc), list(checkouts), threads,
+                     args.rounds, args.reps, args.batch, args.width,
+                     log=(lambda s: print(s, file=sys.stderr, flush=True)))
+    result["commits"] = {m: checkout_commit(p) for m, p in checkouts.items()}
+    result["torch"], result["cpu_threads"] = torch.__version__, threads
+    print(json.dumps(result, indent=1, ensure_ascii=False) if args.json else table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
