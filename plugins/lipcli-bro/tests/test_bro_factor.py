@@ -67,13 +67,14 @@ def test_defect_limit_is_the_root_of_the_unit_roundoff():
     assert defect_limit(torch.float64) == defect_limit(torch.complex128) == 2.0**-26.5
 
 
-@pytest.mark.parametrize("stride, size, cin, cout", [(1, 4, 3, 3), (2, 4, 2, 4), (1, 5, 4, 2), (1, 1, 4, 4)])
+@pytest.mark.parametrize("stride, size, cin, cout", [(1, 4, 3, 3), (2, 4, 2, 4), (1, 5, 4, 2), (1, 3, 2, 6), (1, 1, 4, 4), (2, 1, 2, 8)])
 def test_both_routes_have_their_jacobian_within_the_bound(monkeypatch, stride, size, cin, cout):
     """Training on CPU takes the checked Cholesky route, eval Householder QR; the dense
     float64 Jacobian of each is orthogonal and within the verified bound of its matrices, and
     the eval matrices are bit-identical to ``factor="qr"``'s (so certificates are unchanged)."""
     spy = Spy(monkeypatch)
     layer = randomise_parameters(BROConv(cin, cout, 3, stride).double(), seed=7 + size).train()
+    layer.cholesky_min_channels = 1  # these tiny layers take the CPU Cholesky route too
     shape = (cin, size * stride, size * stride)
     J = training_jacobian(layer, shape)
     assert (spy.cholesky, spy.qr) == (1, 0)
@@ -99,6 +100,7 @@ def test_float32_training_route_is_bounded_by_its_own_verified_bound():
     matrices) stays within their verified bound, which stays within ``1 + 4√u``."""
     torch.manual_seed(1)
     layer = BROConv(8, 8, 3, init="random").train()
+    layer.cholesky_min_channels = 1
     op = layer.compute_operator((4, 4)).detach()
     bound = isometry_norm_upper_bound(op)
     assert bound <= 1 + 4 * defect_limit(torch.float32)
@@ -112,6 +114,7 @@ def test_ill_conditioned_filter_falls_back_to_householder_qr(monkeypatch, dtype)
     Cholesky route's defect exceeds the limit, the layer uses Householder QR (bit-identical
     matrices), and its Jacobian is still within the verified bound."""
     layer = BROConv(16, 16, 1, rank=8).to(dtype).train()
+    layer.cholesky_min_channels = 1
     with torch.no_grad():
         layer.weight.copy_(ill_conditioned(16, 8, 1e6, dtype, seed=3)[:, :, None, None])
     Qh, info = cholesky_basis(layer.weight[:, :, 0, 0].detach())
@@ -145,6 +148,7 @@ def test_cholesky_gradients_match_householder_and_finite_differences():
     """The routes compute the same function, so their gradients agree (float64); gradcheck of
     the checked route through the layer (weight and input)."""
     layer = randomise_parameters(BROConv(3, 3, 3).double(), seed=11).train()
+    layer.cholesky_min_channels = 1
     twin = BROConv(3, 3, 3, factor="qr").double().train()
     twin.load_state_dict(layer.state_dict())
     x = torch.randn(2, 3, 4, 4, dtype=torch.float64)
@@ -159,3 +163,17 @@ def test_cholesky_gradients_match_householder_and_finite_differences():
         fast_mode=True)
     V = torch.randn(3, 6, 3, dtype=torch.complex128, requires_grad=True)
     assert torch.autograd.gradcheck(lambda v: block_reflector(v, "checked"), (V,), fast_mode=True)
+
+
+def test_small_layers_keep_householder_qr_and_large_ones_take_cholesky(monkeypatch):
+    spy = Spy(monkeypatch)
+    small = BROConv(8, 8, 3).train()
+    assert small.channels < BROConv.cholesky_min_channels
+    small(torch.randn(1, 8, 4, 4)).sum().backward()
+    assert (spy.cholesky, spy.qr) == (0, 1)
+    large = BROConv(32, BROConv.cholesky_min_channels, 1, 2).train()  # c = 128 at 1×1
+    large(torch.randn(1, 32, 2, 2)).sum().backward()
+    assert (spy.cholesky, spy.qr) == (1, 1)
+    with torch.no_grad():
+        large(torch.randn(1, 32, 2, 2))  # no gradients: the eval matrices, Householder QR
+    assert (spy.cholesky, spy.qr) == (1, 2)

@@ -26,7 +26,9 @@ Maths:
   measures ``δ_F = max_f ‖QᴴQ − I‖_F ≥ δ`` (one ``r × c`` product per frequency) and falls
   back to Householder QR when the Cholesky broke down or ``δ_F > √u`` (``2.4e-4`` in
   float32: ``κ(V̂) ≲ u^{-1/4} ≈ 64``), so a training step's matrices are reflectors to
-  ``4√u`` at worst.  On CUDA the check (a host sync) is skipped, as before.
+  ``4√u`` at worst; it applies ``W`` in factored form (:meth:`BROConv.linear`).  CPU layers
+  with fewer than :attr:`BROConv.cholesky_min_channels` channels keep Householder QR (many
+  small matrices, where it is as fast).  On CUDA the check (a host sync) is skipped.
 * ``in ≠ out`` and stride 2 (as the authors' code): ``pixel_unshuffle(x, 2)`` (a
   permutation) for stride 2, then the ``out × in·s²`` top-left block of the ``c × c`` unitary
   ``W(f)``: its columns (``in·s² ≤ out``) or rows (``in·s² > out``) are orthonormal, so the
@@ -85,7 +87,8 @@ def orthogonality_defect(Qh: Tensor) -> float:
         Qh = Qh.detach()
         E = Qh @ Qh.mH
         E.diagonal(dim1=-2, dim2=-1).sub_(1)
-        value = float(torch.linalg.matrix_norm(E).max()) if E.numel() else 0.0
+        E = torch.view_as_real(E) if E.is_complex() else E
+        value = float(E.square().flatten(1).sum(1).max().sqrt()) if E.numel() else 0.0
     return value if math.isfinite(value) else math.inf
 
 
@@ -141,6 +144,10 @@ class BROConv(FourierConvBase):
     """
 
     weight: Tensor
+    #: ``factor="auto"`` trains with checked Cholesky QR on CPU from this many channels ``c``
+    #: on; below, its extra small batched calls cost more than Householder QR saves
+    #: (``benchmarks/bro_cpu_factor.py``, docs/benchmarks.md), so those layers keep QR
+    cholesky_min_channels: int = 128
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
                  rank: int = 0, rank_ratio: float = 0.5, init: str = "identity",
@@ -169,9 +176,46 @@ class BROConv(FourierConvBase):
         factor = self.factor
         if factor == "auto":
             training = self.training and torch.is_grad_enabled()  # eval_operator runs under no_grad
-            factor = ("cholesky" if self.weight.is_cuda else "checked") if training else "qr"
+            if not training:
+                factor = "qr"
+            elif self.weight.is_cuda:
+                factor = "cholesky"
+            else:
+                factor = "checked" if self.channels >= self.cholesky_min_channels else "qr"
         reflector = block_reflector(kernel_spectrum(self.weight, size), factor)
         return reflector[:, : self.out_channels, : self.conv_in_channels]
+
+    def linear(self, x: Tensor) -> Tensor:
+        """The layer without bias.  A training step on CPU with ``factor="auto"`` applies the
+        checked Cholesky reflector in factored form, ``W[:out, :in]·x̂ = x̂[:out] −
+        2·Q[:out](Q[:in]ᴴx̂)`` (``x̂`` zero-padded when ``out > in``): ``2·r·c·N`` products per
+        frequency instead of forming ``W`` (``c²·r``) and applying it (``out·in·N``); the same
+        map as ``compute_operator``'s matrix to rounding (layers with at least
+        :attr:`cholesky_min_channels` channels).  Householder QR and the dense
+        matrix when the check fails (module docstring); every other case is the base class's."""
+        if not (self.factor == "auto" and self.training and torch.is_grad_enabled()
+                and not self.weight.is_cuda and self.channels >= self.cholesky_min_channels
+                and type(self).compute_operator is BROConv.compute_operator):
+            return super().linear(x)
+        z = self.rearrange(x)
+        size = self.operator_size((int(z.shape[-2]), int(z.shape[-1])))
+        assert size is not None
+        V = kernel_spectrum(self.weight, size)
+        Qh, info = cholesky_basis(V)
+        if bool(info.any()) or orthogonality_defect(Qh) > defect_limit(V.dtype):
+            return self.apply_operator(z, block_reflector(V, "qr")[:, : self.out_channels, : self.conv_in_channels])
+        return self.apply_factored(z, Qh)
+
+    def apply_factored(self, z: Tensor, Qh: Tensor) -> Tensor:
+        """``W[:out, :in]`` of ``W = I − 2QQᴴ`` applied to the rearranged ``z`` from ``Qᴴ``
+        (``(bins, r, c)``) without forming ``W``."""
+        N, C, H, W = z.shape
+        out = self.out_channels
+        X = z.reshape(N, C).T[None] if H == 1 and W == 1 else self.to_spectrum(z)
+        U = Qh[:, :, :C] @ X
+        head = X[:, :out] if out <= C else torch.cat([X, X.new_zeros(X.shape[0], out - C, N)], 1)
+        Y = head - 2.0 * (Qh[:, :, :out].mH @ U)
+        return Y[0].T.reshape(N, out, 1, 1) if H == 1 and W == 1 else self.from_spectrum(Y, (H, W))
 
     def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
         return isometry_norm_upper_bound(op)
