@@ -19,14 +19,15 @@ Maths:
   authors' code solves with ``V̂ᴴV̂ + 10⁻⁵·mean(diag)·I`` instead; we do not regularise
   (the result is then exactly the reflector of the paper's Eq.).
 * Training steps (``factor="auto"``) use Cholesky QR instead, ``Qᴴ = L⁻¹V̂ᴴ`` with
-  ``V̂ᴴV̂ = LLᴴ`` (batched products, one Cholesky, one triangular solve: on CPU about 10×
-  faster than LAPACK's batched Householder QR at one thread and more at two).  In exact
+  ``V̂ᴴV̂ = LLᴴ`` (batched products, one Cholesky, one triangular solve, where LAPACK's
+  batched Householder QR goes one matrix at a time and, on CPU, is slower with a second
+  thread: docs/benchmarks.md).  In exact
   arithmetic it is the same ``Q``; in floating point ``δ = ‖QᴴQ − I‖`` grows like
   ``u·κ(V̂)²``, and ``‖WᴴW − I‖₂ = 4‖Q(QᴴQ − I)Qᴴ‖₂ ≤ 4δ(1 + δ)``.  On CPU every step
   measures ``δ_F = max_f ‖QᴴQ − I‖_F ≥ δ`` (one ``r × c`` product per frequency) and falls
   back to Householder QR when the Cholesky broke down or ``δ_F > √u`` (``2.4e-4`` in
   float32: ``κ(V̂) ≲ u^{-1/4} ≈ 64``), so a training step's matrices are reflectors to
-  ``4√u`` at worst; it applies ``W`` in factored form (:meth:`BROConv.linear`).  CPU layers
+  ``4√u(1 + √u)`` at worst; it applies ``W`` in factored form (:meth:`BROConv.linear`).  CPU layers
   with fewer than :attr:`BROConv.cholesky_min_channels` channels keep Householder QR (many
   small matrices, where it is as fast).  On CUDA the check (a host sync) is skipped.
 * ``in ≠ out`` and stride 2 (as the authors' code): ``pixel_unshuffle(x, 2)`` (a
