@@ -111,9 +111,22 @@ class FourierConvBase(LipConvBase):
         N, C, H, W = x.shape
         if H == 1 and W == 1:
             return F.linear(x.reshape(N, C), op[0]).view(N, -1, 1, 1)
-        X = torch.fft.rfft2(x).permute(2, 3, 1, 0).reshape(-1, C, N)
-        Y = (op @ X).reshape(H, W // 2 + 1, self.out_channels, N).permute(3, 2, 0, 1)
-        return torch.fft.irfft2(Y, s=(H, W))
+        return self.from_spectrum(op @ self.to_spectrum(x), (H, W))
+
+    @staticmethod
+    def to_spectrum(x: Tensor) -> Tensor:
+        """``rfft2`` of ``(N, C, H, W)`` as one ``C × N`` matrix per half-plane bin:
+        ``(H·(W//2+1), C, N)`` (the layout :meth:`apply_operator` multiplies)."""
+        N, C = x.shape[:2]
+        return torch.fft.rfft2(x).permute(2, 3, 1, 0).reshape(-1, C, N)
+
+    @staticmethod
+    def from_spectrum(Y: Tensor, size: tuple[int, int]) -> Tensor:
+        """The inverse of :meth:`to_spectrum` on an ``H × W`` image: ``(bins, C, N)`` →
+        ``irfft2`` as ``(N, C, H, W)``."""
+        H, W = size
+        C, N = Y.shape[-2:]
+        return torch.fft.irfft2(Y.reshape(H, W // 2 + 1, C, N).permute(3, 2, 0, 1), s=(H, W))
 
     # ------------------------------------------------------------------ eval lowering
     def eval_linear_map(self, input_shape: tuple[int, ...]) -> LinearMap | None:

@@ -18,6 +18,18 @@ Maths:
   when ``V̂(f)`` is ill conditioned (``Q`` is unitary to ``O(u)`` whatever ``R`` is).  The
   authors' code solves with ``V̂ᴴV̂ + 10⁻⁵·mean(diag)·I`` instead; we do not regularise
   (the result is then exactly the reflector of the paper's Eq.).
+* Training steps (``factor="auto"``) use Cholesky QR instead, ``Qᴴ = L⁻¹V̂ᴴ`` with
+  ``V̂ᴴV̂ = LLᴴ`` (batched products, one Cholesky, one triangular solve, where LAPACK's
+  batched Householder QR goes one matrix at a time and, on CPU, is slower with a second
+  thread: docs/benchmarks.md).  In exact
+  arithmetic it is the same ``Q``; in floating point ``δ = ‖QᴴQ − I‖`` grows like
+  ``u·κ(V̂)²``, and ``‖WᴴW − I‖₂ = 4‖Q(QᴴQ − I)Qᴴ‖₂ ≤ 4δ(1 + δ)``.  On CPU every step
+  measures ``δ_F = max_f ‖QᴴQ − I‖_F ≥ δ`` (one ``r × c`` product per frequency) and falls
+  back to Householder QR when the Cholesky broke down or ``δ_F > √u`` (``2.4e-4`` in
+  float32: ``κ(V̂) ≲ u^{-1/4} ≈ 64``), so a training step's matrices are reflectors to
+  ``4√u(1 + √u)`` at worst; it applies ``W`` in factored form (:meth:`BROConv.linear`).  CPU layers
+  with fewer than :attr:`BROConv.cholesky_min_channels` channels keep Householder QR (many
+  small matrices, where it is as fast).  On CUDA the check (a host sync) is skipped.
 * ``in ≠ out`` and stride 2 (as the authors' code): ``pixel_unshuffle(x, 2)`` (a
   permutation) for stride 2, then the ``out × in·s²`` top-left block of the ``c × c`` unitary
   ``W(f)``: its columns (``in·s² ≤ out``) or rows (``in·s² > out``) are orthonormal, so the
@@ -30,7 +42,12 @@ arithmetic, hence the promise ``"orthogonal"``; ``lipschitz_upper_bound()`` is a
 bound for the float matrices actually used,
 ``max_f ‖Ŵ(f)‖₂ ≤ √(1 + max_f ‖ŴᴴŴ − I‖_F)`` with every rounding of that computation covered
 (:func:`lipcli.numerics.gram_bounds.isometry_norm_upper_bound`), which bounds the layer's map
-(:mod:`lipcli.sdk.fourier`).
+(:mod:`lipcli.sdk.fourier`).  That bound, the certificates and the eval lowering all use the
+eval matrices, which are Householder QR on every device and with every ``factor="auto"``
+model (``eval_operator`` runs without gradients): the Cholesky route never reaches them, so
+a model file certifies with the same matrices, bound and radii whatever trained it.  Nothing
+certified relies on the training route's ``δ``; its limit keeps the function trained close to
+the orthogonal map that is certified.
 """
 
 from __future__ import annotations
@@ -51,30 +68,59 @@ INITS = ("identity", "random")
 
 #: how ``Q`` (an orthonormal basis of ``range V̂``) is computed: Householder QR, or Cholesky
 #: QR (``VᴴV = LLᴴ``, ``Q = VL⁻ᴴ``: batched matrix products, one batched Cholesky and one
-#: triangular solve, which CUDA runs batched where its Householder QR goes one matrix at a
-#: time); "auto": Cholesky QR for training steps on CUDA, Householder QR otherwise (so the
-#: eval matrices that certification bounds and runs are the same on every device)
+#: triangular solve); "auto": for training steps Cholesky QR (on CPU checked by
+#: :func:`orthogonality_defect` against :func:`defect_limit`, Householder QR beyond it), and
+#: Householder QR for every eval matrix (the ones certification runs and bounds), on every device
 FACTORS = ("auto", "qr", "cholesky")
+
+
+def cholesky_basis(V: Tensor) -> tuple[Tensor, Tensor]:
+    """``(Qᴴ, info)`` of Cholesky QR for a batch ``V`` (``(..., c, r)``): ``Qᴴ = L⁻¹Vᴴ`` with
+    ``VᴴV = LLᴴ``; ``info`` is LAPACK's (non-zero where the float Cholesky broke down)."""
+    L, info = torch.linalg.cholesky_ex(V.mH @ V)  # no host sync (a failure gives info > 0)
+    return torch.linalg.solve_triangular(L, V.mH, upper=False), info
+
+
+def orthogonality_defect(Qh: Tensor) -> float:
+    """``max_f ‖Q(f)ᴴQ(f) − I‖_F`` of a batch ``Qᴴ`` (``(..., r, c)``), computed in its own
+    precision without gradients (one host sync on CUDA); ``inf`` when not finite."""
+    with torch.no_grad():
+        Qh = Qh.detach()
+        E = Qh @ Qh.mH
+        E.diagonal(dim1=-2, dim2=-1).sub_(1)
+        E = torch.view_as_real(E) if E.is_complex() else E
+        value = float(E.square().flatten(1).sum(1).max().sqrt()) if E.numel() else 0.0
+    return value if math.isfinite(value) else math.inf
+
+
+def defect_limit(dtype: torch.dtype) -> float:
+    """The largest :func:`orthogonality_defect` the checked Cholesky route accepts: ``√u``
+    (``u`` the unit roundoff of ``dtype``'s real part): ``2.4e-4`` in float32, ``1.5e-8`` in
+    float64.  Cholesky QR loses orthogonality like ``u·κ(V̂)²`` (Householder QR: ``u``), so
+    the limit is ``κ(V̂) ≲ u^{-1/4}``: about 64 in float32, 8·10³ in float64."""
+    real = torch.empty((), dtype=dtype).real.dtype
+    return math.sqrt(torch.finfo(real).eps / 2)
 
 
 def block_reflector(V: Tensor, factor: str = "qr") -> Tensor:
     """``I − 2 V (VᴴV)⁻¹ Vᴴ`` for a batch ``V`` of shape ``(..., c, r)``, ``r ≤ c`` (real or
     complex), computed as ``I − 2QQᴴ`` with ``range Q = range V``: ``factor="qr"`` from the
     reduced Householder QR factorisation (module docstring), ``"cholesky"`` from Cholesky
-    QR (``Qᴴ = L⁻¹Vᴴ`` with ``VᴴV = LLᴴ``; the same ``Q`` in exact arithmetic, ``R = Lᴴ``;
-    its loss of orthogonality grows like ``u·κ(V)²`` instead of ``u``, which the layer's
-    verified bound covers, and a ``V`` too ill-conditioned for a float Cholesky gives NaN,
-    which the training loop reports as a non-finite loss)."""
+    QR (:func:`cholesky_basis`; the same ``Q`` in exact arithmetic, ``R = Lᴴ``; its loss of
+    orthogonality grows like ``u·κ(V)²`` instead of ``u``, and a ``V`` too ill-conditioned
+    for a float Cholesky gives garbage or NaN, unchecked here), ``"checked"``: Cholesky QR
+    when its :func:`orthogonality_defect` is at most :func:`defect_limit` and the Cholesky
+    succeeded, Householder QR otherwise."""
     c, r = V.shape[-2:]
     if r > c:
         raise ValueError(f"block_reflector needs rank r <= c, got V of shape {tuple(V.shape)}")
-    if factor == "cholesky":
-        L = torch.linalg.cholesky_ex(V.mH @ V).L  # no host sync (a failure gives NaN, not an error)
-        Qh = torch.linalg.solve_triangular(L, V.mH, upper=False)
-        eye = torch.eye(c, dtype=V.dtype, device=V.device)
-        return eye - 2.0 * (Qh.mH @ Qh)
-    if factor != "qr":
-        raise ValueError(f"block_reflector factor must be qr or cholesky, got {factor!r}")
+    if factor in ("cholesky", "checked"):
+        Qh, info = cholesky_basis(V)
+        if factor == "cholesky" or (not bool(info.any()) and orthogonality_defect(Qh) <= defect_limit(V.dtype)):
+            eye = torch.eye(c, dtype=V.dtype, device=V.device)
+            return eye - 2.0 * (Qh.mH @ Qh)
+    elif factor != "qr":
+        raise ValueError(f"block_reflector factor must be qr, cholesky or checked, got {factor!r}")
     Q = torch.linalg.qr(V, mode="reduced").Q
     eye = torch.eye(c, dtype=V.dtype, device=V.device)
     return eye - 2.0 * (Q @ Q.mH)
@@ -99,6 +145,10 @@ class BROConv(FourierConvBase):
     """
 
     weight: Tensor
+    #: ``factor="auto"`` trains with checked Cholesky QR on CPU from this many channels ``c``
+    #: on; below, its extra small batched calls cost more than Householder QR saves
+    #: (``benchmarks/bro_cpu_factor.py``, docs/benchmarks.md), so those layers keep QR
+    cholesky_min_channels: int = 128
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
                  rank: int = 0, rank_ratio: float = 0.5, init: str = "identity",
@@ -127,9 +177,46 @@ class BROConv(FourierConvBase):
         factor = self.factor
         if factor == "auto":
             training = self.training and torch.is_grad_enabled()  # eval_operator runs under no_grad
-            factor = "cholesky" if self.weight.is_cuda and training else "qr"
+            if not training:
+                factor = "qr"
+            elif self.weight.is_cuda:
+                factor = "cholesky"
+            else:
+                factor = "checked" if self.channels >= self.cholesky_min_channels else "qr"
         reflector = block_reflector(kernel_spectrum(self.weight, size), factor)
         return reflector[:, : self.out_channels, : self.conv_in_channels]
+
+    def linear(self, x: Tensor) -> Tensor:
+        """The layer without bias.  A training step on CPU with ``factor="auto"`` applies the
+        checked Cholesky reflector in factored form, ``W[:out, :in]·x̂ = x̂[:out] −
+        2·Q[:out](Q[:in]ᴴx̂)`` (``x̂`` zero-padded when ``out > in``): ``2·r·c·N`` products per
+        frequency instead of forming ``W`` (``c²·r``) and applying it (``out·in·N``); the same
+        map as ``compute_operator``'s matrix to rounding (layers with at least
+        :attr:`cholesky_min_channels` channels).  Householder QR and the dense
+        matrix when the check fails (module docstring); every other case is the base class's."""
+        if not (self.factor == "auto" and self.training and torch.is_grad_enabled()
+                and not self.weight.is_cuda and self.channels >= self.cholesky_min_channels
+                and type(self).compute_operator is BROConv.compute_operator):
+            return super().linear(x)
+        z = self.rearrange(x)
+        size = self.operator_size((int(z.shape[-2]), int(z.shape[-1])))
+        assert size is not None
+        V = kernel_spectrum(self.weight, size)
+        Qh, info = cholesky_basis(V)
+        if bool(info.any()) or orthogonality_defect(Qh) > defect_limit(V.dtype):
+            return self.apply_operator(z, block_reflector(V, "qr")[:, : self.out_channels, : self.conv_in_channels])
+        return self.apply_factored(z, Qh)
+
+    def apply_factored(self, z: Tensor, Qh: Tensor) -> Tensor:
+        """``W[:out, :in]`` of ``W = I − 2QQᴴ`` applied to the rearranged ``z`` from ``Qᴴ``
+        (``(bins, r, c)``) without forming ``W``."""
+        N, C, H, W = z.shape
+        out = self.out_channels
+        X = z.reshape(N, C).T[None] if H == 1 and W == 1 else self.to_spectrum(z)
+        U = Qh[:, :, :C] @ X
+        head = X[:, :out] if out <= C else torch.cat([X, X.new_zeros(X.shape[0], out - C, N)], 1)
+        Y = head - 2.0 * (Qh[:, :, :out].mH @ U)
+        return Y[0].T.reshape(N, out, 1, 1) if H == 1 and W == 1 else self.from_spectrum(Y, (H, W))
 
     def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
         return isometry_norm_upper_bound(op)

@@ -27,8 +27,8 @@ def bro_spec() -> ConvSpec:
             Param(name="init", type=str, default="identity", choices=INITS,
                   help="identity: centre tap of V is [I; 0] (the authors' default); random"),
             Param(name="factor", type=str, default="auto", choices=FACTORS,
-                  help="basis of range V: qr (Householder), cholesky (Cholesky QR, batched on "
-                       "CUDA), auto (cholesky when training on CUDA, qr otherwise)"),
+                  help="basis of range V: qr (Householder), cholesky (Cholesky QR, unchecked), auto "
+                       "(training: Cholesky QR, on CPU checked with a fallback to qr; eval: qr)"),
         ),
         promises=(ORTHOGONAL,),
     )
