@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lipcli.builtins.datasets.common import RandomCropFlip, TensorImageDataset, check_split
-from lipcli.sdk.errors import LipError, LipUsageError, SettingError
+from lipcli.sdk.errors import LipError, LipUsageError, NamedSettings, SettingError, literal
 
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -96,17 +96,13 @@ def _layout_hint(variant: str, root: Path) -> str:
     return f"{base}/{{{listed}}}"
 
 
-class DownloadError(LipError):
+class DownloadError(NamedSettings, LipError):
     """A CIFAR archive could not be downloaded (offline, a bad checksum, ...): runtime error
     (exit 1) naming the folder to fill by hand and the embedded alternative, whose setting
-    ``render(option)`` spells as a command-line option (:func:`lipcli.cli.common.cli_message`)."""
+    (``{dataset}``) a front end spells as its option (:class:`~lipcli.sdk.errors.NamedSettings`)."""
 
     def __init__(self, template: str) -> None:
-        self.template = template
-        super().__init__(template.format(dataset="dataset"))
-
-    def render(self, option: Any) -> str:
-        return self.template.format(dataset=option("dataset"))
+        super().__init__(self._init_template(template))
 
 
 def _download_cifar(variant: str, root: Path) -> None:
@@ -127,13 +123,10 @@ def _download_cifar(variant: str, root: Path) -> None:
             reason = "the download does not match the published MD5 checksum"
         folder = CIFAR10_DIR if variant == "cifar10" else CIFAR100_DIR
 
-        def lit(text: Any) -> str:
-            return str(text).replace("{", "{{").replace("}", "}}")
-
         raise DownloadError(
-            f"could not download {variant} into {lit(root)} ({lit(reason)}); offline, put the folder "
+            f"could not download {variant} into {literal(root)} ({literal(reason)}); offline, put the folder "
             f"{folder} (the 'python version' of https://www.cs.toronto.edu/~kriz/cifar.html) in "
-            f"{lit(root)}, or use the embedded data set: {{dataset}} digits"
+            f"{literal(root)}, or use the embedded data set: {{dataset}} digits"
         ) from None
 
 
