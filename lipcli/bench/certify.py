@@ -25,7 +25,7 @@ from lipcli.bench.reports import (
 from lipcli.bench.inputs import Progress, _check_positive, environment, _no_progress
 from lipcli.bench.models import count_parameters
 from lipcli.bench.step import _timed
-from lipcli.host.plugins import get_registry
+from lipcli.host.plugins import Registry, get_registry
 from lipcli.lipschitz.lowered import lowered_network, lowered_upper_bound
 from lipcli.sdk.certificates import CertifyResult
 from lipcli.bench.reports import FeaturePath
@@ -181,6 +181,79 @@ def _timed_certificate(certifier: Any, cert_name: str, k: int | None, head: nn.M
     )
 
 
+def _head_entry(model: nn.Module, registry: Registry) -> tuple[dict[str, Any], str, Any]:
+    """The model's config, its head's name and the head's spec."""
+    config = getattr(model, "lipcli_config", None) or {}
+    head_name = (config.get("head") or {}).get("name")
+    if head_name is None:
+        raise LipUsageError("model has no lipcli_config head entry; build it with lipcli")
+    return config, head_name, registry.get("head", head_name)
+
+
+def _feature_stages(
+    model: nn.Module, shape: tuple[int, ...], *, n: int, batch_size: int, gen: torch.Generator,
+    device: torch.device, path_rounds: int, dense_max_mib: float | None, progress: Progress,
+) -> tuple[float, torch.Tensor, list[FeaturePath]]:
+    """The timed feature extraction (seconds, features) and the series-against-lowered paths."""
+    progress(f"features: {n} inputs in batches of {batch_size}")
+    t_feat, features = _timed_features(model, shape, n=n, batch_size=batch_size, gen=gen, device=device)
+    paths: list[FeaturePath] = []
+    if path_rounds > 0:
+        progress(f"feature paths: series vs lowered, {path_rounds} interleaved rounds")
+        paths = feature_paths(model, shape, min(batch_size, n), path_rounds, device, gen, dense_max_mib)
+    return t_feat, features, paths
+
+
+def _fitted_head(head: nn.Module, features: torch.Tensor, num_classes: int, steps: int, loss: float,
+                 seed: int, notes: list[str], progress: Progress) -> HeadFit | None:
+    """The head fitted to a random teacher's labels (``steps`` > 0), with a note; else None."""
+    if steps <= 0:
+        return None
+    progress(f"fitting the head (<= {steps} steps, to loss {loss})")
+    fit = fit_head(head, features, num_classes, steps, loss, seed)
+    notes.append(
+        f"head fitted {fit.steps_taken} Adam steps (to cross-entropy "
+        f"{fit.final_loss:.3f}) to a random linear teacher's labels on the synthetic "
+        "features, to give it trained-like margins (benchmark only)"
+    )
+    return fit
+
+
+def _lipschitz_timing(model: nn.Module, iters: int, progress: Progress) -> LipschitzTiming:
+    """The guaranteed bound and the ``iters``-step power estimate, timed."""
+    progress(f"Lipschitz: guaranteed bound and {iters}-step power estimate")
+    t0 = time.perf_counter()
+    lip = lipschitz_report(model, estimate=True, iters=iters)
+    t_lip = time.perf_counter() - t0
+    return LipschitzTiming(
+        upper_bound=float(lip.upper_bound),
+        upper_bound_s=lip.time_s["upper_bound"],
+        estimate=lip.estimate,
+        estimate_s=lip.time_s["estimate"],
+        estimate_iters=iters,
+        report_total_s=t_lip,
+    )
+
+
+def _certificate_timings(
+    registry: Registry, certificate: str, top_k: int | None, head: nn.Module, features: torch.Tensor,
+    *, batch_size: int, lip_bound: float, device: torch.device, progress: Progress,
+) -> list[CertificateTiming]:
+    """The head's ``certificate`` timed on all classes, and on the ``top_k`` when given."""
+    n = features.shape[0]
+    variants: list[tuple[str, int | None]] = [(certificate, None)]
+    if top_k is not None:
+        variants.append((certificate, top_k))
+    certs = []
+    for cert_name, k in variants:
+        label = cert_name if k is None else f"{cert_name} (top-{k})"
+        progress(f"certificate {label}: prepare + {n} inputs")
+        certifier = registry.component("certificate", cert_name).build()
+        certs.append(_timed_certificate(certifier, cert_name, k, head, features,
+                                        batch_size=batch_size, lip_bound=lip_bound, device=device))
+    return certs
+
+
 @in_full_float32_precision
 def bench_certify(
     model: nn.Module,
@@ -203,10 +276,8 @@ def bench_certify(
 
     ``model`` follows the lipcli module protocol (``features``, ``head``, ``lipcli_config``,
     ``refresh_power_iteration``).  ``n`` synthetic inputs in batches of ``batch_size``.
-
-    (Over 80 lines: one straight sequence of timed stages (refresh, features, head fit,
-    Lipschitz numbers, certificates) that share their inputs and end in one report; each
-    stage's loop is a helper.)
+    Timed stages in order: power-iteration refresh, features (and the feature paths), head
+    fit, Lipschitz numbers, certificates.
     """
 
     _check_positive(batch_size=batch_size, n=n)
@@ -214,11 +285,7 @@ def bench_certify(
         raise SettingError("top_k", f"top_k must be at least 1, got {top_k}")
     device = torch.device(device)
     registry = get_registry()
-    config = getattr(model, "lipcli_config", None) or {}
-    head_name = (config.get("head") or {}).get("name")
-    if head_name is None:
-        raise LipUsageError("model has no lipcli_config head entry; build it with lipcli")
-    head_spec = registry.get("head", head_name)
+    config, head_name, head_spec = _head_entry(model, registry)
     num_classes = int(config.get("num_classes", 10))
     shape = model_input_shape(model)
     model = model.to(device)
@@ -231,43 +298,16 @@ def bench_certify(
         raise SettingError("refresh_steps", f"refresh_steps must be >= 0, got {refresh_steps}")
     t_refresh, _ = _timed(lambda: model.refresh_power_iteration(refresh_steps), device)
     model.eval()
-
-    # -- feature extraction ------------------------------------------------------------
-    progress(f"features: {n} inputs in batches of {batch_size}")
-    t_feat, features = _timed_features(model, shape, n=n, batch_size=batch_size, gen=gen, device=device)
-    paths: list[FeaturePath] = []
-    if path_rounds > 0:
-        progress(f"feature paths: series vs lowered, {path_rounds} interleaved rounds")
-        paths = feature_paths(model, shape, min(batch_size, n), path_rounds, device, gen, dense_max_mib)
+    t_feat, features, paths = _feature_stages(
+        model, shape, n=n, batch_size=batch_size, gen=gen, device=device, path_rounds=path_rounds,
+        dense_max_mib=dense_max_mib, progress=progress)
     head = model.head
-    fit = None
-    if fit_head_steps > 0:
-        progress(f"fitting the head (<= {fit_head_steps} steps, to loss {fit_loss})")
-        fit = fit_head(head, features, num_classes, fit_head_steps, fit_loss, seed)
-        notes.append(
-            f"head fitted {fit.steps_taken} Adam steps (to cross-entropy "
-            f"{fit.final_loss:.3f}) to a random linear teacher's labels on the synthetic "
-            "features, to give it trained-like margins (benchmark only)"
-        )
+    fit = _fitted_head(head, features, num_classes, fit_head_steps, fit_loss, seed, notes, progress)
 
-    # -- Lipschitz numbers -------------------------------------------------------------
-    progress(f"Lipschitz: guaranteed bound and {lipschitz_iters}-step power estimate")
-    t0 = time.perf_counter()
-    lip = lipschitz_report(model, estimate=True, iters=lipschitz_iters)
-    t_lip = time.perf_counter() - t0
-    lip_bound = float(lip.upper_bound)
-
-    # -- certificates ------------------------------------------------------------------
-    variants: list[tuple[str, int | None]] = [(head_spec.certificate, None)]
-    if top_k is not None:
-        variants.append((head_spec.certificate, top_k))
-    certs = []
-    for cert_name, k in variants:
-        label = cert_name if k is None else f"{cert_name} (top-{k})"
-        progress(f"certificate {label}: prepare + {n} inputs")
-        certifier = registry.component("certificate", cert_name).build()
-        certs.append(_timed_certificate(certifier, cert_name, k, head, features,
-                                        batch_size=batch_size, lip_bound=lip_bound, device=device))
+    lipschitz = _lipschitz_timing(model, lipschitz_iters, progress)
+    certs = _certificate_timings(registry, head_spec.certificate, top_k, head, features,
+                                 batch_size=batch_size, lip_bound=lipschitz.upper_bound, device=device,
+                                 progress=progress)
     return CertifyBenchReport(
         environment=env,
         settings=CertifyBenchSettings(
@@ -285,14 +325,7 @@ def bench_certify(
             feature_dim=int(features.shape[1]),
             mode="eval (evaluation terms), no_grad",
         ),
-        lipschitz=LipschitzTiming(
-            upper_bound=lip_bound,
-            upper_bound_s=lip.time_s["upper_bound"],
-            estimate=lip.estimate,
-            estimate_s=lip.time_s["estimate"],
-            estimate_iters=lipschitz_iters,
-            report_total_s=t_lip,
-        ),
+        lipschitz=lipschitz,
         certificates=certs,
         notes=notes,
         feature_paths=paths,

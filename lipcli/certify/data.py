@@ -14,6 +14,7 @@ from lipcli.certify.results import EvalDataset
 from lipcli.data.loaders import check_data_dir, data_loaded, resolve_dataset
 from lipcli.sdk.errors import LipError, LipUsageError, SettingError
 from lipcli.host.models import recorded_dataset
+from lipcli.host.registry import Registry
 
 
 def _shorten(names: list[str], keep: int = 5) -> str:
@@ -56,7 +57,7 @@ def check_class_names(
 
 
 def load_dataset(
-    registry: Any,
+    registry: Registry,
     recorded: dict[str, Any] | None,
     *,
     name: str | None,

@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
+
+import torch
+from torch import nn
 
 from lipcli.certify.attack import attack_radii
 from lipcli.certify.data import check_class_names, check_compatible, limit_subset, load_dataset
 from lipcli.certify.options import CertifyOptions
 from lipcli.certify.results import (
-    BOUND_TEXT,
-    ESTIMATE_WARNING,
     AttackInfo,
-    CertificateUsed,
+    CertificateRun,
     CertifyOutcome,
     CertifySummary,
-    LipschitzUsed,
+    EvalDataset,
+    RadiusRow,
     ResultsNotWrittenError,
     Violation,
 )
 from lipcli.certify.steps import (
-    CertificateRun,
+    Features,
     Progress,
     certified_rows,
     certify_features,
@@ -29,18 +32,16 @@ from lipcli.certify.steps import (
     input_radii,
     lipschitz_constant,
     mean_certified_radius,
-    soundness_note,
 )
 from lipcli._util.devices import resolve_device
 from lipcli._util.outputs import check_model_writable
 from lipcli._util.strictjson import strict_json
 from lipcli.numerics.precision import in_full_float32_precision
 from lipcli.sdk.errors import LipError
-from lipcli.host.modelfile import update_metadata, update_results_locked
-from lipcli.host.plugins import get_registry
-from lipcli.lipschitz.bound import BOUND_LABEL
+from lipcli.host.modelfile import ModelFile, tensors_fingerprint, update_results_locked
+from lipcli.host.plugins import Registry, get_registry
 from lipcli.lipschitz.lowered import lowered_network
-from lipcli.lipschitz.promises import capture_inputs, verify_promises
+from lipcli.lipschitz.promises import PromiseCheck, capture_inputs, verify_promises
 from lipcli.host.models import load_model
 
 #: the model file's ``results`` key holding the summary
@@ -113,38 +114,29 @@ def _store_results(
     summary.written = sorted(written)
 
 
-@in_full_float32_precision
-def run_certification(
-    model_path: str | os.PathLike,
-    options: CertifyOptions,
-    *,
-    registry: Any = None,
-    progress: Progress | None = None,
-) -> CertifyOutcome:
-    """Certify the model in ``model_path`` (see the package docstring). Writes the summary to
-    the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
-    ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
-    disabled (:mod:`lipcli.numerics.precision`)."""
+@dataclass
+class _Evaluation:
+    """Step 1 of :func:`run_certification`: the model, its file and the evaluation data."""
 
-    report = progress or (lambda stage, done, total: None)
-    options.check()
-    device = resolve_device(options.device)
-    if options.write:
-        check_model_writable(model_path, hint="certify without writing them to leave the file unchanged")
-    reg = registry or get_registry()
-    times: dict[str, float] = {}
-    t_start = time.perf_counter()
+    model: nn.Module
+    mf: ModelFile
+    loaded_sha256: str  # the weights certified (checked again before the write)
+    dataset: Any
+    ds_info: EvalDataset
+    n: int
+    indices: list[int] | None  # the points' indices in the split (None: the whole split)
 
-    # -- 1. model and data set -------------------------------------------------------------------
+
+def _load(
+    model_path: str | os.PathLike, options: CertifyOptions, reg: Registry, device: torch.device,
+    times: dict[str, float], notes: list[str],
+) -> _Evaluation:
+    """Step 1: the model (eval mode, on ``device``) and the data set, checked against each other."""
     t0 = time.perf_counter()
     model, mf = load_model(model_path, registry=reg, device=device)
     model.eval()
-    from lipcli.host.modelfile import tensors_fingerprint
-
-    loaded_sha256 = tensors_fingerprint(mf.tensors)  # the weights certified (checked before the write)
-    config = model.lipcli_config
+    loaded_sha256 = tensors_fingerprint(mf.tensors)
     times["load"] = time.perf_counter() - t0
-    notes: list[str] = []
     recorded = mf.metadata.get("dataset")
     dataset, ds_info = load_dataset(
         reg, recorded, name=options.dataset, data_dir=options.data_dir,
@@ -162,9 +154,13 @@ def run_certification(
     ds_info.size = n
     ds_info.limit = options.limit
     dataset, indices = limit_subset(dataset, n, notes)  # indices: None for the whole split
+    return _Evaluation(model, mf, loaded_sha256, dataset, ds_info, n, indices)
 
-    # -- 2. features (float32, eval mode), by the eval lowering (lipcli.lipschitz.lowered:
-    #    dense matrices where cheaper, built once per model and input shape) ------------------------
+
+def _lower(ev: _Evaluation, options: CertifyOptions, times: dict[str, float], notes: list[str]) -> Any:
+    """Step 2a: the eval lowering (lipcli.lipschitz.lowered: dense matrices where cheaper,
+    built once per model and input shape) that computes the features."""
+    model, dataset, n = ev.model, ev.dataset, ev.n
     t0 = time.perf_counter()
     network = lowered_network(model, tuple(dataset[0][0].shape), dense_max_mib=options.dense_max_mib,
                               series=options.series, inputs=options.eval_inputs(n))
@@ -175,21 +171,34 @@ def run_certification(
             f"(cap {network.dense_max_mib:g} MiB per layer, built in {times['lowering']:.1f} s "
             "where that pays off on this run's inputs); the Lipschitz bound covers them"
         )
+    return network
 
+
+def _features(
+    ev: _Evaluation, network: Any, options: CertifyOptions, device: torch.device, report: Progress,
+    times: dict[str, float],
+) -> tuple[Features, PromiseCheck]:
+    """Step 2b: the features (float32, eval mode) by ``network``, and every layer counted as 1
+    by its promise measured with the trained parameters at the first data points
+    (lipcli.lipschitz.promises; a broken promise is an error)."""
     t0 = time.perf_counter()
-    with capture_inputs(model) as layer_inputs:  # for the promise check below
-        feats = extract_features(model, dataset, n, options.batch_size, device, ds_info.name, report,
-                                 network)
+    with capture_inputs(ev.model) as layer_inputs:  # for the promise check below
+        feats = extract_features(ev.model, ev.dataset, ev.n, options.batch_size, device, ev.ds_info.name,
+                                 report, network)
     times["features"] = time.perf_counter() - t0
-    # -- 2b. every layer counted as 1 by its promise, measured with the trained parameters at
-    #    the first data points (lipcli.lipschitz.promises; a broken promise is an error) ----------------
-    promises = verify_promises(model, inputs=layer_inputs)
+    promises = verify_promises(ev.model, inputs=layer_inputs)
     times["promises"] = promises.time_s
+    return feats, promises
 
-    # -- 3. certificate (feature space) ----------------------------------------------------------
-    file_cache = mf.metadata.get("cache")
+
+def _certificate(
+    ev: _Evaluation, reg: Registry, feats: Features, options: CertifyOptions, device: torch.device,
+    report: Progress, times: dict[str, float], notes: list[str],
+) -> tuple[CertificateRun, torch.Tensor]:
+    """Step 3: the head's certificate in feature space and its predictions."""
+    file_cache = ev.mf.metadata.get("cache")
     file_cache = dict(file_cache) if isinstance(file_cache, dict) else {}
-    cert = certify_features(reg, model, file_cache, feats.features, options, device, report, times)
+    cert = certify_features(reg, ev.model, file_cache, feats.features, options, device, report, times)
     predictions = cert.result.predictions.cpu().long()
     differ = int((predictions != feats.forward_predictions).sum())
     if differ:
@@ -197,86 +206,74 @@ def run_certification(
             f"{differ} inputs where the float32 forward pass and the float64 certifier predict "
             "different classes (near ties); the certifier's predictions are used"
         )
+    return cert, predictions
 
-    # -- 4. Lipschitz constant of g (normalisation included) -------------------------------------
+
+def _attack(
+    ev: _Evaluation, network: Any, predictions: torch.Tensor, correct: torch.Tensor,
+    radius: torch.Tensor, rows: list[RadiusRow], options: CertifyOptions, device: torch.device,
+    report: Progress, times: dict[str, float],
+) -> tuple[list[Violation], AttackInfo | None]:
+    """The PGD check (when ``options.attack``): violations indexed in the split."""
+    if not options.attack:
+        return [], None
     t0 = time.perf_counter()
-    lip = lipschitz_constant(model, mf.metadata.get("lipschitz"), options, notes, report, network)
-    times["lipschitz"] = time.perf_counter() - t0
-
-    # -- 5. input-space radii and certified accuracy ---------------------------------------------
-    radius = input_radii(cert.result.radius.cpu().double(), lip.value)
-    labels = feats.labels
-    correct = predictions == labels
-    rows = certified_rows(correct, radius, options)
-
-    # -- PGD check -------------------------------------------------------------------------------
-    violations: list[Violation] = []
-    attack_info: AttackInfo | None = None
-    if options.attack:
-        t0 = time.perf_counter()
-        violations, attack_info = attack_radii(
-            network, dataset, predictions, correct, radius, options, rows, device, report
-        )
-        times["attack"] = time.perf_counter() - t0
-        for v in violations if indices is not None else ():
-            v.index = indices[v.index]  # the point's index in the split
-
-    times["total"] = time.perf_counter() - t_start
-    guaranteed = options.lipschitz == "bound"
-    cres = cert.result
-    n_correct = int(correct.sum())
-    summary = CertifySummary(
-        model=str(model_path),
-        weights_sha256=lip.fingerprint,
-        arch=config["arch"]["name"],
-        head=config["head"]["name"],
-        dataset=ds_info,
-        device=str(device),
-        certificate=CertificateUsed(
-            name=cert.name,
-            provider=cert.component.provider,
-            promises_sound=cert.promises_sound,
-            classes=(
-                "all classes (exact)" if cres.exact_classes
-                else f"top-{options.top_k} other classes (HEURISTIC, not a certificate)"
-            ),
-            exact_classes=bool(cres.exact_classes),
-            top_k=options.top_k,
-            notes=list(cres.notes),
-            stats=cres.stats,
-        ),
-        lipschitz=LipschitzUsed(
-            method=options.lipschitz,
-            value=lip.value,
-            guaranteed=guaranteed,
-            label=BOUND_TEXT if guaranteed else ESTIMATE_WARNING,
-            upper_bound=lip.bound,
-            upper_bound_label=BOUND_LABEL,
-            estimate=lip.estimate,
-            dense_layers=list(network.dense_layers),
-        ),
-        sound=bool(guaranteed and cres.exact_classes and cert.promises_sound),
-        total=n,
-        correct=n_correct,
-        clean_accuracy=n_correct / n,
-        radius_unit=options.radius_unit,
-        radii=rows,
-        mean_certified_radius=mean_certified_radius(correct, radius),
-        attack=attack_info,
-        violations=len(violations),
-        promises=promises,
-        time_s=times,
-        notes=notes,
+    violations, attack_info = attack_radii(
+        network, ev.dataset, predictions, correct, radius, options, rows, device, report
     )
-    unsound = soundness_note(guaranteed, cert, options)
-    if unsound:
-        summary.notes.append(unsound)
+    times["attack"] = time.perf_counter() - t0
+    for v in violations if ev.indices is not None else ():
+        v.index = ev.indices[v.index]  # the point's index in the split
+    return violations, attack_info
+
+
+@in_full_float32_precision
+def run_certification(
+    model_path: str | os.PathLike,
+    options: CertifyOptions,
+    *,
+    registry: Registry | None = None,
+    progress: Progress | None = None,
+) -> CertifyOutcome:
+    """Certify the model in ``model_path`` (see the package docstring). Writes the summary to
+    the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
+    ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
+    disabled (:mod:`lipcli.numerics.precision`)."""
+
+    report = progress or (lambda stage, done, total: None)
+    options.check()
+    device = resolve_device(options.device)
+    if options.write:
+        check_model_writable(model_path, hint="certify without writing them to leave the file unchanged")
+    reg = registry or get_registry()
+    times: dict[str, float] = {}
+    notes: list[str] = []
+    t_start = time.perf_counter()
+    ev = _load(model_path, options, reg, device, times, notes)  # 1. model and data set
+    network = _lower(ev, options, times, notes)  # 2. features, by the eval lowering
+    feats, promises = _features(ev, network, options, device, report, times)
+    cert, predictions = _certificate(ev, reg, feats, options, device, report, times, notes)  # 3.
+    t0 = time.perf_counter()  # 4. Lipschitz constant of g (normalisation included)
+    lip = lipschitz_constant(ev.model, ev.mf.metadata.get("lipschitz"), options, notes, report, network)
+    times["lipschitz"] = time.perf_counter() - t0
+    radius = input_radii(cert.result.radius.cpu().double(), lip.value)  # 5. input-space radii
+    correct = predictions == feats.labels
+    rows = certified_rows(correct, radius, options)
+    violations, attack_info = _attack(ev, network, predictions, correct, radius, rows, options, device,
+                                      report, times)
+    times["total"] = time.perf_counter() - t_start
+    summary = CertifySummary.assemble(
+        model=str(model_path), config=ev.model.lipcli_config, dataset=ev.ds_info, device=str(device),
+        options=options, cert=cert, lip=lip, dense_layers=network.dense_layers, correct=correct,
+        radii=rows, mean_radius=mean_certified_radius(correct, radius), attack=attack_info,
+        violations=len(violations), promises=promises, times=times, notes=notes,
+    )
     outcome = CertifyOutcome(
-        summary=summary, labels=labels, predictions=predictions, radius=radius,
-        violations=violations, indices=indices,
+        summary=summary, labels=feats.labels, predictions=predictions, radius=radius,
+        violations=violations, indices=ev.indices,
     )
     if options.write and not violations:
-        _store_results(model_path, loaded_sha256, cert, outcome)
+        _store_results(model_path, ev.loaded_sha256, cert, outcome)
     else:
         summary.written = []
     return outcome

@@ -6,14 +6,19 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from lipcli.certify.options import CertifyOptions
+from lipcli.lipschitz.bound import BOUND_LABEL
 from lipcli.lipschitz.promises import PromiseCheck
 from lipcli._util.records import JsonRecord
+from lipcli.sdk.certificates import CertifyResult
 from lipcli.sdk.errors import LipError
+from lipcli.sdk.specs import SOUND, Component
 
 ESTIMATE_WARNING = "ESTIMATE (paper convention, not guaranteed)"
 BOUND_TEXT = "GUARANTEED upper bound"
@@ -21,6 +26,38 @@ MEAN_RADIUS_DEFINITION = (
     "input-space l2; 'all': mean over all points of the certified radius, 0 for "
     "misclassified points; 'correct': mean over correctly classified points"
 )
+
+
+@dataclass
+class CertificateRun:
+    """Step 3: the head's certificate on the features (feature-space radii) and its cache."""
+
+    name: str
+    component: Component
+    certifier: Any
+    result: CertifyResult
+    cache: Any
+    cache_before: Any  # snapshot of the file's cache slot, to detect changes
+
+    @property
+    def promises_sound(self) -> bool:
+        return SOUND in getattr(self.component.spec, "promises", ()) or SOUND in getattr(
+            self.certifier, "promises", ()
+        )
+
+
+@dataclass
+class LipschitzConstant:
+    """Step 4: ``Lip(g)`` used for the radii, with the guaranteed bound always computed."""
+
+    value: float
+    bound: float
+    estimate: float | None
+    fingerprint: str
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.value) and self.value > 0):
+            raise LipError(f"invalid Lipschitz constant {self.value!r}")
 
 
 @dataclass
@@ -49,6 +86,24 @@ class CertificateUsed(JsonRecord):
     notes: list[str]
     stats: Any
 
+    @classmethod
+    def of(cls, cert: CertificateRun, top_k: int | None) -> CertificateUsed:
+        """What the run ``cert`` used and reported (``top_k``: the competing classes asked for)."""
+        result = cert.result
+        return cls(
+            name=cert.name,
+            provider=cert.component.provider,
+            promises_sound=cert.promises_sound,
+            classes=(
+                "all classes (exact)" if result.exact_classes
+                else f"top-{top_k} other classes (HEURISTIC, not a certificate)"
+            ),
+            exact_classes=bool(result.exact_classes),
+            top_k=top_k,
+            notes=list(result.notes),
+            stats=result.stats,
+        )
+
 
 @dataclass
 class LipschitzUsed(JsonRecord):
@@ -65,6 +120,22 @@ class LipschitzUsed(JsonRecord):
     estimate: float | None
     includes_normalization: bool = True
     dense_layers: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, method: str, lip: LipschitzConstant, dense_layers: list[str]) -> LipschitzUsed:
+        """The constant ``lip`` used by ``method`` (``"bound"``: guaranteed) for the operator
+        that ran, whose dense layers are ``dense_layers``."""
+        guaranteed = method == "bound"
+        return cls(
+            method=method,
+            value=lip.value,
+            guaranteed=guaranteed,
+            label=BOUND_TEXT if guaranteed else ESTIMATE_WARNING,
+            upper_bound=lip.bound,
+            upper_bound_label=BOUND_LABEL,
+            estimate=lip.estimate,
+            dense_layers=list(dense_layers),
+        )
 
 
 @dataclass
@@ -142,6 +213,32 @@ class CertifySummary(JsonRecord):
     per_sample: str | None = None  # set by the front end that wrote them
     plot: str | None = None
 
+    @classmethod
+    def assemble(
+        cls, *, model: str, config: dict[str, Any], dataset: EvalDataset, device: str,
+        options: CertifyOptions, cert: CertificateRun, lip: LipschitzConstant,
+        dense_layers: list[str], correct: torch.Tensor, radii: list[RadiusRow],
+        mean_radius: MeanCertifiedRadius, attack: AttackInfo | None, violations: int,
+        promises: PromiseCheck, times: dict[str, float], notes: list[str],
+    ) -> CertifySummary:
+        """The summary of a run on the model file ``model`` (its ``config``): ``correct``
+        marks the correctly classified points, ``notes`` (the list is kept) gets the reason
+        why the run is not a guaranteed certificate, when it is not (:func:`soundness_note`)."""
+        lipschitz = LipschitzUsed.of(options.lipschitz, lip, dense_layers)
+        total, n_correct = int(correct.shape[0]), int(correct.sum())
+        unsound = soundness_note(lipschitz.guaranteed, cert, options)
+        if unsound:
+            notes.append(unsound)
+        return cls(
+            model=model, weights_sha256=lip.fingerprint, arch=config["arch"]["name"],
+            head=config["head"]["name"], dataset=dataset, device=device,
+            certificate=CertificateUsed.of(cert, options.top_k), lipschitz=lipschitz,
+            sound=bool(lipschitz.guaranteed and cert.result.exact_classes and cert.promises_sound),
+            total=total, correct=n_correct, clean_accuracy=n_correct / total,
+            radius_unit=options.radius_unit, radii=radii, mean_certified_radius=mean_radius,
+            attack=attack, violations=violations, promises=promises, time_s=times, notes=notes,
+        )
+
 
 @dataclass
 class CertifyOutcome:
@@ -167,3 +264,15 @@ class ResultsNotWrittenError(LipError):
     def __init__(self, message: str, outcome: CertifyOutcome) -> None:
         super().__init__(message)
         self.outcome = outcome
+
+
+def soundness_note(guaranteed: bool, cert: CertificateRun, options: CertifyOptions) -> str | None:
+    """Why a run is not a guaranteed certificate (``None`` when it is)."""
+    reasons = []
+    if not guaranteed:
+        reasons.append(f"Lipschitz {ESTIMATE_WARNING}")
+    if not cert.result.exact_classes:
+        reasons.append(f"top-{options.top_k} classes heuristic")
+    if not cert.promises_sound:
+        reasons.append(f"certificate {cert.name!r} does not promise soundness")
+    return "NOT a guaranteed certificate: " + "; ".join(reasons) if reasons else None

@@ -15,10 +15,10 @@ from torch import nn
 from lipcli.certify.data import batches, stack
 from lipcli.lipschitz.lowered import lowered_upper_bound
 from lipcli.certify.options import CertifyOptions
-from lipcli.certify.results import ESTIMATE_WARNING, MeanCertifiedRadius, RadiusRow
+from lipcli.certify.results import CertificateRun, LipschitzConstant, MeanCertifiedRadius, RadiusRow
 from lipcli.sdk.errors import LipError, LipUsageError
-from lipcli.sdk.specs import SOUND
 from lipcli.sdk.certificates import CertifyResult
+from lipcli.host.registry import Registry
 from lipcli.lipschitz.bound import guaranteed_upper_bound, weights_fingerprint
 from lipcli.lipschitz.report import lipschitz_report
 from lipcli.lipschitz.promises import locate_nonfinite
@@ -72,26 +72,8 @@ def _nonfinite_features(model: nn.Module, images: torch.Tensor) -> LipError:
                     + "; cannot certify")
 
 
-@dataclass
-class CertificateRun:
-    """Step 3: the head's certificate on the features (feature-space radii) and its cache."""
-
-    name: str
-    component: Any
-    certifier: Any
-    result: Any  # lipcli.sdk.certificates.CertifyResult
-    cache: Any
-    cache_before: Any  # snapshot of the file's cache slot, to detect changes
-
-    @property
-    def promises_sound(self) -> bool:
-        return SOUND in getattr(self.component.spec, "promises", ()) or SOUND in getattr(
-            self.certifier, "promises", ()
-        )
-
-
 def certify_features(
-    reg: Any, model: nn.Module, file_cache: dict[str, Any], features: torch.Tensor,
+    reg: Registry, model: nn.Module, file_cache: dict[str, Any], features: torch.Tensor,
     options: CertifyOptions, device: torch.device, report: Progress, times: dict[str, float],
 ) -> CertificateRun:
     name = reg.get("head", model.lipcli_config["head"]["name"]).certificate
@@ -113,20 +95,6 @@ def certify_features(
     cache = getattr(certifier, "cache", None) or cache
     times["certificate"] = time.perf_counter() - t0
     return CertificateRun(name, component, certifier, result, cache, snapshot)
-
-
-@dataclass
-class LipschitzConstant:
-    """Step 4: ``Lip(g)`` used for the radii, with the guaranteed bound always computed."""
-
-    value: float
-    bound: float
-    estimate: float | None
-    fingerprint: str
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.value) and self.value > 0):
-            raise LipError(f"invalid Lipschitz constant {self.value!r}")
 
 
 def lipschitz_constant(
@@ -197,15 +165,3 @@ def mean_certified_radius(correct: torch.Tensor, radius: torch.Tensor) -> MeanCe
         all=float(masked.mean()),
         correct=float(radius[correct].mean()) if bool(correct.any()) else 0.0,
     )
-
-
-def soundness_note(guaranteed: bool, cert: CertificateRun, options: CertifyOptions) -> str | None:
-    """Why a run is not a guaranteed certificate (``None`` when it is)."""
-    reasons = []
-    if not guaranteed:
-        reasons.append(f"Lipschitz {ESTIMATE_WARNING}")
-    if not cert.result.exact_classes:
-        reasons.append(f"top-{options.top_k} classes heuristic")
-    if not cert.promises_sound:
-        reasons.append(f"certificate {cert.name!r} does not promise soundness")
-    return "NOT a guaranteed certificate: " + "; ".join(reasons) if reasons else None

@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 
-from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.sdk.errors import LipError, LipUsageError, NamedSettings, SettingError
 from lipcli._util.strictjson import dumps_json
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -63,15 +63,17 @@ def fail(message: str, code: int = 1) -> None:
 
 
 def cli_message(exc: LipError, func: Callable[..., Any] | None = None) -> str:
-    """The message of ``exc`` for the command line.  An error whose message names settings as
-    fields (``render``, :mod:`lipcli.train.errors`) gets them spelled as ``lip`` options
-    (``batch_size`` → ``--batch-size``; the command that continues a run: ``lip train``, or
-    for a multi-process run ``lip train --nproc-per-node N`` or the torchrun line, after what
-    started it); any other the option of its ``setting``
-    (:func:`with_option_hint`, for the command ``func``)."""
-    render = getattr(exc, "render", None)
-    if not callable(render):
-        return str(exc) if func is None else with_option_hint(exc, func)
+    """The message of ``exc`` for the command line.  An error that names settings
+    (:class:`~lipcli.sdk.errors.NamedSettings`, e.g. a :class:`~lipcli.sdk.errors.SettingError`)
+    gets them spelled as ``lip`` options: the flag of the command ``func``'s parameter of that
+    name, else ``--`` and the name with ``-`` for ``_`` (``batch_size`` → ``--batch-size``); the
+    command that continues a run is ``lip train``, or for a multi-process run ``lip train
+    --nproc-per-node N`` or the torchrun line, after what started it.  A :class:`SettingError`
+    about a setting that ``func`` has no option for keeps the library's words."""
+    if not isinstance(exc, NamedSettings):
+        return str(exc)
+    if isinstance(exc, SettingError) and func is not None and option_flag(func, exc.setting) is None:
+        return str(exc)
 
     def option(name: str) -> str:
         if name == "command":
@@ -81,9 +83,10 @@ def cli_message(exc: LipError, func: Callable[..., Any] | None = None) -> str:
             if getattr(exc, "launcher", None) == "lipcli":  # started by lip train --nproc-per-node
                 return f"lip train --nproc-per-node {launch}"
             return f"torchrun --nproc-per-node {launch} -m lipcli train"
-        return "--" + name.replace("_", "-")
+        flag = None if func is None else option_flag(func, name)
+        return flag or "--" + name.replace("_", "-")
 
-    return render(option)
+    return exc.render(option)
 
 
 def cli_errors(func: F) -> F:
@@ -159,23 +162,6 @@ def option_flag(func: Callable[..., Any], name: str) -> str | None:
         longs = [d for d in decls if isinstance(d, str) and d.startswith("--")]
         return longs[0].split("/")[0] if longs else "--" + name.replace("_", "-")
     return None
-
-
-def with_option_hint(exc: LipError, func: Callable[..., Any]) -> str:
-    """The message of ``exc``, prefixed with the command-line option of the setting it is
-    about: a :class:`~lipcli.sdk.errors.SettingError` names the setting (``top_k``), the
-    command ``func``'s parameter of that name gives the flag, which replaces the setting's
-    name at the start of the message or in parentheses, or else prefixes it (``--top-k: ...``)."""
-    setting = getattr(exc, "setting", None)
-    flag = None if setting is None else option_flag(func, setting)
-    text = str(exc)
-    if flag is None:
-        return text
-    if text.startswith(setting + " "):  # "top_k must be >= 1" -> "--top-k must be >= 1"
-        return flag + text[len(setting):]
-    if f"({setting})" in text:  # "cannot write x (output): ..." -> "cannot write x (--output): ..."
-        return text.replace(f"({setting})", f"({flag})", 1)
-    return f"{flag}: {text}"
 
 
 def other_rank() -> bool:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from lipcli.cli.common import cli_errors, fail, print_json, stdout_console
 from lipcli.cli.options import JsonOption
+
+if TYPE_CHECKING:  # imported when the command runs (lip --help stays light)
+    from lipcli.host.plugins import PluginHost
+    from lipcli.host.registry import Registry
 
 
 @cli_errors
@@ -52,7 +56,7 @@ def plugins(
                                       if len(registry.conflicts) > 1 else ""), 1)
 
 
-def _print_tables(host, registry, verbose: bool) -> None:
+def _print_tables(host: PluginHost, registry: Registry, verbose: bool) -> None:
     """Plugins and components as rich tables; every cell is plain text (a plugin's name,
     description or error message is never read as rich markup)."""
     from rich.table import Table

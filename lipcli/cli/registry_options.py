@@ -11,11 +11,14 @@ to the command as settings (``ctx.params``), never as function arguments.
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 import typer.core
 import typer.main
+
+if TYPE_CHECKING:  # the registry is imported when a command runs (lip --help stays light)
+    from lipcli.host.registry import Registry
 
 #: help texts completed from the registry (parameter name -> template)
 _LISTED = {
@@ -26,7 +29,7 @@ _LISTED = {
 }
 
 
-def shortcut_options(reg: Any) -> list[Any]:
+def shortcut_options(reg: Registry) -> list[Any]:
     """One option per shortcut the installed losses declare, in registration order; the
     help names each loss that has it, with the parameter's own help."""
     owners: dict[str, list[tuple[str, Any]]] = {}
@@ -54,7 +57,7 @@ def shortcut_options(reg: Any) -> list[Any]:
     return list(typer.main.get_command(holder).params)
 
 
-def listed_help(reg: Any) -> dict[str, str]:
+def listed_help(reg: Registry) -> dict[str, str]:
     """The help texts of ``_LISTED``, filled from the registry."""
     heads = [(n, reg.get("head", n).loss) for n in reg.names("head")]
     clips = [(n, reg.get("loss", n).grad_clip) for n in reg.names("loss")]

@@ -170,7 +170,7 @@ def _launch(ctx: typer.Context, processes: int, oversubscribe: bool, positional:
     from lipcli.cli.common import fail, other_rank, state
     from lipcli.sdk.errors import LipError, LipUsageError
     from lipcli.train import check_train
-    from lipcli.train.errors import NamedSettings
+    from lipcli.train.errors import TrainMessage
     from lipcli.train.launch import check_process_count, launch_workers
 
     if other_rank() or "TORCHELASTIC_RUN_ID" in os.environ:
@@ -179,7 +179,7 @@ def _launch(ctx: typer.Context, processes: int, oversubscribe: bool, positional:
     try:
         paths = check_train(*positional, **plan, processes=processes)
     except LipError as exc:
-        if isinstance(exc, NamedSettings):  # continuing the run is this command line
+        if isinstance(exc, TrainMessage):  # continuing the run is this command line
             exc.launch, exc.launcher = processes, "lipcli"
         raise
     launcher_only = {"nproc_per_node", "oversubscribe"}

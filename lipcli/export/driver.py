@@ -37,16 +37,15 @@ import numpy as np
 import torch
 
 from lipcli.version import __version__
-from lipcli.sdk.errors import LipError, LipUsageError, SettingError
+from lipcli.sdk.errors import LipError, LipUsageError, SettingError, literal
 from lipcli.export.formats import EXAMPLE_BATCH, ExportUsageError, format_for
-from lipcli.train.errors import literal
 from lipcli.sdk.export import ExportError, lower_certificate
 from lipcli.export.options import ExportOptions
 from lipcli.export.program import build_program
 from lipcli._util.outputs import check_output_file
 from lipcli.export.program import ROUND_DOWN
 from lipcli.host.models import recorded_dataset
-from lipcli.host.plugins import get_registry
+from lipcli.host.plugins import Registry, get_registry
 from lipcli.lipschitz.lowered import lowered_network, lowered_upper_bound
 from lipcli.lipschitz.promises import verify_promises
 from lipcli.lipschitz.bound import guaranteed_upper_bound, model_input_shape
@@ -243,7 +242,7 @@ def compare(run: Any, model: torch.nn.Module, certificate: Any,
     return ExportCheck(images.shape[0], source, _relative(gl - rl, rl), rel_r, mismatches, excess)
 
 
-def _lowered_certificate(model: torch.nn.Module, reg: Any, images: torch.Tensor) -> Any:
+def _lowered_certificate(model: torch.nn.Module, reg: Registry, images: torch.Tensor) -> Any:
     """The head's certificate lowered for export (step 3).  Every layer the bound counts as 1
     by its promise is measured first, with the trained parameters at the check images (as
     lip certify does): a broken promise is an error, never a GUARANTEED bound in the exported

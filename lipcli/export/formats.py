@@ -24,8 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lipcli.sdk.errors import LipError, LipUsageError
-from lipcli.train.errors import NamedSettings, literal
+from lipcli.sdk.errors import LipError, LipUsageError, NamedSettings, literal
 
 #: name of the metadata record (an extra file in the torch archives, a metadata key in ONNX)
 METADATA_NAME = "lipcli.json"
@@ -41,10 +40,10 @@ Runner = Callable[[np.ndarray], tuple[np.ndarray, "np.ndarray | None"]]
 class ExportUsageError(NamedSettings, LipUsageError):
     """Bad input to :func:`lipcli.export.export_model` whose message names its arguments as
     ``{name}`` fields (``output``, ``format``, ``overwrite``): the library spells them as
-    the Python names, a front end as its options (:mod:`lipcli.train.errors`)."""
+    the Python names, a front end as its options (:mod:`lipcli.sdk.errors`)."""
 
     def __init__(self, template: str) -> None:
-        super().__init__(self._init_template(template, None))
+        super().__init__(self._init_template(template))
 
 
 class MissingRuntimeError(LipError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,34 +38,36 @@ COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
 DEFAULTS = {kind: DEFAULT_COMPONENTS[kind] for kind in LAYER_KINDS}
 
 
+def resolve_components(
+    choices: Mapping[str, str | dict[str, Any]], registry: Registry | None = None,
+    arch_params: dict[str, Any] | None = None,
+) -> dict[str, Component]:
+    """The model's components (:data:`COMPONENT_KINDS`) resolved from their choices
+    (``"name"``, ``"name:key=value,..."`` or a config entry); ``arch_params`` are added to the
+    architecture's parameters.  The one place a model's component choices are resolved."""
+    reg = registry or get_registry()
+    return {kind: reg.component(kind, choices[kind], arch_params if kind == "arch" else None)
+            for kind in COMPONENT_KINDS}
+
+
 def make_config(
-    arch: str | dict = DEFAULT_COMPONENTS["arch"],
+    components: Mapping[str, Component],
     *,
-    conv: str | dict = DEFAULTS["conv"],
-    activation: str | dict = DEFAULTS["activation"],
-    pool: str | dict = DEFAULTS["pool"],
-    head: str | dict = DEFAULTS["head"],
     num_classes: int = 10,
     in_channels: int = 3,
     image_size: tuple[int, int] = (32, 32),
     mean: tuple[float, ...] | None = None,
     std: tuple[float, ...] | None = None,
-    arch_params: dict[str, Any] | None = None,
-    registry: Registry | None = None,
 ) -> dict[str, Any]:
-    """Resolve component choices (``"name"`` or ``"name:key=value,..."``) into a config."""
-    reg = registry or get_registry()
+    """The model config of resolved ``components`` (:func:`resolve_components`) and the
+    input's shape and normalisation."""
     mean = tuple(float(m) for m in (mean if mean is not None else CIFAR_MEAN))
     std = tuple(float(s) for s in (std if std is not None else CIFAR_STD))
     if len(mean) != in_channels or len(std) != in_channels or min(std) <= 0:
         raise ValueError("mean/std must have one entry per input channel and std > 0")
     if num_classes < 2:
         raise ValueError("num_classes must be at least 2")
-    choices = {"arch": arch, "conv": conv, "activation": activation, "pool": pool, "head": head}
-    config: dict[str, Any] = {}
-    for kind, choice in choices.items():
-        comp = reg.component(kind, choice, arch_params if kind == "arch" else None)
-        config[kind] = comp.to_config()
+    config: dict[str, Any] = {kind: components[kind].to_config() for kind in COMPONENT_KINDS}
     config.update(
         num_classes=int(num_classes), in_channels=int(in_channels),
         image_size=[int(image_size[0]), int(image_size[1])], mean=list(mean), std=list(std),
@@ -152,16 +155,15 @@ def _accepts_keyword(factory: Any, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def build_model(config: dict[str, Any], registry: Registry | None = None) -> nn.Module:
-    """Instantiate the network described by ``config`` (components resolved by name).
+def build_model(config: dict[str, Any], components: Mapping[str, Component]) -> nn.Module:
+    """Instantiate the network described by ``config`` from its resolved ``components``
+    (:func:`resolve_components`; they replace the config's component entries).
 
     A factory that rejects its parameters (``ValueError``/``TypeError`` while the network is
     constructed) raises :class:`ComponentParameterError` naming the component.
     """
-    reg = registry or get_registry()
-    resolved = {kind: reg.component(kind, config[kind]) for kind in COMPONENT_KINDS}
-    comps = {kind: _checked(comp, None if kind == "arch" else resolved["arch"])
-             for kind, comp in resolved.items()}
+    comps = {kind: _checked(components[kind], None if kind == "arch" else components["arch"])
+             for kind in COMPONENT_KINDS}
     sized = {}
     if _accepts_keyword(comps["arch"].spec.factory, "image_size"):  # optional in the protocol
         sized["image_size"] = tuple(int(v) for v in config.get("image_size") or (32, 32))
@@ -171,7 +173,7 @@ def build_model(config: dict[str, Any], registry: Registry | None = None) -> nn.
         in_channels=config["in_channels"], mean=tuple(config["mean"]), std=tuple(config["std"]),
         **sized,
     )
-    model.lipcli_config = {**config, **{k: resolved[k].to_config() for k in COMPONENT_KINDS}}
+    model.lipcli_config = {**config, **{k: components[k].to_config() for k in COMPONENT_KINDS}}
     return model
 
 
@@ -197,12 +199,11 @@ def create_model(
     Extra keyword arguments are architecture parameters (e.g. ``width=32``).  Component
     names accept inline parameters: ``conv="soc-fast:train_terms=8"``.
     """
-    config = make_config(
-        arch, conv=conv, activation=activation, pool=pool, head=head, num_classes=num_classes,
-        in_channels=in_channels, image_size=image_size, mean=mean, std=std,
-        arch_params=arch_params, registry=registry,
-    )
-    return build_model(config, registry)
+    choices = {"arch": arch, "conv": conv, "activation": activation, "pool": pool, "head": head}
+    components = resolve_components(choices, registry, arch_params)
+    config = make_config(components, num_classes=num_classes, in_channels=in_channels,
+                         image_size=image_size, mean=mean, std=std)
+    return build_model(config, components)
 
 
 def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -270,8 +271,9 @@ def load_model(
     check_config_limits(path, config, COMPONENT_KINDS)
     reg = registry or get_registry()
     try:  # nothing much larger than the file's tensors is allocated
+        components = resolve_components(config, reg)
         with loading_tensors():  # components may skip init work the file's tensors replace
-            model = guarded_build(path, lambda: build_model(config, reg), mf.tensors)
+            model = guarded_build(path, lambda: build_model(config, components), mf.tensors)
     except UnknownComponentError as exc:
         raise _missing_component(path, exc, config.get(exc.kind) or {}, reg) from None
     except LipUsageError as exc:  # e.g. a parameter the component does not have: the file is bad

@@ -174,19 +174,14 @@ class Registry:
             name, given = parse_component_choice(choice)
         given.update(params or {})
         prov = self.provided(kind, name)
-        spec = prov.spec
-        resolved = {p.name: p.default for p in spec.params}
-        for key, value in given.items():
-            try:
-                param = spec.param(key)
-            except KeyError as exc:
-                raise LipUsageError(str(exc).strip("\"'")) from None
-            try:
-                resolved[key] = param.parse(value) if isinstance(value, str) else param.check(value)
-            except ValueError as exc:
-                raise LipUsageError(f"{kind} {name!r}: {exc}") from None
+        try:
+            resolved = prov.spec.resolve_params(given, from_text=True)
+        except KeyError as exc:  # an unknown parameter: the message names the valid ones
+            raise LipUsageError(str(exc.args[0])) from None
+        except ValueError as exc:
+            raise LipUsageError(f"{kind} {name!r}: {exc}") from None
         return Component(
-            spec=spec, params=resolved, provider=prov.plugin.name,
+            spec=prov.spec, params=resolved, provider=prov.plugin.name,
             distribution=prov.plugin.distribution,
         )
 

@@ -2,9 +2,40 @@
 
 ``LipError`` (exit 1) is a runtime failure; ``LipUsageError`` (exit 2) is bad user input:
 an unknown component name, a malformed option value, a data set that does not match.
+
+Library messages name no command-line option.  An error whose message names settings (the
+arguments of a library function, a driver's options) is a :class:`NamedSettings`: its
+message is a template in which each setting is a ``{name}`` field; ``str(error)`` spells it
+``name`` (the Python name) and a front end renders the same message with its own spelling
+through :meth:`NamedSettings.render` (``lip``: ``--batch-size``).  Values put into a template
+go through :func:`literal`.  :class:`SettingError` is the usage error about one setting.
 """
 
 from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from typing import Any
+
+
+def literal(value: Any) -> str:
+    """``value`` as text for a template (braces doubled, so they are not fields)."""
+    return str(value).replace("{", "{{").replace("}", "}}")
+
+
+def render_template(template: str, label: Callable[[str], str]) -> str:
+    """``template`` with every ``{name}`` field replaced by ``label(name)``."""
+    return "".join(
+        text + ("" if name is None else label(name))
+        for text, name, _spec, _conversion in string.Formatter().parse(template)
+    )
+
+
+def template_fields(template: str) -> tuple[str, ...]:
+    """The field names of ``template`` in order of first appearance."""
+    return tuple(dict.fromkeys(
+        name for _t, name, _s, _c in string.Formatter().parse(template) if name is not None
+    ))
 
 
 class LipError(Exception):
@@ -19,16 +50,59 @@ class LipUsageError(LipError):
     exit_code = 2
 
 
-class SettingError(LipUsageError):
+class NamedSettings:
+    """Mixin of the errors whose message names settings as ``{name}`` fields of a template
+    (see the module); a subclass calls ``super().__init__(self._init_template(template))``."""
+
+    template: str = ""
+
+    def _init_template(self, template: str) -> str:
+        self.template = template
+        return render_template(template, self.library_label)
+
+    @staticmethod
+    def library_label(name: str) -> str:
+        """The library's spelling of a field: the Python name (``overwrite``, ``batch_size``)."""
+        return name
+
+    def render(self, label: Callable[[str], str]) -> str:
+        """The message with each field spelled by ``label`` (a front end's option names)."""
+        return render_template(self.template, label)
+
+    @property
+    def settings(self) -> tuple[str, ...]:
+        """The names the message refers to (its fields)."""
+        return template_fields(self.template)
+
+
+class SettingError(NamedSettings, LipUsageError):
     """Bad value of one named setting (a field of a driver's options, e.g. ``top_k``).
 
-    The message is the library's (it names no command-line flag); ``setting`` lets a front
-    end point at its own spelling of it (``lip`` prefixes the option, e.g. ``--top-k: ...``).
+    ``message`` is the library's: it names the setting by its Python name at its start
+    (``top_k must be at least 1``), in parentheses (``cannot write x (output): ...``) or not at
+    all (it is about that setting).  That mention becomes the template's field, so that
+    :meth:`render` spells it as a front end does (``--top-k must be at least 1``); a message
+    that does not name it gets ``label(setting): `` in front (``--data-dir: ...``).
     """
 
     def __init__(self, setting: str, message: str) -> None:
         self.setting = setting
-        super().__init__(message)
+        if message.startswith(setting + " "):
+            template = "{%s}%s" % (setting, literal(message[len(setting):]))
+        elif f"({setting})" in message:
+            before, _, after = message.partition(f"({setting})")
+            template = "%s({%s})%s" % (literal(before), setting, literal(after))
+        else:
+            template = literal(message)
+        super().__init__(self._init_template(template))
+
+    def render(self, label: Callable[[str], str]) -> str:
+        text = super().render(label)
+        return text if self.setting in template_fields(self.template) else f"{label(self.setting)}: {text}"
+
+    @property
+    def settings(self) -> tuple[str, ...]:
+        return (self.setting,)
 
 
 class UnknownComponentError(LipUsageError):

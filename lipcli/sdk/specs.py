@@ -133,11 +133,15 @@ class ComponentSpec:
         valid = ", ".join(p.name for p in self.params) or "none"
         raise KeyError(f"{self.kind} {self.name!r} has no parameter {name!r} (valid: {valid})")
 
-    def resolve_params(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Defaults overlaid with ``given`` (validated); unknown names raise ``KeyError``."""
+    def resolve_params(self, given: dict[str, Any] | None = None, *, from_text: bool = False) -> dict[str, Any]:
+        """Defaults overlaid with ``given`` (validated, :meth:`Param.check`); unknown names
+        raise ``KeyError``, bad values ``ValueError``.  With ``from_text`` a string value is
+        read as on the command line (:meth:`Param.parse`: ``"8"`` for an int, ``"yes"`` for a
+        bool), as the host does for every component choice."""
         out = {p.name: p.default for p in self.params}
         for key, value in (given or {}).items():
-            out[key] = self.param(key).check(value)
+            param = self.param(key)
+            out[key] = param.parse(value) if from_text and isinstance(value, str) else param.check(value)
         return out
 
 

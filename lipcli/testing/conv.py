@@ -41,6 +41,7 @@ from lipcli.testing.modules import check_state_roundtrip
 from lipcli.testing.specs import check_component_spec
 from lipcli.host.defaults import DEFAULT_COMPONENTS
 from lipcli.host.models import create_model
+from lipcli.host.registry import Registry
 from lipcli.lipschitz.promises import perturbed_copies
 from lipcli.lipschitz.bound import guaranteed_upper_bound
 
@@ -310,7 +311,7 @@ def check_conv_spec(
 def check_conv_network_bound(
     conv: str,
     *,
-    registry: Any = None,
+    registry: Registry | None = None,
     arch: str = DEFAULT_COMPONENTS["arch"],
     width: int = 4,
     points: int = 2,

@@ -12,7 +12,7 @@ import torch
 
 from lipcli.testing.base import fail, require_equal
 from lipcli.host.defaults import DEFAULT_COMPONENTS
-from lipcli.host.plugins import get_registry
+from lipcli.host.plugins import Registry, get_registry
 from lipcli.host.models import create_model, load_model, save_model
 
 __all__ = ["RoundtripReport", "check_model_roundtrip"]
@@ -39,7 +39,7 @@ def check_model_roundtrip(
     batch: int = 2,
     seed: int = 0,
     refresh_steps: int = 3,
-    registry: Any = None,
+    registry: Registry | None = None,
     directory: str | Path | None = None,
 ) -> RoundtripReport:
     """Build a tiny model with the given components, save, load, compare logits exactly.

@@ -15,6 +15,7 @@ from torch import nn
 
 from lipcli.host.locks import check_run_unlocked
 from lipcli.sdk.errors import LipError
+from lipcli.sdk.specs import Component
 from lipcli.train.checkpoint import read_checkpoint
 from lipcli.train.config import (CHECKPOINT_NAME, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, MODEL_NAME,
                                  TrainConfig)
@@ -28,7 +29,7 @@ from lipcli.train.parts import RunSettings
 from lipcli.train.run import TrainingRun
 from lipcli.data.loaders import check_data_dir, load_data, resolve_dataset
 from lipcli.host.models import ComponentParameterError, build_model, make_config
-from lipcli.host.plugins import get_registry, parse_component_choice
+from lipcli.host.plugins import Registry, get_registry, parse_component_choice
 from lipcli.train.extradata import check_compatible, open_extra_data
 
 
@@ -41,7 +42,7 @@ RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs"})
 COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset", "loss")
 
 
-def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Any) -> bool:
+def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Registry) -> bool:
     """Whether ``given`` (a resume override) equals the stored value of setting ``key``."""
     if not hasattr(stored, key):  # a loss parameter's shortcut: the stored loss has it written out
         return False
@@ -61,7 +62,7 @@ def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Any) -> bool:
     return False
 
 
-def _arch_component(cfg: TrainConfig, reg: Any) -> Any:
+def _arch_component(cfg: TrainConfig, reg: Registry) -> Component:
     """The architecture with the ``width`` setting applied; the same width given twice (in
     ``arch``, ``NAME:width=W``, and as ``width``) is fine, two different widths are a usage
     error."""
@@ -78,7 +79,7 @@ def _arch_component(cfg: TrainConfig, reg: Any) -> Any:
     return reg.component("arch", cfg.arch, {"width": cfg.width})
 
 
-def _component_error(exc: Any, cfg: TrainConfig) -> TrainUsageError:
+def _component_error(exc: ComponentParameterError, cfg: TrainConfig) -> TrainUsageError:
     """A :class:`~lipcli.host.models.ComponentParameterError` as the trainer reports it: the
     setting that gave the rejected value when that is ``width``, else the component and its
     values."""
@@ -96,9 +97,9 @@ class _Setup:
     """A run as configured and validated (step 1 of :func:`train`); nothing written yet."""
 
     cfg: TrainConfig
-    comps: dict[str, Any]
-    data_comp: Any
-    loss_comp: Any
+    comps: dict[str, Component]
+    data_comp: Component
+    loss_comp: Component
     root: str | None
     device: torch.device
     paths: RunPaths
@@ -107,7 +108,7 @@ class _Setup:
     ckpt_meta: dict[str, Any] | None = None
 
 
-def _configure(config: TrainConfig | None, ctx: DistContext, reg: Any, *, run_dir: str | None,
+def _configure(config: TrainConfig | None, ctx: DistContext, reg: Registry, *, run_dir: str | None,
                out: str | None, resume: str | None, resume_overrides: dict[str, Any] | None,
                overwrite: bool) -> _Setup:
     """Step 1 of :func:`train` for the process ``ctx``: the settings, components, data
@@ -143,7 +144,7 @@ def _configure(config: TrainConfig | None, ctx: DistContext, reg: Any, *, run_di
                   ckpt_meta=ckpt_meta)
 
 
-def _data_and_model(setup: _Setup, reg: Any, *, download: bool) -> tuple[Any, Any, dict[str, Any], nn.Module]:
+def _data_and_model(setup: _Setup, *, download: bool) -> tuple[Any, Any, dict[str, Any], nn.Module]:
     """Step 2 of :func:`train`: the data (downloaded first when ``download``), the extra
     data, the model configuration and the model (seeded, on the CPU)."""
     cfg, comps = setup.cfg, setup.comps
@@ -154,15 +155,12 @@ def _data_and_model(setup: _Setup, reg: Any, *, download: bool) -> tuple[Any, An
     )
     extra = _open_extra_data(cfg, data)
     model_config = make_config(
-        comps["arch"].to_config(), conv=comps["conv"].to_config(),
-        activation=comps["activation"].to_config(), pool=comps["pool"].to_config(),
-        head=comps["head"].to_config(), num_classes=data.num_classes,
-        in_channels=data.image_shape[0], image_size=data.image_shape[1:], mean=data.mean,
-        std=data.std, registry=reg,
+        comps, num_classes=data.num_classes, in_channels=data.image_shape[0],
+        image_size=data.image_shape[1:], mean=data.mean, std=data.std,
     )
     torch.manual_seed(cfg.seed)
     try:
-        model = build_model(model_config, reg)
+        model = build_model(model_config, comps)
     except ComponentParameterError as exc:
         raise _component_error(exc, cfg) from exc
     return data, extra, model_config, model
@@ -176,7 +174,7 @@ def check_train(
     out: str | None = None,
     resume: str | None = None,
     resume_overrides: dict[str, Any] | None = None,
-    registry: Any = None,
+    registry: Registry | None = None,
     overwrite: bool = False,
 ) -> RunPaths:
     """Everything :func:`train` validates before it trains, for a run of ``processes``
@@ -193,7 +191,7 @@ def check_train(
                       local_world_size=processes, distributed=processes > 1)
     setup = _configure(config, ctx, reg, run_dir=run_dir, out=out, resume=resume,
                        resume_overrides=resume_overrides, overwrite=overwrite)
-    _data_and_model(setup, reg, download=setup.cfg.download)
+    _data_and_model(setup, download=setup.cfg.download)
     return setup.paths
 
 
@@ -205,7 +203,7 @@ def train(
     resume: str | None = None,
     resume_overrides: dict[str, Any] | None = None,
     quiet: bool = False,
-    registry: Any = None,
+    registry: Registry | None = None,
     overwrite: bool = False,
 ) -> TrainSummary | None:
     """Train (or resume) a model; returns its :class:`~lipcli.train.results.TrainSummary`
@@ -235,7 +233,7 @@ def train(
             paths = RunPaths(*(Path(p) for p in ctx.broadcast_json([str(paths.run_dir), str(paths.out)])))
         if cfg.download and not ctx.is_main:
             ctx.barrier()  # rank 0 downloads first
-        data, extra, model_config, model = _data_and_model(setup, reg, download=cfg.download and ctx.is_main)
+        data, extra, model_config, model = _data_and_model(setup, download=cfg.download and ctx.is_main)
         if cfg.download and ctx.is_main:
             ctx.barrier()
         model = model.to(device)
@@ -249,7 +247,7 @@ def train(
 
 
 def _resume_plan(
-    resume: str, resume_overrides: dict[str, Any] | None, out: str | None, overwrite: bool, reg: Any
+    resume: str, resume_overrides: dict[str, Any] | None, out: str | None, overwrite: bool, reg: Registry
 ) -> tuple[TrainConfig, RunPaths, dict[str, torch.Tensor], dict[str, Any]]:
     """The stored config (with the allowed overrides), the paths and the checkpoint of the run
     in directory ``resume``; nothing is written."""

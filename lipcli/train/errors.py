@@ -2,84 +2,67 @@
 
 Library errors name no command-line option.  Where a message must name an argument of
 :func:`lipcli.train.train` or a :class:`~lipcli.train.config.TrainConfig` setting (what to
-pass, what cannot change), the error keeps a :attr:`~NamedSettings.template` in which that
-name is a ``{name}`` field: ``str(error)`` spells it ``name`` (the Python name), and a
-front end renders the same message with its own spelling through
-:meth:`~NamedSettings.render` (``lip train``: ``--batch-size``).  The field ``{command}``
-stands for the command that continues a run (``lipcli.train.train`` here; the CLI spells
-out its own command line, using :attr:`~NamedSettings.launch`, the processes per node of a
-multi-process run, and :attr:`~NamedSettings.launcher`, what started it).  Values put into a template go through :func:`literal`.
+pass, what cannot change), the error is a :class:`~lipcli.sdk.errors.NamedSettings`: its
+message is a template in which that name is a ``{name}`` field, spelled ``name`` by
+``str(error)`` and as an option by a front end (``lip train``: ``--batch-size``).  The field
+``{command}`` stands for the command that continues a run (``lipcli.train.train`` here; the
+CLI spells out its own command line, using :attr:`~TrainMessage.launch`, the processes per
+node of a multi-process run, and :attr:`~TrainMessage.launcher`, what started it).  Values
+put into a template go through :func:`~lipcli.sdk.errors.literal`.
 """
 
 from __future__ import annotations
 
-import string
-from collections.abc import Callable
-from typing import Any
+from lipcli.sdk.errors import LipError, LipUsageError, NamedSettings, literal
 
-from lipcli.sdk.errors import LipError, LipUsageError
+__all__ = [
+    "COMMAND", "TrainError", "TrainMessage", "TrainUsageError", "TrainingDiverged",
+    "TrainingInterrupted", "WorkerLost", "literal", "python_label",
+]
 
 #: the field of a template that stands for the command continuing a run
 COMMAND = "command"
 
 
-def literal(value: Any) -> str:
-    """``value`` as text for a template (braces doubled, so they are not fields)."""
-    return str(value).replace("{", "{{").replace("}", "}}")
-
-
-def render_template(template: str, label: Callable[[str], str]) -> str:
-    """``template`` with every ``{name}`` field replaced by ``label(name)``."""
-    return "".join(
-        text + ("" if name is None else label(name))
-        for text, name, _spec, _conversion in string.Formatter().parse(template)
-    )
-
-
 def python_label(name: str) -> str:
-    """The library's spelling of a field: the Python name (``overwrite``, ``batch_size``)."""
+    """The library's spelling of a field: the Python name (``overwrite``, ``batch_size``), and
+    ``lipcli.train.train`` for ``{command}``."""
     return "lipcli.train.train" if name == COMMAND else name
 
 
-class NamedSettings:
-    """Mixin of the errors below: the message as a template naming settings as fields."""
+class TrainMessage(NamedSettings):
+    """Mixin of the errors below: a :class:`~lipcli.sdk.errors.NamedSettings` template that may
+    also name ``{command}``, the command that continues the run."""
 
-    template: str = ""
     #: processes per node of a multi-process run (None: one process), for ``{command}``
     launch: int | None = None
     #: what started the processes of a multi-process run: ``"lipcli"``
     #: (:mod:`lipcli.train.launch`) or None (``torchrun``)
     launcher: str | None = None
+    library_label = staticmethod(python_label)
 
-    def _init_template(self, template: str, launch: int | None, launcher: str | None = None) -> str:
-        self.template, self.launch, self.launcher = template, launch, launcher
-        return self.render(python_label)
-
-    def render(self, label: Callable[[str], str]) -> str:
-        """The message with each field spelled by ``label`` (a front end's option names)."""
-        return render_template(self.template, label)
+    def _init_run(self, template: str, launch: int | None, launcher: str | None) -> str:
+        self.launch, self.launcher = launch, launcher
+        return self._init_template(template)
 
     @property
     def settings(self) -> tuple[str, ...]:
         """The names the message refers to (its fields, ``command`` excluded)."""
-        return tuple(dict.fromkeys(
-            name for _t, name, _s, _c in string.Formatter().parse(self.template)
-            if name is not None and name != COMMAND
-        ))
+        return tuple(name for name in super().settings if name != COMMAND)
 
 
-class TrainUsageError(NamedSettings, LipUsageError):
+class TrainUsageError(TrainMessage, LipUsageError):
     """Bad input to the trainer (exit code 2); the message is a template (see the module)."""
 
     def __init__(self, template: str, *, launch: int | None = None, launcher: str | None = None) -> None:
-        super().__init__(self._init_template(template, launch, launcher))
+        super().__init__(self._init_run(template, launch, launcher))
 
 
-class TrainError(NamedSettings, LipError):
+class TrainError(TrainMessage, LipError):
     """A runtime failure of the trainer (exit code 1); the message is a template."""
 
     def __init__(self, template: str, *, launch: int | None = None, launcher: str | None = None) -> None:
-        super().__init__(self._init_template(template, launch, launcher))
+        super().__init__(self._init_run(template, launch, launcher))
 
 
 class TrainingDiverged(TrainError):

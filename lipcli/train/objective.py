@@ -17,10 +17,10 @@ from torch import nn
 
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.losses import LossContext, LossOutput, has_trainable_parameters, resolved_loss_params
-from lipcli.sdk.specs import Component
+from lipcli.sdk.specs import Component, LossSpec
 from lipcli.train.config import TrainConfig
 from lipcli.train.errors import TrainUsageError, literal
-from lipcli.host.plugins import parse_component_choice
+from lipcli.host.plugins import Registry, parse_component_choice
 
 
 def _choice_text(name: str, params: dict[str, Any]) -> str:
@@ -30,7 +30,7 @@ def _choice_text(name: str, params: dict[str, Any]) -> str:
     return name + ("" if not params else ":" + ",".join(f"{k}={text(v)}" for k, v in params.items()))
 
 
-def resolve_loss(cfg: TrainConfig, head: Component, dataset_name: str, reg: Any) -> tuple[TrainConfig, Component]:
+def resolve_loss(cfg: TrainConfig, head: Component, dataset_name: str, reg: Registry) -> tuple[TrainConfig, Component]:
     """The loss component of a run and the config with ``loss`` (every parameter written out)
     and ``grad_clip`` resolved; the shortcut settings are folded into ``loss`` (and cleared)."""
     default_loss = getattr(head.spec, "loss", "ce")
@@ -57,7 +57,7 @@ def resolve_loss(cfg: TrainConfig, head: Component, dataset_name: str, reg: Any)
     return dataclasses.replace(cfg, **changes), component
 
 
-def _shortcut_param(reg: Any, spec: Any, setting: str, head_default: bool, head_name: str) -> str:
+def _shortcut_param(reg: Registry, spec: LossSpec, setting: str, head_default: bool, head_name: str) -> str:
     """The parameter of loss ``spec`` that shortcut ``setting`` sets (a usage error naming the
     losses that have it when ``spec`` has not)."""
     for p in spec.params:

@@ -19,7 +19,8 @@ from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.train.checkpoint import (_prefixed, flatten_state, rng_state, set_rng_state, unflatten_state,
                                      write_checkpoint)
 from lipcli.train.config import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, INTERRUPT_ENV
-from lipcli.train.errors import NamedSettings, TrainError, literal
+from lipcli.sdk.errors import NamedSettings
+from lipcli.train.errors import TrainError, literal
 from lipcli.train.evaluation import evaluate, lipschitz_record
 from lipcli.host.locks import run_locks
 from lipcli.train.distributed import lost_connection

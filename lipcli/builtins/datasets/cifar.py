@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 
 from lipcli._util.outputs import cannot_create_in
 from lipcli.builtins.datasets.common import RandomCropFlip, TensorImageDataset, check_split
-from lipcli.sdk.errors import LipError, LipUsageError, SettingError
+from lipcli.sdk.errors import LipError, LipUsageError, NamedSettings, SettingError, literal
 
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -98,20 +98,22 @@ def _layout_hint(variant: str, root: Path) -> str:
     return f"{base}/{{{listed}}}"
 
 
-class DownloadError(LipError):
+class DownloadError(NamedSettings, LipError):
     """A CIFAR archive could not be downloaded (offline, a bad checksum, ...): runtime error
     (exit 1) naming the folder to fill by hand and the embedded alternative, whose setting
-    ``render(option)`` spells as a command-line option (:func:`lipcli.cli.common.cli_message`).
+    (``{dataset}``) a front end spells as its option (:class:`~lipcli.sdk.errors.NamedSettings`).
     ``root_note`` (e.g. ``"LIPCLI_DATA; "``, set by a front end) says where the folder's name
-    came from, at the start of the parenthesis after it."""
+    came from, at the start of the parenthesis after it (the template's ``{root_note}`` field)."""
 
     def __init__(self, template: str) -> None:
-        self.template = template
         self.root_note = ""
-        super().__init__(template.format(dataset="dataset", root_note=""))
+        super().__init__(self._init_template(template))
 
-    def render(self, option: Any) -> str:
-        return self.template.format(dataset=option("dataset"), root_note=self.root_note)
+    def library_label(self, name: str) -> str:  # type: ignore[override]
+        return self.root_note if name == "root_note" else name
+
+    def render(self, label: Any) -> str:
+        return super().render(lambda name: self.root_note if name == "root_note" else label(name))
 
 
 def _damaged_archive(variant: str, root: Path) -> str | None:
@@ -150,13 +152,10 @@ def _download_cifar(variant: str, root: Path) -> None:
             reason += f"; the {damaged} found there is damaged (not the published MD5 checksum): delete it"
         folder = CIFAR10_DIR if variant == "cifar10" else CIFAR100_DIR
 
-        def lit(text: Any) -> str:
-            return str(text).replace("{", "{{").replace("}", "}}")
-
         raise DownloadError(
-            f"could not download {variant} into {lit(root)} ({{root_note}}{lit(reason)}); offline, put the folder "
+            f"could not download {variant} into {literal(root)} ({{root_note}}{literal(reason)}); offline, put the folder "
             f"{folder} (the 'python version' of https://www.cs.toronto.edu/~kriz/cifar.html) in "
-            f"{lit(root)}, or use the embedded data set: {{dataset}} digits"
+            f"{literal(root)}, or use the embedded data set: {{dataset}} digits"
         ) from None
 
 
