@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from lipcli.certify.attack import attack_radii
+from lipcli.certify.exact import EXACT_NOTE, float64_network
 from lipcli.certify.data import check_class_names, check_compatible, limit_subset, load_dataset
 from lipcli.certify.options import CertifyOptions
 from lipcli.certify.results import (
@@ -66,7 +67,7 @@ def evaluation_key(record: Any) -> str:
     key = [record.get("weights_sha256"), [ds.get(k) for k in ("name", "params", "split", "size", "limit")],
            cert.get("name"), cert.get("top_k"), lip.get("method"),
            [r.get("radius") for r in record.get("radii") or [] if isinstance(r, dict)],
-           [attack.get(k) for k in ("steps", "restarts")]]
+           [attack.get(k) for k in ("steps", "restarts")], bool(record.get("exact"))]
     return json.dumps(key, sort_keys=True, default=str)
 
 
@@ -165,9 +166,13 @@ def run_certification(
 
     # -- 2. features (float32, eval mode), by the eval lowering (lipcli.lipschitz.lowered:
     #    dense matrices where cheaper, built once per model and input shape) ------------------------
+    #    (with options.exact: a float64 copy, every layer literal, lipcli.certify.exact)
     t0 = time.perf_counter()
-    network = lowered_network(model, tuple(dataset[0][0].shape), dense_max_mib=options.dense_max_mib,
-                              series=options.series, inputs=options.eval_inputs(n))
+    shape = tuple(dataset[0][0].shape)
+    run_model, network = float64_network(model) if options.exact else (model, lowered_network(
+        model, shape, dense_max_mib=options.dense_max_mib, series=options.series,
+        inputs=options.eval_inputs(n)))
+    notes.extend([EXACT_NOTE] if options.exact else [])
     times["lowering"] = time.perf_counter() - t0
     if network.dense_layers:
         notes.append(
@@ -177,19 +182,21 @@ def run_certification(
         )
 
     t0 = time.perf_counter()
-    with capture_inputs(model) as layer_inputs:  # for the promise check below
-        feats = extract_features(model, dataset, n, options.batch_size, device, ds_info.name, report,
+    with capture_inputs(run_model) as layer_inputs:  # for the promise check below
+        feats = extract_features(run_model, dataset, n, options.batch_size, device, ds_info.name, report,
                                  network)
     times["features"] = time.perf_counter() - t0
     # -- 2b. every layer counted as 1 by its promise, measured with the trained parameters at
     #    the first data points (lipcli.lipschitz.promises; a broken promise is an error) ----------------
-    promises = verify_promises(model, inputs=layer_inputs)
+    promises = verify_promises(run_model, inputs=layer_inputs)
     times["promises"] = promises.time_s
 
     # -- 3. certificate (feature space) ----------------------------------------------------------
     file_cache = mf.metadata.get("cache")
     file_cache = dict(file_cache) if isinstance(file_cache, dict) else {}
-    cert = certify_features(reg, model, file_cache, feats.features, options, device, report, times)
+    cert = certify_features(reg, run_model, file_cache, feats.features, options, device, report, times)
+    if options.exact:  # the file's cache is for the float32 head: leave it as it is
+        cert.cache = cert.cache_before
     predictions = cert.result.predictions.cpu().long()
     differ = int((predictions != feats.forward_predictions).sum())
     if differ:
@@ -214,8 +221,14 @@ def run_certification(
     attack_info: AttackInfo | None = None
     if options.attack:
         t0 = time.perf_counter()
+        attack_network = network if options.exact else lowered_network(  # lowered for its own passes
+            model, shape, dense_max_mib=options.dense_max_mib, series=options.series,
+            inputs=options.attack_inputs(n))
+        if attack_network.dense_layers != network.dense_layers:
+            notes.append(f"PGD check: {len(attack_network.dense_layers)} layers ran as dense float32 "
+                         "matrices (lowered for the attack's passes; the radii do not depend on it)")
         violations, attack_info = attack_radii(
-            network, dataset, predictions, correct, radius, options, rows, device, report
+            attack_network, dataset, predictions, correct, radius, options, rows, device, report
         )
         times["attack"] = time.perf_counter() - t0
         for v in violations if indices is not None else ():
@@ -267,6 +280,7 @@ def run_certification(
         promises=promises,
         time_s=times,
         notes=notes,
+        exact=options.exact,
     )
     unsound = soundness_note(guaranteed, cert, options)
     if unsound:

@@ -138,6 +138,8 @@ class CertifySummary(JsonRecord):
     promises: PromiseCheck
     time_s: dict[str, float]
     notes: list[str]
+    #: features, logits and margins computed in float64 (``--exact``, lipcli.certify.exact)
+    exact: bool = False
     written: list[str] | None = None  # model-file slots updated
     per_sample: str | None = None  # set by the front end that wrote them
     plot: str | None = None

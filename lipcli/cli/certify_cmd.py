@@ -89,6 +89,12 @@ def certify(
         "the operations it saves on this run's inputs (PGD steps included) exceed "
         f"{BUILD_FLOP_WEIGHT}x those of building it in float64; 0: every layer literal.",
     )] = _C.dense_max_mib,
+    exact: Annotated[bool, typer.Option(
+        "--exact",
+        help="Compute the features, logits and margins in float64 on a float64 copy of the "
+        "model, every layer literal (no dense lowering): radii free of float32 rounding, for "
+        "reference (slower). Recorded in the summary ('exact').",
+    )] = _C.exact,
     json_out: JsonOption = False,
     no_write: Annotated[bool, typer.Option(
         "--no-write",
@@ -126,7 +132,7 @@ def certify(
         limit=limit, batch_size=batch_size, device=device, lipschitz=lipschitz,
         lipschitz_iters=lipschitz_iters, top_k=top_k, attack=attack, attack_steps=attack_steps,
         attack_restarts=attack_restarts, write=not no_write, ignore_class_names=ignore_class_names,
-        series=series, dense_max_mib=dense_max_mib,
+        series=series, dense_max_mib=dense_max_mib, exact=exact,
     )
     options.check()
     if options.write:  # before the work, with this command's hint (the driver checks it too)
