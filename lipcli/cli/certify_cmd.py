@@ -86,7 +86,7 @@ def certify(
         help="Largest dense matrix per layer of the eval lowering, MiB of float32 (default: "
         f"{describe_dense_max_mib_default()}): a layer whose matrix fits and is at least "
         f"{DENSE_MIN_GAIN:g}x cheaper per input runs as that matrix (the bound covers it) when "
-        "the operations it saves on this run's inputs (PGD steps included) exceed "
+        "the operations it saves on this run's inputs (the --attack check: on its own passes) exceed "
         f"{BUILD_FLOP_WEIGHT}x those of building it in float64; 0: every layer literal.",
     )] = _C.dense_max_mib,
     exact: Annotated[bool, typer.Option(
