@@ -21,6 +21,11 @@ RADII_HELP = (
     "Comma-separated l2 radii. A plain number v means v/UNIT (see --radius-unit: 36 -> 36/255); "
     "an item a/b is the absolute radius a/b whatever the unit (36/255). Must be >= 0."
 )
+EXACT_HELP = (
+    "Compute the features, logits and margins in float64 on a float64 copy of the model, every "
+    "layer literal (no dense lowering): radii free of float32 rounding, for reference (slower). "
+    "Recorded in the summary ('exact')."
+)
 
 
 # Over 80 lines: the signature is the command's option list (one Annotated option each); the
@@ -89,12 +94,7 @@ def certify(
         "the operations it saves on this run's inputs (the --attack check: on its own passes) exceed "
         f"{BUILD_FLOP_WEIGHT}x those of building it in float64; 0: every layer literal.",
     )] = _C.dense_max_mib,
-    exact: Annotated[bool, typer.Option(
-        "--exact",
-        help="Compute the features, logits and margins in float64 on a float64 copy of the "
-        "model, every layer literal (no dense lowering): radii free of float32 rounding, for "
-        "reference (slower). Recorded in the summary ('exact').",
-    )] = _C.exact,
+    exact: Annotated[bool, typer.Option("--exact", help=EXACT_HELP)] = _C.exact,
     json_out: JsonOption = False,
     no_write: Annotated[bool, typer.Option(
         "--no-write",
