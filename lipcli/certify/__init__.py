@@ -27,10 +27,10 @@ certified radius of the *predicted* class):
 Floating point: the certificates are statements about the network in exact arithmetic with
 the stored float32 weights. The head's certificate is computed in float64 with its rounding
 accounted for by the certifier, and ``r_y / Lip`` is rounded down; the float32 rounding of
-the features themselves is not (measured: features within about 1e-6·``||y||`` of a float64
-evaluation of the same network, i.e. radii uncertain by roughly 1e-6·``||y||``/``Lip`` in
-input units, an absolute amount, a few 1e-6 on the digits models), which matters only for
-radii that close to a requested radius.  The same holds for projection pooling, whose
+the features themselves is not (``benchmarks/rounding_report.py`` measures the float32 radii
+against float64 ones, docs/guide.md), which matters only for radii that close to a requested
+radius.  ``exact`` (``lip certify --exact``, :mod:`lipcli.certify.exact`) computes the
+features, logits and margins in float64 on a float64 copy of the model instead.  The same holds for projection pooling, whose
 ``cos``/``sin`` of the angle are float32 numbers (unit length up to ~1e-7).
 
 Optional PGD check (:mod:`lipcli.certify.pgd`) at each radius ``eps``: every point whose
@@ -64,6 +64,6 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    if name in ("attack", "data", "driver", "options", "plot", "results", "steps"):
+    if name in ("attack", "data", "driver", "exact", "options", "plot", "results", "steps"):
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from lipcli.certify.attack import attack_radii
+from lipcli.certify.exact import EXACT_NOTE, float64_network
 from lipcli.certify.data import check_class_names, check_compatible, limit_subset, load_dataset
 from lipcli.certify.options import CertifyOptions
 from lipcli.certify.results import (
@@ -67,7 +68,7 @@ def evaluation_key(record: Any) -> str:
     key = [record.get("weights_sha256"), [ds.get(k) for k in ("name", "params", "split", "size", "limit")],
            cert.get("name"), cert.get("top_k"), lip.get("method"),
            [r.get("radius") for r in record.get("radii") or [] if isinstance(r, dict)],
-           [attack.get(k) for k in ("steps", "restarts")]]
+           [attack.get(k) for k in ("steps", "restarts")], bool(record.get("exact"))]
     return json.dumps(key, sort_keys=True, default=str)
 
 
@@ -157,13 +158,19 @@ def _load(
     return _Evaluation(model, mf, loaded_sha256, dataset, ds_info, n, indices)
 
 
-def _lower(ev: _Evaluation, options: CertifyOptions, times: dict[str, float], notes: list[str]) -> Any:
-    """Step 2a: the eval lowering (lipcli.lipschitz.lowered: dense matrices where cheaper,
-    built once per model and input shape) that computes the features."""
+def _lower(ev: _Evaluation, options: CertifyOptions, times: dict[str, float],
+           notes: list[str]) -> tuple[nn.Module, Any]:
+    """Step 2a: ``(model that runs, network)`` computing the features: the eval lowering
+    (lipcli.lipschitz.lowered: dense matrices where cheaper, built once per model and input
+    shape), or with ``options.exact`` a float64 copy with every layer literal
+    (lipcli.certify.exact)."""
     model, dataset, n = ev.model, ev.dataset, ev.n
     t0 = time.perf_counter()
-    network = lowered_network(model, tuple(dataset[0][0].shape), dense_max_mib=options.dense_max_mib,
-                              series=options.series, inputs=options.eval_inputs(n))
+    shape = tuple(dataset[0][0].shape)
+    run_model, network = float64_network(model) if options.exact else (model, lowered_network(
+        model, shape, dense_max_mib=options.dense_max_mib, series=options.series,
+        inputs=options.eval_inputs(n)))
+    notes.extend([EXACT_NOTE] if options.exact else [])
     times["lowering"] = time.perf_counter() - t0
     if network.dense_layers:
         notes.append(
@@ -171,34 +178,36 @@ def _lower(ev: _Evaluation, options: CertifyOptions, times: dict[str, float], no
             f"(cap {network.dense_max_mib:g} MiB per layer, built in {times['lowering']:.1f} s "
             "where that pays off on this run's inputs); the Lipschitz bound covers them"
         )
-    return network
+    return run_model, network
 
 
 def _features(
-    ev: _Evaluation, network: Any, options: CertifyOptions, device: torch.device, report: Progress,
+    ev: _Evaluation, run_model: nn.Module, network: Any, options: CertifyOptions, device: torch.device, report: Progress,
     times: dict[str, float],
 ) -> tuple[Features, PromiseCheck]:
     """Step 2b: the features (float32, eval mode) by ``network``, and every layer counted as 1
     by its promise measured with the trained parameters at the first data points
     (lipcli.lipschitz.promises; a broken promise is an error)."""
     t0 = time.perf_counter()
-    with capture_inputs(ev.model) as layer_inputs:  # for the promise check below
-        feats = extract_features(ev.model, ev.dataset, ev.n, options.batch_size, device, ev.ds_info.name,
+    with capture_inputs(run_model) as layer_inputs:  # for the promise check below
+        feats = extract_features(run_model, ev.dataset, ev.n, options.batch_size, device, ev.ds_info.name,
                                  report, network)
     times["features"] = time.perf_counter() - t0
-    promises = verify_promises(ev.model, inputs=layer_inputs)
+    promises = verify_promises(run_model, inputs=layer_inputs)
     times["promises"] = promises.time_s
     return feats, promises
 
 
 def _certificate(
-    ev: _Evaluation, reg: Registry, feats: Features, options: CertifyOptions, device: torch.device,
+    ev: _Evaluation, reg: Registry, run_model: nn.Module, feats: Features, options: CertifyOptions, device: torch.device,
     report: Progress, times: dict[str, float], notes: list[str],
 ) -> tuple[CertificateRun, torch.Tensor]:
     """Step 3: the head's certificate in feature space and its predictions."""
     file_cache = ev.mf.metadata.get("cache")
     file_cache = dict(file_cache) if isinstance(file_cache, dict) else {}
-    cert = certify_features(reg, ev.model, file_cache, feats.features, options, device, report, times)
+    cert = certify_features(reg, run_model, file_cache, feats.features, options, device, report, times)
+    if options.exact:  # the file's cache is for the float32 head: leave it as it is
+        cert.cache = cert.cache_before
     predictions = cert.result.predictions.cpu().long()
     differ = int((predictions != feats.forward_predictions).sum())
     if differ:
@@ -212,14 +221,20 @@ def _certificate(
 def _attack(
     ev: _Evaluation, network: Any, predictions: torch.Tensor, correct: torch.Tensor,
     radius: torch.Tensor, rows: list[RadiusRow], options: CertifyOptions, device: torch.device,
-    report: Progress, times: dict[str, float],
+    report: Progress, times: dict[str, float], notes: list[str],
 ) -> tuple[list[Violation], AttackInfo | None]:
     """The PGD check (when ``options.attack``): violations indexed in the split."""
     if not options.attack:
         return [], None
     t0 = time.perf_counter()
+    attack_network = network if options.exact else lowered_network(  # lowered for its own passes
+        ev.model, tuple(ev.dataset[0][0].shape), dense_max_mib=options.dense_max_mib, series=options.series,
+        inputs=options.attack_inputs(ev.n))
+    if attack_network.dense_layers != network.dense_layers:
+        notes.append(f"PGD check: {len(attack_network.dense_layers)} layers ran as dense float32 "
+                     "matrices (lowered for the attack's passes; the radii do not depend on it)")
     violations, attack_info = attack_radii(
-        network, ev.dataset, predictions, correct, radius, options, rows, device, report
+        attack_network, ev.dataset, predictions, correct, radius, options, rows, device, report
     )
     times["attack"] = time.perf_counter() - t0
     for v in violations if ev.indices is not None else ():
@@ -250,9 +265,9 @@ def run_certification(
     notes: list[str] = []
     t_start = time.perf_counter()
     ev = _load(model_path, options, reg, device, times, notes)  # 1. model and data set
-    network = _lower(ev, options, times, notes)  # 2. features, by the eval lowering
-    feats, promises = _features(ev, network, options, device, report, times)
-    cert, predictions = _certificate(ev, reg, feats, options, device, report, times, notes)  # 3.
+    run_model, network = _lower(ev, options, times, notes)  # 2. features, by the eval lowering
+    feats, promises = _features(ev, run_model, network, options, device, report, times)
+    cert, predictions = _certificate(ev, reg, run_model, feats, options, device, report, times, notes)  # 3.
     t0 = time.perf_counter()  # 4. Lipschitz constant of g (normalisation included)
     lip = lipschitz_constant(ev.model, ev.mf.metadata.get("lipschitz"), options, notes, report, network)
     times["lipschitz"] = time.perf_counter() - t0
@@ -260,7 +275,7 @@ def run_certification(
     correct = predictions == feats.labels
     rows = certified_rows(correct, radius, options)
     violations, attack_info = _attack(ev, network, predictions, correct, radius, rows, options, device,
-                                      report, times)
+                                      report, times, notes)
     times["total"] = time.perf_counter() - t_start
     summary = CertifySummary.assemble(
         model=str(model_path), config=ev.model.lipcli_config, dataset=ev.ds_info, device=str(device),

@@ -79,13 +79,20 @@ class CertifyOptions:
     #: Within the cap a layer is lowered only where its build pays off on this run's inputs
     #: (:meth:`eval_inputs`, :func:`lipcli.sdk.lowering.pays_off`)
     dense_max_mib: float | None = None
+    #: features, logits and margins in float64 on a float64 copy of the model, every layer
+    #: literal (:mod:`lipcli.certify.exact`)
+    exact: bool = False
 
     def eval_inputs(self, n: int) -> int:
-        """The forward passes this run makes through the eval lowering on ``n`` inputs:
-        ``n`` for the features, plus, with the attack, ``3·steps·restarts`` per input (one
-        forward and one backward, about two forwards, per PGD step)."""
-        passes = 1 + (3 * self.attack_steps * self.attack_restarts if self.attack else 0)
-        return int(n) * passes
+        """The forward passes the features make through the eval lowering on ``n`` inputs
+        (``n``): whether a layer runs lowered, and so the radii, does not depend on the
+        attack, whose network is lowered for its own passes (:meth:`attack_inputs`)."""
+        return int(n)
+
+    def attack_inputs(self, n: int) -> int:
+        """The forward passes of the PGD check on ``n`` inputs: ``3·steps·restarts`` per
+        input (one forward and one backward, about two forwards, per PGD step)."""
+        return int(n) * 3 * self.attack_steps * self.attack_restarts
 
     def check(self) -> None:
         """Bad values (before any work): :class:`SettingError` naming the field."""

@@ -209,6 +209,8 @@ class CertifySummary(JsonRecord):
     promises: PromiseCheck
     time_s: dict[str, float]
     notes: list[str]
+    #: features, logits and margins computed in float64 (``--exact``, lipcli.certify.exact)
+    exact: bool = False
     written: list[str] | None = None  # model-file slots updated
     per_sample: str | None = None  # set by the front end that wrote them
     plot: str | None = None
@@ -237,6 +239,7 @@ class CertifySummary(JsonRecord):
             total=total, correct=n_correct, clean_accuracy=n_correct / total,
             radius_unit=options.radius_unit, radii=radii, mean_certified_radius=mean_radius,
             attack=attack, violations=violations, promises=promises, time_s=times, notes=notes,
+            exact=options.exact,
         )
 
 

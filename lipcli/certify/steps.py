@@ -31,7 +31,7 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass
 class Features:
-    """Step 2: features ``y = g(x)`` (float32, CPU), labels and the forward pass's predictions."""
+    """Step 2: features ``y = g(x)`` (float32, float64 with ``--exact``; CPU), labels and the forward pass's predictions."""
 
     features: torch.Tensor
     labels: torch.Tensor
@@ -57,7 +57,7 @@ def extract_features(
             y = run.features(images.to(device))
             if not bool(torch.isfinite(y).all()):
                 raise _nonfinite_features(model, images.to(device))
-            feats.append(y.float().cpu())
+            feats.append((y if y.dtype == torch.float64 else y.float()).cpu())  # float64: --exact
             fwd_preds.append(run.head(y).argmax(1).cpu())
             labels_list.append(labels)
             report("features", stop, n)

@@ -21,6 +21,11 @@ RADII_HELP = (
     "Comma-separated l2 radii. A plain number v means v/UNIT (see --radius-unit: 36 -> 36/255); "
     "an item a/b is the absolute radius a/b whatever the unit (36/255). Must be >= 0."
 )
+EXACT_HELP = (
+    "Compute the features, logits and margins in float64 on a float64 copy of the model, every "
+    "layer literal (no dense lowering): radii free of float32 rounding, for reference (slower). "
+    "Recorded in the summary ('exact')."
+)
 
 
 # Over 80 lines: the signature is the command's option list (one Annotated option each); the
@@ -86,9 +91,10 @@ def certify(
         help="Largest dense matrix per layer of the eval lowering, MiB of float32 (default: "
         f"{describe_dense_max_mib_default()}): a layer whose matrix fits and is at least "
         f"{DENSE_MIN_GAIN:g}x cheaper per input runs as that matrix (the bound covers it) when "
-        "the operations it saves on this run's inputs (PGD steps included) exceed "
+        "the operations it saves on this run's inputs (the --attack check: on its own passes) exceed "
         f"{BUILD_FLOP_WEIGHT}x those of building it in float64; 0: every layer literal.",
     )] = _C.dense_max_mib,
+    exact: Annotated[bool, typer.Option("--exact", help=EXACT_HELP)] = _C.exact,
     json_out: JsonOption = False,
     no_write: Annotated[bool, typer.Option(
         "--no-write",
@@ -126,7 +132,7 @@ def certify(
         limit=limit, batch_size=batch_size, device=device, lipschitz=lipschitz,
         lipschitz_iters=lipschitz_iters, top_k=top_k, attack=attack, attack_steps=attack_steps,
         attack_restarts=attack_restarts, write=not no_write, ignore_class_names=ignore_class_names,
-        series=series, dense_max_mib=dense_max_mib,
+        series=series, dense_max_mib=dense_max_mib, exact=exact,
     )
     options.check()
     if options.write:  # before the work, with this command's hint (the driver checks it too)
