@@ -39,7 +39,7 @@ from lipcli.sdk.errors import LipError
 from lipcli.host.modelfile import update_metadata, update_results_locked
 from lipcli.host.plugins import get_registry
 from lipcli.lipschitz.bound import BOUND_LABEL
-from lipcli.lipschitz.lowered import lowered_network
+from lipcli.lowering.network import lowered_network
 from lipcli.lipschitz.promises import capture_inputs, verify_promises
 from lipcli.host.models import load_model
 
@@ -163,7 +163,7 @@ def run_certification(
     ds_info.limit = options.limit
     dataset, indices = limit_subset(dataset, n, notes)  # indices: None for the whole split
 
-    # -- 2. features (float32, eval mode), by the eval lowering (lipcli.lipschitz.lowered:
+    # -- 2. features (float32, eval mode), by the eval lowering (lipcli.lowering:
     #    dense matrices where cheaper, built once per model and input shape) ------------------------
     t0 = time.perf_counter()
     network = lowered_network(model, tuple(dataset[0][0].shape), dense_max_mib=options.dense_max_mib,
