@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli.host.layout import body_of, model_input_shape  # also read from here by lipschitz's users
+from lipcli.host.layout import body_of, model_input_shape  # re-exported (read here too)
 from lipcli.numerics.rounding import round_up
 from lipcli.sdk.errors import LipError
 from lipcli.sdk.specs import ONE_LIPSCHITZ
