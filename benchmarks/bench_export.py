@@ -13,7 +13,7 @@ hit all rows alike; the load average before and after the timing is recorded):
 * ``lipcli features``: ``model.features(x)`` under ``no_grad`` (the literal layers, ``lip
   certify --series``);
 * ``lipcli lowered features``: the eval lowering ``lip certify`` runs on many inputs
-  (:func:`lipcli.lipschitz.lowered.lowered_network`, the device's default cap; its build
+  (:func:`lipcli.lowering.network.lowered_network`, the device's default cap; its build
   time is recorded as ``lowered_build_s``);
 * ``lipcli features + certificate``: that plus the head's certificate as ``lip certify`` runs it
   (CRC-Lip: closed form and dual) divided by the guaranteed Lipschitz bound;
@@ -77,7 +77,7 @@ def bench_case(arch: str, head: str, width: int, batch: int, repeats: int, workd
             return model.features(x)
 
     fns["lipcli features"] = features
-    from lipcli.lipschitz.lowered import lowered_network
+    from lipcli.lowering.network import lowered_network
 
     t0 = time.perf_counter()
     lowered = lowered_network(model.eval())  # lip certify's eval lowering, device default cap
@@ -143,10 +143,10 @@ def main() -> None:
                     help="lip export --dense-max-mib (default: lip export's)")
     ap.add_argument("--formats", default="", help="comma-separated export formats (default: all)")
     args = ap.parse_args()
-    from lipcli.export.options import DENSE_MAX_MIB
+    from lipcli.lowering.caps import EXPORT_DENSE_MAX_MIB
 
     if args.dense_max_mib is None:
-        args.dense_max_mib = DENSE_MAX_MIB
+        args.dense_max_mib = EXPORT_DENSE_MAX_MIB
 
     import onnxruntime  # noqa: F401 - version only
 

@@ -20,7 +20,7 @@ Radii of every model on the 360 digits test points (input-space l2, the predicte
 * ``default``: ``lip certify`` as it runs on these 360 points (the eval lowering decides);
 * ``lowered``: the layers whose dense build pays off on the passes of a default ``--attack``
   check on these points (100 steps x 2 restarts) run as dense float32 matrices: the driver's
-  steps on :func:`~lipcli.lipschitz.lowered.lowered_network` sized for those passes;
+  steps on :func:`~lipcli.lowering.network.lowered_network` sized for those passes;
 * ``pt2``: ``lip export --format pt2 --certify`` loaded with ``torch.export.load`` and run on
   the same images (``--no-export``: skipped).
 
@@ -63,7 +63,7 @@ def lowered_radii(path: Path) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     from lipcli.certify.steps import certify_features, extract_features, input_radii, lipschitz_constant
     from lipcli.host.models import load_model
     from lipcli.host.plugins import get_registry
-    from lipcli.lipschitz.lowered import lowered_network
+    from lipcli.lowering.network import lowered_network
 
     reg = get_registry()
     options = CertifyOptions(write=False)

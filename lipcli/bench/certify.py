@@ -26,10 +26,10 @@ from lipcli.bench.inputs import Progress, _check_positive, environment, _no_prog
 from lipcli.bench.models import count_parameters
 from lipcli.bench.step import _timed
 from lipcli.host.plugins import Registry, get_registry
-from lipcli.lipschitz.lowered import lowered_network, lowered_upper_bound
+from lipcli.lowering.network import lowered_network
 from lipcli.sdk.certificates import CertifyResult
 from lipcli.bench.reports import FeaturePath
-from lipcli.lipschitz.bound import model_input_shape
+from lipcli.lipschitz.bound import lowered_upper_bound, model_input_shape
 from lipcli.lipschitz.report import lipschitz_report
 
 

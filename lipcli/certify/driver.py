@@ -41,7 +41,7 @@ from lipcli.numerics.precision import in_full_float32_precision
 from lipcli.sdk.errors import LipError
 from lipcli.host.modelfile import ModelFile, tensors_fingerprint, update_results_locked
 from lipcli.host.plugins import Registry, get_registry
-from lipcli.lipschitz.lowered import lowered_network
+from lipcli.lowering.network import lowered_network
 from lipcli.lipschitz.promises import PromiseCheck, capture_inputs, verify_promises
 from lipcli.host.models import load_model
 
@@ -161,7 +161,7 @@ def _load(
 def _lower(ev: _Evaluation, options: CertifyOptions, times: dict[str, float],
            notes: list[str]) -> tuple[nn.Module, Any]:
     """Step 2a: ``(model that runs, network)`` computing the features: the eval lowering
-    (lipcli.lipschitz.lowered: dense matrices where cheaper, built once per model and input
+    (lipcli.lowering: dense matrices where cheaper, built once per model and input
     shape), or with ``options.exact`` a float64 copy with every layer literal
     (lipcli.certify.exact)."""
     model, dataset, n = ev.model, ev.dataset, ev.n

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from lipcli.lipschitz.bound import body_of
+from lipcli.lowering.network import CACHE_ATTRIBUTE
 
 #: the note an exact run adds to its summary
 EXACT_NOTE = (
@@ -57,12 +58,12 @@ class Float64Network(nn.Module):
 def float64_copy(model: nn.Module) -> nn.Module:
     """A float64 deep copy of the eval-mode ``model`` (config attributes kept, any cached
     eval lowering of the original dropped)."""
-    saved = model.__dict__.pop("_lipcli_lowered", None)  # not copied: float32 matrices
+    saved = model.__dict__.pop(CACHE_ATTRIBUTE, None)  # not copied: float32 matrices
     try:
         twin = copy.deepcopy(model)
     finally:
         if saved is not None:
-            model.__dict__["_lipcli_lowered"] = saved
+            model.__dict__[CACHE_ATTRIBUTE] = saved
     twin.to(torch.float64)
     twin.eval()
     for p in twin.parameters():

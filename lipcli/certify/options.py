@@ -8,6 +8,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from lipcli.lowering.caps import check_dense_max_mib
 from lipcli.sdk.errors import SettingError
 
 LIPSCHITZ_METHODS = ("bound", "estimate")
@@ -75,7 +76,7 @@ class CertifyOptions:
     #: run every layer in its literal form (no dense eval lowering), for comparison
     series: bool = False
     #: per-layer cap of the dense eval lowering, MiB of float32 (None, the default: the
-    #: device's, :data:`lipcli.lipschitz.lowered.DENSE_MAX_MIB_DEFAULT`; 0: no dense layer).
+    #: device's, :data:`lipcli.lowering.caps.CERTIFY_DENSE_MAX_MIB`; 0: no dense layer).
     #: Within the cap a layer is lowered only where its build pays off on this run's inputs
     #: (:meth:`eval_inputs`, :func:`lipcli.sdk.lowering.pays_off`)
     dense_max_mib: float | None = None
@@ -108,8 +109,4 @@ class CertifyOptions:
                 raise SettingError(name, f"{name} must be >= 1, got {value}")
         if not self.radii:
             raise SettingError("radii", "no radii given")
-        if self.dense_max_mib is not None and not (
-            math.isfinite(self.dense_max_mib) and self.dense_max_mib >= 0
-        ):
-            raise SettingError("dense_max_mib", f"the dense lowering cap must be a finite number of "
-                               f"MiB >= 0, got {self.dense_max_mib}")
+        check_dense_max_mib(self.dense_max_mib, default_allowed=True)

@@ -13,13 +13,12 @@ import torch
 from torch import nn
 
 from lipcli.certify.data import batches, stack
-from lipcli.lipschitz.lowered import lowered_upper_bound
 from lipcli.certify.options import CertifyOptions
 from lipcli.certify.results import CertificateRun, LipschitzConstant, MeanCertifiedRadius, RadiusRow
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.sdk.certificates import CertifyResult
 from lipcli.host.registry import Registry
-from lipcli.lipschitz.bound import guaranteed_upper_bound, weights_fingerprint
+from lipcli.lipschitz.bound import guaranteed_upper_bound, lowered_upper_bound, weights_fingerprint
 from lipcli.lipschitz.report import lipschitz_report
 from lipcli.lipschitz.promises import locate_nonfinite
 
@@ -43,7 +42,7 @@ def extract_features(
     dataset_name: str, report: Progress, network: nn.Module | None = None,
 ) -> Features:
     """Features and forward predictions, computed by ``network`` (the eval lowering,
-    :mod:`lipcli.lipschitz.lowered`; default the model itself)."""
+    :mod:`lipcli.lowering`; default the model itself)."""
     run = model if network is None else network
     num_classes = int(model.lipcli_config["num_classes"])
     feats, labels_list, fwd_preds = [], [], []
@@ -102,7 +101,7 @@ def lipschitz_constant(
     network: Any = None,
 ) -> LipschitzConstant:
     """The fresh guaranteed bound of the operator that runs (``network``: the eval lowering,
-    :func:`lipcli.lipschitz.lowered.lowered_upper_bound`; else the model's own); with ``lipschitz="estimate"`` the power estimate (read from
+    :func:`lipcli.lipschitz.bound.lowered_upper_bound`; else the model's own); with ``lipschitz="estimate"`` the power estimate (read from
     the file's ``lipschitz`` slot when it was made for the same weights and iterations)."""
 
     fingerprint = weights_fingerprint(model)

@@ -11,7 +11,7 @@ import typer
 from lipcli.cli import bench_tables as tables
 from lipcli.cli.common import cli_errors, dumps_json, fail, print_json, stderr_console
 from lipcli.cli.options import DeviceOption, JsonOption, QuietOption, ThreadsOption
-from lipcli._util.constants import describe_dense_max_mib_default
+from lipcli.lowering.caps import describe_certify_default
 from lipcli._util.devices import DEFAULT_DEVICE
 from lipcli.host.defaults import DEFAULT_COMPONENTS as _DC
 
@@ -270,7 +270,7 @@ def certify(
     )] = 3,
     dense_max_mib: Annotated[Optional[float], typer.Option(
         "--dense-max-mib", help="Cap of the eval lowering per layer, MiB of float32 "
-        f"(default: lip certify's, {describe_dense_max_mib_default()}); every layer that fits and "
+        f"(default: lip certify's, {describe_certify_default()}); every layer that fits and "
         "is cheaper is lowered (the build's time is reported, not weighed).",
     )] = None,
     json_out: JsonOption = False, output: Output = None, quiet: QuietOption = False,

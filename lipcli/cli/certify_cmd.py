@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from lipcli._util.constants import describe_dense_max_mib_default
+from lipcli.lowering.caps import describe_certify_default
 from lipcli.sdk.lowering_costs import BUILD_FLOP_WEIGHT, DENSE_MIN_GAIN
 from lipcli.certify.options import DEFAULT_RADII, CertifyOptions
 from lipcli.cli.common import ProgressBars, cli_errors, fail, print_json, stdout_console
@@ -89,7 +89,7 @@ def certify(
     dense_max_mib: Annotated[Optional[float], typer.Option(
         "--dense-max-mib",
         help="Largest dense matrix per layer of the eval lowering, MiB of float32 (default: "
-        f"{describe_dense_max_mib_default()}): a layer whose matrix fits and is at least "
+        f"{describe_certify_default()}): a layer whose matrix fits and is at least "
         f"{DENSE_MIN_GAIN:g}x cheaper per input runs as that matrix (the bound covers it) when "
         "the operations it saves on this run's inputs (the --attack check: on its own passes) exceed "
         f"{BUILD_FLOP_WEIGHT}x those of building it in float64; 0: every layer literal.",

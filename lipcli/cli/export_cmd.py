@@ -10,6 +10,7 @@ import typer
 from lipcli.cli.common import ProgressBars, cli_errors, print_json, stdout_console
 from lipcli.cli.options import JsonOption, ModelArgument, QuietOption, ThreadsOption
 from lipcli.export.options import ExportOptions
+from lipcli.sdk.lowering_costs import DENSE_MIN_GAIN
 
 
 # Long signature: the command's option list (one Annotated option each); the body only builds
@@ -39,10 +40,10 @@ def export(
     )] = ExportOptions.check_inputs,
     dense_max_mib: Annotated[float, typer.Option(
         "--dense-max-mib",
-        help="Largest float32 matrix (MiB per layer) a SOC layer may become: on its fixed "
-        "input size the layer is one linear map, written as one matrix product (computed "
-        "exactly in float64) when that needs at most a quarter of the operations of its "
-        "series; 0: every layer as its series of convolutions.",
+        help="Largest dense matrix per layer, MiB of float32: a layer whose fixed linear map on "
+        "the program's input size fits runs as that matrix (formed exactly in float64) when "
+        f"it is at least {DENSE_MIN_GAIN:g}x cheaper per input than the layer's literal form "
+        "(the bound covers it); 0: every layer literal (SOC: its series of convolutions).",
     )] = ExportOptions.dense_max_mib,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
     json_out: JsonOption = False,

@@ -1,8 +1,9 @@
 """``lip export``: deployable programs that keep their certificate.
 
 * the protocol components implement (``export_module()`` or ``export_module(context)``,
-  ``export_certificate()``, :class:`~lipcli.sdk.export.ExportContext`,
-  :class:`~lipcli.sdk.export.ExportError`) is part of the plugin SDK: :mod:`lipcli.sdk.export`;
+  ``export_certificate()``, :class:`~lipcli.sdk.export.ExportError`) is part of the plugin
+  SDK: :mod:`lipcli.sdk.export` (the context: :class:`~lipcli.sdk.lowering.LoweringContext`);
+  the network is lowered as ``lip certify`` runs it, by :mod:`lipcli.lowering`;
 * :mod:`lipcli.export.program`: the exported network (``x -> logits`` or
   ``x -> (logits, radius)``);
 * :mod:`lipcli.export.formats`: ``pt2`` (torch.export), ``torchscript``, ``onnx``;

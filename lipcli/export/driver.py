@@ -12,8 +12,8 @@ Steps of :func:`export_model` (nothing is written unless every step succeeds):
    the feature map (computed now, normalisation included) and the head's certificate lowered
    (:func:`~lipcli.sdk.export.lower_certificate`);
 4. the network lowered (:func:`~lipcli.export.program.build_program`; layers whose linear
-   map fits ``dense_max_mib`` may become one dense matrix, see
-   :class:`~lipcli.sdk.export.ExportContext`) and serialised with the metadata record
+   map fits ``dense_max_mib`` may become one dense matrix, see :mod:`lipcli.lowering`) and
+   serialised with the metadata record
    (:func:`export_record`, which lists each layer's lowering);
 5. written to a temporary file beside the output, **loaded back in the target runtime** and
    run on ``check_inputs`` inputs (the model's test images when its data set is available
@@ -46,9 +46,10 @@ from lipcli._util.outputs import check_output_file
 from lipcli.export.program import ROUND_DOWN
 from lipcli.host.models import recorded_dataset
 from lipcli.host.plugins import Registry, get_registry
-from lipcli.lipschitz.lowered import lowered_network, lowered_upper_bound
+from lipcli.lowering.caps import check_dense_max_mib
+from lipcli.lowering.network import lowered_network
 from lipcli.lipschitz.promises import verify_promises
-from lipcli.lipschitz.bound import guaranteed_upper_bound, model_input_shape
+from lipcli.lipschitz.bound import guaranteed_upper_bound, lowered_upper_bound, model_input_shape
 from lipcli.host.modelfile import atomic_write_bytes
 from lipcli.host.models import load_model
 
@@ -114,9 +115,7 @@ def _check_options(model_path: Path, options: ExportOptions) -> tuple[Any, Path]
     fmt = format_for(options.format, options.out)
     if options.check_inputs < 1:
         raise SettingError("check_inputs", f"check_inputs must be >= 1, got {options.check_inputs}")
-    if not (options.dense_max_mib >= 0 and math.isfinite(options.dense_max_mib)):
-        raise SettingError("dense_max_mib", "dense_max_mib must be a finite number of MiB >= 0, "
-                           f"got {options.dense_max_mib}")
+    check_dense_max_mib(options.dense_max_mib)
     if not model_path.exists():
         raise LipUsageError(f"model file not found: {model_path}")
     if model_path.is_dir():
@@ -213,7 +212,7 @@ def compare(run: Any, model: torch.nn.Module, certificate: Any,
             images: torch.Tensor, source: str, batch: int = 256) -> ExportCheck:
     """Run the loaded program and lipcli on ``images``; differences (see module docstring).
     lipcli's side is what ``lip certify`` runs: its eval lowering
-    (:func:`lipcli.lipschitz.lowered.lowered_network`, device defaults) and the guaranteed
+    (:func:`lipcli.lowering.network.lowered_network`, device defaults) and the guaranteed
     bound of that operator."""
     network = lowered_network(model)
     lipschitz = lowered_upper_bound(model, network)[0] if certificate is not None else None
@@ -321,7 +320,7 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
         t0 = time.perf_counter()
         report("export", 0, 1)
         # with a certificate, the program divides by the GUARANTEED bound of its own lowered
-        # operator (dense layers' float32 matrices included, lipcli.lipschitz.lowered)
+        # operator (dense layers' float32 matrices included, lipcli.lowering)
         program = build_program(model, certificate, None, shape, options.dense_max_bytes)
         lipschitz = program.lipschitz if certificate is not None else None
         record = export_record(model, mf, model_path, fmt, certificate, lipschitz, shape,

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: default largest matrix (MiB of float32) a linear layer may materialise as its exported
-#: operator (``lip export --dense-max-mib``, see :class:`lipcli.sdk.export.ExportContext`);
-#: 0 keeps every layer in its literal form
-DENSE_MAX_MIB = 32.0
+from lipcli.lowering.caps import EXPORT_DENSE_MAX_MIB, dense_max_bytes
+
+#: ``lip export --dense-max-mib``'s default, :data:`lipcli.lowering.caps.EXPORT_DENSE_MAX_MIB`
+#: (also read as ``lipcli.export.DENSE_MAX_MIB``)
+DENSE_MAX_MIB = EXPORT_DENSE_MAX_MIB
 
 
 @dataclass
@@ -22,9 +23,10 @@ class ExportOptions:
     check_inputs: int = 64
     overwrite: bool = False
     seed: int = 0
-    #: largest dense operator matrix per layer, MiB of float32 (0: every layer literal)
-    dense_max_mib: float = DENSE_MAX_MIB
+    #: largest dense operator matrix per layer, MiB of float32 (0: every layer literal;
+    #: :mod:`lipcli.lowering.caps`)
+    dense_max_mib: float = EXPORT_DENSE_MAX_MIB
 
     @property
     def dense_max_bytes(self) -> int:
-        return int(self.dense_max_mib * 2**20)
+        return dense_max_bytes(self.dense_max_mib)

@@ -22,11 +22,11 @@ from torch import nn
 
 from types import SimpleNamespace
 
-from lipcli.lipschitz.lowered import lower_body, lowered_upper_bound
-from lipcli.sdk.export import LOWERING_ATTRIBUTE, ExportContext, ExportedCertificate, lower_module
-from lipcli.sdk.lowering import DenseOperator
-from lipcli.export.options import DENSE_MAX_MIB
-from lipcli.sdk.export import ExportError
+from lipcli.lipschitz.bound import lowered_upper_bound
+from lipcli.lowering import caps
+from lipcli.lowering.network import lower_body
+from lipcli.sdk.export import LOWERING_ATTRIBUTE, ExportedCertificate, ExportError, lower_module
+from lipcli.sdk.lowering import DenseOperator, LoweringContext
 
 #: factor that rounds the quotient ``r / L`` down (see the module docstring)
 ROUND_DOWN = 1.0 - 2.0**-52
@@ -61,14 +61,14 @@ class ExportedProgram(nn.Module):
 
 def build_program(model: nn.Module, certificate: ExportedCertificate | None = None,
                   lipschitz: float | None = None, input_shape: tuple[int, ...] | None = None,
-                  dense_max_bytes: int = int(DENSE_MAX_MIB * 2**20)) -> ExportedProgram:
+                  dense_max_bytes: int = caps.dense_max_bytes(caps.EXPORT_DENSE_MAX_MIB)) -> ExportedProgram:
     """Lower every child of ``model.body`` and ``model.head`` (errors name the layer and its
     component); ``certificate`` and ``lipschitz`` for ``--certify`` (``lipschitz`` ``None``:
     the GUARANTEED bound of the lowered operator,
-    :func:`lipcli.lipschitz.lowered.lowered_upper_bound`).  With ``input_shape`` (one
-    example, no batch) the body is lowered by :func:`lipcli.lipschitz.lowered.lower_body`
-    (the eval lowering ``lip certify`` runs: each child with an
-    :class:`~lipcli.sdk.export.ExportContext` holding its input shape and
+    :func:`lipcli.lipschitz.bound.lowered_upper_bound`).  With ``input_shape`` (one
+    example, no batch) the body is lowered by :func:`lipcli.lowering.network.lower_body`
+    (the eval lowering ``lip certify`` runs: each child with a
+    :class:`~lipcli.sdk.lowering.LoweringContext` holding its input shape and
     ``dense_max_bytes``)."""
     body = getattr(model, "body", None)
     head = getattr(model, "head", None)
@@ -94,7 +94,7 @@ def build_program(model: nn.Module, certificate: ExportedCertificate | None = No
             param = next(model.parameters(), None)
             probe = torch.zeros((1, *input_shape), dtype=param.dtype if param is not None else None,
                                 device=param.device if param is not None else None)
-            context = ExportContext(tuple(lowered(probe).shape[1:]), int(dense_max_bytes))
+            context = LoweringContext(tuple(lowered(probe).shape[1:]), int(dense_max_bytes))
     head_lowered = lower_module(head, "the head", context)
     described = getattr(head_lowered, LOWERING_ATTRIBUTE, None)
     if isinstance(described, dict):

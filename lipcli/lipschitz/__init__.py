@@ -2,10 +2,9 @@
 driver (train, certify, lipschitz, export, bench) and by built-ins:
 
 * :mod:`lipcli.lipschitz.bound`: the GUARANTEED upper bound of ``Lip(g)`` (product of the
-  per-layer bounds and promises) and the model-shape helpers;
+  per-layer bounds and promises), also of the operator that runs after the eval lowering
+  (:mod:`lipcli.lowering`: dense matrices where cheaper), and the layer-shape helpers;
 * :mod:`lipcli.lipschitz.empirical`: the empirical LOWER bound;
-* :mod:`lipcli.lipschitz.lowered`: the eval lowering (dense matrices where cheaper), built
-  once per model and input shape, and the GUARANTEED bound of the operator that runs;
 * :mod:`lipcli.lipschitz.report`: the power-iteration estimate and :class:`LipschitzReport`
   (``lip lipschitz``);
 * :mod:`lipcli.lipschitz.promises`: the ``1-lipschitz`` promises checked with the

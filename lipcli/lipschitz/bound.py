@@ -1,6 +1,8 @@
 """The Lipschitz constant of a model's feature map ``g: x -> y`` (SPEC §5): the GUARANTEED
-bound and the model-shape helpers (the empirical lower bound: :mod:`lipcli.lipschitz.empirical`;
-the report of all three: :mod:`lipcli.lipschitz.report`).
+bound, also of the eval-lowered operator that runs (:func:`lowered_upper_bound`), and the
+layer-shape helpers (the empirical lower bound: :mod:`lipcli.lipschitz.empirical`; the report
+of all three: :mod:`lipcli.lipschitz.report`; the model layout, ``body_of`` and
+``model_input_shape``: :mod:`lipcli.host.layout`).
 
 ``g`` is ``model.body``: a :class:`torch.nn.Sequential` whose first child is the input
 normalisation ``(x - mean)/std`` and whose last child flattens to ``(N, D)``. For a sequential
@@ -35,6 +37,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lipcli.host.layout import body_of, model_input_shape  # re-exported (read here too)
+from lipcli.numerics.rounding import round_up
 from lipcli.sdk.errors import LipError
 from lipcli.sdk.specs import ONE_LIPSCHITZ
 
@@ -47,25 +51,6 @@ EMPIRICAL_LABEL = "empirical LOWER bound (largest output/input distance ratio fo
 def _mul_up(a: float, b: float) -> float:
     """``a * b`` rounded up by one ulp (an upper bound of the exact product, for a, b >= 0)."""
     return math.nextafter(a * b, math.inf)
-
-
-def body_of(model: nn.Module) -> nn.Sequential:
-    """The model's feature map ``g`` (``model.body``), checked to be a Sequential."""
-    body = getattr(model, "body", None)
-    if not isinstance(body, nn.Sequential):
-        raise LipError(
-            f"{type(model).__name__} has no 'body' nn.Sequential; lipcli can only bound the "
-            "Lipschitz constant of sequential feature maps"
-        )
-    return body
-
-
-def model_input_shape(model: nn.Module) -> tuple[int, int, int]:
-    """``(C, H, W)`` from the model's ``lipcli_config`` (default ``(in_channels, 32, 32)``)."""
-    config = getattr(model, "lipcli_config", None) or {}
-    channels = int(config.get("in_channels", getattr(model, "in_channels", 3)))
-    size = config.get("image_size") or (32, 32)
-    return (channels, int(size[0]), int(size[1]))
 
 
 @torch.no_grad()
@@ -156,6 +141,36 @@ def guaranteed_upper_bound(model: nn.Module) -> tuple[float, list[LayerBound]]:
         total = _mul_up(total, value)
         rows.append(LayerBound(name=name, type=type(child).__name__, source=kind, upper_bound=value))
     return total, rows
+
+
+def lowered_upper_bound(model: nn.Module, network: Any = None,
+                        computed: tuple[float, list[LayerBound]] | None = None,
+                        ) -> tuple[float, list[LayerBound]]:
+    """GUARANTEED bound of the operator that runs: the per-layer rows of
+    :func:`guaranteed_upper_bound` (or ``computed``, its result) with the ``bound_excess`` of
+    each dense layer of ``network`` (its ``excess``, layer name -> excess: a
+    :class:`~lipcli.lowering.network.LoweredNetwork` or an exported program; the float64 error
+    of forming the matrix and the float32 rounding of storing it, :mod:`lipcli.sdk.lowering`)
+    added to that layer's ``U``, multiplied rounded up."""
+    total, rows = computed if computed is not None else guaranteed_upper_bound(model)
+    excess_of = getattr(network, "excess", None) or {}
+    if not excess_of:
+        return total, rows
+    # Π(U_i + e_i) = Π U_i · Π(1 + e_i/U_i) ≤ total · Π(1 + e_i/U_i), every step rounded up
+    out: list[LayerBound] = []
+    for row in rows:
+        if row.name in excess_of:
+            excess = excess_of[row.name]
+            value = round_up(row.upper_bound + excess)
+            factor = round_up(1.0 + excess / row.upper_bound) if row.upper_bound > 0 else math.inf
+            total = round_up(total * factor) if math.isfinite(factor) else math.inf
+            row = LayerBound(name=row.name, type=row.type, source=row.source, upper_bound=value)
+        out.append(row)
+    if not math.isfinite(total):  # a layer bound of 0: the plain product
+        total = 1.0
+        for row in out:
+            total = math.nextafter(total * row.upper_bound, math.inf)
+    return total, out
 
 
 def _estimate_of(child: nn.Module, kind: str, shape: tuple[int, ...], iters: int) -> float:

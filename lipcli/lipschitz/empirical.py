@@ -47,7 +47,7 @@ def empirical_lower_bound(
     evaluation is on a float64 copy of the model in eval mode. ``data``: ``(N, C, H, W)``
     images (the first ``points`` are used); random images in ``[0, 1]`` if ``None``.
     ``body``: the feature map to measure (default ``model.body``; the eval lowering's
-    :attr:`~lipcli.lipschitz.lowered.LoweredNetwork.body` for the operator that runs).
+    :attr:`~lipcli.lowering.network.LoweredNetwork.body` for the operator that runs).
     """
     body64 = copy.deepcopy(body_of(model) if body is None else body).double().eval()
     for p in body64.parameters():

@@ -22,10 +22,11 @@ from lipcli.lipschitz.bound import (
     body_of,
     guaranteed_upper_bound,
     layer_input_shapes,
+    lowered_upper_bound,
     weights_fingerprint,
 )
 from lipcli.lipschitz.empirical import EmpiricalLower, empirical_lower_bound
-from lipcli.lipschitz.lowered import lowered_network, lowered_upper_bound
+from lipcli.lowering.network import lowered_network
 from lipcli.numerics.precision import in_full_float32_precision
 from lipcli.sdk.errors import LipError
 

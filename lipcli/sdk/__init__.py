@@ -9,8 +9,10 @@
 * :mod:`~lipcli.sdk.errors`: the error classes;
 * :mod:`~lipcli.sdk.convbase`: a base class for convolutions;
 * :mod:`~lipcli.sdk.loading`: the load-time contract;
-* :mod:`~lipcli.sdk.export`: the ``lip export`` protocol (``ExportContext``,
-  ``ExportedCertificate``, ``lower_module``).
+* :mod:`~lipcli.sdk.export`: the ``lip export`` protocol (``export_module``,
+  ``ExportedCertificate``, ``lower_module``);
+* :mod:`~lipcli.sdk.lowering`: the eval lowering protocol (``LoweringContext``, also named
+  ``ExportContext`` in :mod:`~lipcli.sdk.export`; ``eval_linear_map``, ``dense_lowering``).
 
 See docs/plugins.md.
 """

@@ -12,10 +12,11 @@ without the export driver knowing any component:
   lipcli on real or random inputs after writing it (``--check``).  A module whose forward
   already is plain may return ``self``;
 * a component that can choose between lowerings may take one argument,
-  ``export_module(context)``: an :class:`ExportContext` with the shape of one input example
-  of the module (the program's input shape is fixed except the batch) and the limits the
-  user set (``lip export --dense-max-mib``); it may describe its choice on the returned
-  module as a JSON-serialisable dict ``export_lowering`` (recorded per layer in the
+  ``export_module(context)``: a :class:`~lipcli.sdk.lowering.LoweringContext` with the shape
+  of one input example of the module (the program's input shape is fixed except the batch)
+  and the cap the user set (``--dense-max-mib``; :data:`ExportContext` is another name of the
+  same class, kept for plugins); it may describe its choice on the returned module as a
+  JSON-serialisable dict ``export_lowering`` (recorded per layer in the
   export's metadata and printed by ``lip export``);
 * modules of ``torch.nn`` itself (``nn.Flatten``, ``nn.Identity``, ...) without parameters
   are taken as they are;
@@ -37,6 +38,7 @@ import torch
 from torch import nn
 
 from lipcli.sdk.errors import LipError
+from lipcli.sdk.lowering import LoweringContext
 
 #: name of the method a module implements to take part in export
 EXPORT_METHOD = "export_module"
@@ -46,27 +48,8 @@ CERTIFICATE_METHOD = "export_certificate"
 LOWERING_ATTRIBUTE = "export_lowering"
 
 
-@dataclass(frozen=True)
-class ExportContext:
-    """What ``export_module(context)`` is told about the layer it lowers.
-
-    Attributes:
-        input_shape: shape of one input example of the module, without the batch dimension
-            (fixed in the exported program).
-        dense_max_bytes: the largest float32 matrix (bytes) a linear layer may store as its
-            dense operator instead of its literal form (0: never); a layer goes dense only
-            when that also costs fewer floating-point operations.  The export driver sets it
-            from ``lip export --dense-max-mib`` (default
-            :data:`lipcli.export.options.DENSE_MAX_MIB`).
-        inputs: how many input examples the lowered layer will run on (``None``: unknown or
-            unbounded, as in ``lip export``); a dense operator is only built when the
-            operations it saves on that many inputs exceed the cost of building it
-            (:func:`lipcli.sdk.lowering.dense_lowering`).
-    """
-
-    input_shape: tuple[int, ...]
-    dense_max_bytes: int
-    inputs: int | None = None
+#: another name of :class:`~lipcli.sdk.lowering.LoweringContext` (plugins may import either)
+ExportContext = LoweringContext
 
 
 class ExportError(LipError):
@@ -137,7 +120,7 @@ def _call_component(call: Callable[[], Any], who: str, method: str, expected: ty
 
 
 def _takes_context(method: Callable[..., Any]) -> bool:
-    """Whether ``export_module`` accepts the :class:`ExportContext` (one positional argument)."""
+    """Whether ``export_module`` accepts the :class:`LoweringContext` (one positional argument)."""
     try:
         params = list(inspect.signature(method).parameters.values())
     except (TypeError, ValueError):
@@ -147,7 +130,7 @@ def _takes_context(method: Callable[..., Any]) -> bool:
     return any(p.kind in positional for p in params)
 
 
-def lower_module(module: nn.Module, where: str, context: ExportContext | None = None) -> nn.Module:
+def lower_module(module: nn.Module, where: str, context: LoweringContext | None = None) -> nn.Module:
     """The plain-torch stand-in of ``module`` (see the module docstring); ``where`` names the
     layer in errors (``"layer 'block1_pool'"``); ``context`` is passed to an
     ``export_module(context)`` that takes it."""

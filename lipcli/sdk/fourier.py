@@ -162,7 +162,7 @@ class FourierConvBase(LipConvBase):
 
     def export_module(self, context: Any = None) -> nn.Module:
         """``lip export`` and the eval lowering: with ``context`` (an
-        :class:`~lipcli.sdk.export.ExportContext`), the dense matrix of
+        :class:`~lipcli.sdk.lowering.LoweringContext`), the dense matrix of
         :meth:`eval_linear_map` when it fits and pays
         (:func:`~lipcli.sdk.lowering_conv.dense_lowering_at_gain`); otherwise the eval matrices for the
         recorded image size (the cached ones the layer applies and is bounded for) and the

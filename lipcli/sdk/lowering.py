@@ -13,8 +13,8 @@ matrix together with a bound on how far that matrix is from the exact linear map
 ``lipschitz_upper_bound()`` covers (``None``: not linear, or too large to form).  The layer
 reuses :func:`dense_lowering` in its ``export_module(context)``; ``lip certify``,
 ``lip lipschitz --empirical``, the attack and promise checks and ``lip export`` then all run
-the same lowered operator (:mod:`lipcli.lipschitz.lowered` builds and caches it per model
-and input shape).
+the same lowered operator (:mod:`lipcli.lowering` builds and caches it per model and input
+shape, each layer told its input shape and the cap in a :class:`LoweringContext`).
 
 **The bound of the operator that runs.**  :class:`DenseOperator` applies ``M₃₂``, the
 float64 matrix ``M₆₄`` rounded once to float32.  With ``P`` the exact map that the layer's
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +52,31 @@ LINEAR_MAP_METHOD = "eval_linear_map"
 #: :data:`DENSE_MIN_GAIN` (one matrix product at least this many times cheaper than the
 #: literal layer) and :data:`BUILD_FLOP_WEIGHT` (a float64 build operation against a float32
 #: one saved) are defined torch-free in :mod:`lipcli.sdk.lowering_costs` (help texts read them)
+
+
+@dataclass(frozen=True)
+class LoweringContext:
+    """What ``export_module(context)`` is told about the layer it lowers (``lip certify``,
+    ``lip export`` and every other eval lowering, :mod:`lipcli.lowering`).
+
+    Attributes:
+        input_shape: shape of one input example of the module, without the batch dimension
+            (fixed in the exported program).
+        dense_max_bytes: the largest float32 matrix (bytes) a linear layer may store as its
+            dense operator instead of its literal form (0: never); a layer goes dense only
+            when that also costs fewer floating-point operations.  Set from the user's
+            ``dense_max_mib`` (:mod:`lipcli.lowering.caps`: its defaults, its check, its
+            conversion to bytes).
+        inputs: how many input examples the lowered layer will run on (``None``: unknown or
+            unbounded, as in ``lip export``); a dense operator is only built when the
+            operations it saves on that many inputs exceed the cost of building it
+            (:func:`dense_lowering`, :func:`pays_off`).
+    """
+
+    input_shape: tuple[int, ...]
+    dense_max_bytes: int
+    inputs: int | None = None
+
 
 @dataclass
 class LinearMap:
@@ -147,10 +171,10 @@ def pays_off(inputs: int | None, literal_flops: int, dense_flops: int, build_flo
     return int(inputs) * (int(literal_flops) - int(dense_flops)) >= BUILD_FLOP_WEIGHT * int(build_flops)
 
 
-def dense_lowering(layer: nn.Module, context: Any, literal_flops: int,
+def dense_lowering(layer: nn.Module, context: LoweringContext | None, literal_flops: int,
                    output_shape: tuple[int, ...], build_flops: int | None = None,
                    min_gain: float = DENSE_MIN_GAIN) -> DenseOperator | None:
-    """The dense stand-in of ``layer`` for ``context`` (an :class:`~lipcli.sdk.export.ExportContext`),
+    """The dense stand-in of ``layer`` for ``context`` (a :class:`LoweringContext`),
     or ``None`` when the layer should stay literal: no input shape, the float32 matrix over
     ``context.dense_max_bytes``, one matrix product not ``min_gain`` (default
     ``DENSE_MIN_GAIN``) times cheaper than ``literal_flops`` (the layer's operations per

@@ -24,8 +24,8 @@ from lipcli.sdk.fourier_export import ExportedFourierConv
 
 from lipcli.host.models import create_model
 from lipcli.host.plugins import create_host
-from lipcli.lipschitz.bound import guaranteed_upper_bound
-from lipcli.lipschitz.lowered import lower_body, lowered_network, lowered_upper_bound
+from lipcli.lipschitz.bound import guaranteed_upper_bound, lowered_upper_bound
+from lipcli.lowering.network import lower_body, lowered_network
 
 #: conv name -> (distribution, plugin module)
 LOWERING_CONVS = {

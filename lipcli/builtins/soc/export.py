@@ -291,8 +291,8 @@ def linear_map(layer: nn.Module, input_shape: tuple[int, ...]) -> LinearMap:
 
 def lower_soc(layer: nn.Module, context: Any = None) -> nn.Module:
     """The export (and eval) stand-in of a SOC layer: a dense
-    :class:`~lipcli.sdk.lowering.DenseOperator` when ``context`` (an
-    :class:`~lipcli.sdk.export.ExportContext`) gives the input shape, the float32 matrix fits
+    :class:`~lipcli.sdk.lowering.DenseOperator` when ``context`` (a
+    :class:`~lipcli.sdk.lowering.LoweringContext`) gives the input shape, the float32 matrix fits
     ``context.dense_max_bytes``, one matrix product costs at most ``1/DENSE_MIN_GAIN`` of
     the series' operations and the build pays off on ``context.inputs``
     (:func:`~lipcli.sdk.lowering.dense_lowering`); else

@@ -316,7 +316,7 @@ class SOC(PowerVectors):
     def export_module(self, context: Any = None) -> nn.Module:
         """``lip export``: the eval-mode layer as its fixed series of plain convolutions with
         the current filter, or, on the fixed input shape of ``context``
-        (:class:`lipcli.sdk.export.ExportContext`), as one dense matrix when that fits
+        (:class:`lipcli.sdk.lowering.LoweringContext`), as one dense matrix when that fits
         the export's cap and is cheaper (:func:`lipcli.builtins.soc.export.lower_soc`)."""
         return lower_soc(self, context)
 

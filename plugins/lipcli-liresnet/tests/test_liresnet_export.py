@@ -78,7 +78,7 @@ def test_round_trip_without_lipcli(registered, tmp_path, fmt):
         certifier.prepare(model.head, None)
         cert = certifier.certify(model.head, y)
     bound = guaranteed_upper_bound(model)[0]
-    # the export divides by the bound of the operator it runs (lipcli.lipschitz.lowered: dense
+    # the export divides by the bound of the operator it runs (lipcli.lowering: dense
     # layers' float32 rounding included), at least the model's guaranteed bound and within 1e-6 of it
     recorded = report["record"]["lipschitz"]["upper_bound"]
     assert bound <= recorded <= bound * (1 + 1e-6)

@@ -40,7 +40,7 @@ def test_exported_layer_is_orthogonal_on_1x1_images():
 
 # ------------------------------------------------------------------ dense lowering
 from lipcli.builtins.soc.export import DenseSOC, conv_matrix, lower_soc, operator_matrix  # noqa: E402
-from lipcli.sdk.export import ExportContext  # noqa: E402
+from lipcli.sdk.lowering import LoweringContext  # noqa: E402
 
 
 def _jacobian(layer: SOC, shape: tuple[int, int, int]) -> torch.Tensor:
@@ -83,8 +83,8 @@ def test_dense_lowering_equals_series_lowering_and_layer():
     torch.manual_seed(5)
     layer = SOC(8, 32, stride=2).eval()
     shape = (8, 4, 4)
-    dense = lower_soc(layer, ExportContext(shape, 2**30))
-    series = lower_soc(layer, ExportContext(shape, 0))
+    dense = lower_soc(layer, LoweringContext(shape, 2**30))
+    series = lower_soc(layer, LoweringContext(shape, 0))
     assert isinstance(dense, DenseSOC) and dense.export_lowering["lowering"] == "dense"
     assert isinstance(series, ExportedSOC) and series.export_lowering["lowering"] == "series"
     assert torch.equal(dense.matrix, operator_matrix(layer, shape).to(torch.float32))
@@ -102,18 +102,18 @@ def test_dense_only_within_the_cap_and_when_cheaper():
     torch.manual_seed(6)
     layer = SOC(8, 32, stride=2).eval()      # (8, 4, 4) -> (32, 2, 2): a 128 x 128 matrix
     nbytes = 4 * 128 * 128
-    assert isinstance(lower_soc(layer, ExportContext((8, 4, 4), nbytes)), DenseSOC)
-    assert isinstance(lower_soc(layer, ExportContext((8, 4, 4), nbytes - 1)), ExportedSOC)
+    assert isinstance(lower_soc(layer, LoweringContext((8, 4, 4), nbytes)), DenseSOC)
+    assert isinstance(lower_soc(layer, LoweringContext((8, 4, 4), nbytes - 1)), ExportedSOC)
     assert isinstance(lower_soc(layer), ExportedSOC)                # no shape: series
     big = SOC(4, 4).double().eval()          # 16x16 images: the series is cheaper
-    series = lower_soc(big, ExportContext((4, 16, 16), 2**30))
+    series = lower_soc(big, LoweringContext((4, 16, 16), 2**30))
     record = series.export_lowering
     assert record["lowering"] == "series" and record["channels_last"] is True
     assert record["dense_flops_per_image"] * 4 > record["series_flops_per_image"]
     x = torch.randn(2, 4, 16, 16, dtype=torch.float64)
     with torch.no_grad():  # channels-last series: a layout only
         torch.testing.assert_close(series(x), big(x), rtol=1e-12, atol=1e-12)
-    small = lower_soc(SOC(4, 4).eval(), ExportContext((4, 4, 4), 0))
+    small = lower_soc(SOC(4, 4).eval(), LoweringContext((4, 4, 4), 0))
     assert small.export_lowering["channels_last"] is False
 
 
@@ -122,7 +122,7 @@ def test_dense_stand_in_exports_to_aten():
 
     torch.manual_seed(7)
     layer = SOC(8, 32, stride=2).double().eval()
-    dense = lower_soc(layer, ExportContext((8, 4, 4), 2**30))
+    dense = lower_soc(layer, LoweringContext((8, 4, 4), 2**30))
     assert dense.matrix.dtype == torch.float64
     program = aten_program(dense, torch.randn(2, 8, 4, 4, dtype=torch.float64))
     x = torch.randn(3, 8, 4, 4, dtype=torch.float64)

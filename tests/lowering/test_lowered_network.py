@@ -1,4 +1,4 @@
-"""The eval lowering (lipcli.lipschitz.lowered, lipcli.sdk.lowering): the dense operators'
+"""The eval lowering (lipcli.lowering.network, lipcli.sdk.lowering): the dense operators'
 guaranteed bounds cover their float32 matrices, certified radii equal the series path's,
 the network is cached per model and input shape, training is untouched."""
 
@@ -10,10 +10,10 @@ import torch
 from lipcli.builtins.soc.layer import SOC
 from lipcli.host.models import create_model
 from lipcli.host.plugins import get_registry
-from lipcli.lipschitz.bound import guaranteed_upper_bound
-from lipcli.lipschitz.lowered import lowered_network, lowered_upper_bound
-from lipcli.sdk.export import ExportContext
-from lipcli.sdk.lowering import DenseOperator, rounding_excess
+from lipcli.lipschitz.bound import guaranteed_upper_bound, lowered_upper_bound
+from lipcli.lowering.caps import dense_max_bytes
+from lipcli.lowering.network import lower_body, lowered_network
+from lipcli.sdk.lowering import DenseOperator, LoweringContext, rounding_excess
 
 
 def _trained_looking(layer: SOC, seed: int) -> SOC:
@@ -29,7 +29,7 @@ def _trained_looking(layer: SOC, seed: int) -> SOC:
 def test_dense_bound_covers_the_float32_matrix(cin: int, cout: int, stride: int, side: int) -> None:
     layer = _trained_looking(SOC(cin, cout, stride=stride), seed=cin + side)
     shape = (cin, side, side)
-    dense = layer.export_module(ExportContext(shape, 2**30))
+    dense = layer.export_module(LoweringContext(shape, 2**30))
     if not isinstance(dense, DenseOperator):
         pytest.skip("not cheaper as a matrix at this size")
     bound = layer.lipschitz_upper_bound() + dense.bound_excess
@@ -119,13 +119,11 @@ def test_lowered_bound_covers_the_float64_jacobian_of_the_network() -> None:
     activations are permutations at a point, so the norm is close to the bound)."""
     import copy
 
-    from lipcli.lipschitz.lowered import lower_body
-
     torch.manual_seed(1)
     model = create_model("lipconvnet-5", width=4).eval()
     network = lowered_network(model)
     assert network.dense_layers
-    plain, _ = lower_body(model, (3, 32, 32), int(network.dense_max_mib * 2**20), plain=True)
+    plain, _ = lower_body(model, (3, 32, 32), dense_max_bytes(network.dense_max_mib), plain=True)
     plain = copy.deepcopy(plain).double().eval()
     assert sorted(n for n, m in plain.named_children() if isinstance(m, DenseOperator)) == network.dense_layers
     bound = lowered_upper_bound(model, network)[0]
