@@ -39,13 +39,11 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 import torch
 from torch import nn
 
 from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
-from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ONE_LIPSCHITZ, ArchSpec, Component, Param
+from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 from lipcli.host.models import ComponentParameterError
 from lipcli.lipschitz.bound import guaranteed_upper_bound
 
@@ -332,16 +330,3 @@ class LipConvnet(nn.Module):
             shape = out
         rows.append(("head", shape, (self.num_classes,)))
         return rows
-
-
-@hookimpl
-def lip_architectures() -> list[ArchSpec]:
-    return [
-        ArchSpec(
-            name=f"lipconvnet-{n}",
-            factory=partial(LipConvnet, depth=n),  # depth bound per name
-            description=f"LipConvnet-{n}: {n + 1} convolutions in 5 blocks of {n // 5} (paper §7)",
-            params=(Param(name="width", type=int, default=32, help="channels after the stem"),),
-        )
-        for n in DEPTHS
-    ]
