@@ -3,9 +3,10 @@
     python tools/compare_versions.py OLD_COMMIT [NEW_COMMIT] [--out DIR]
 
 Each commit is checked out into a temporary git worktree and run with this checkout's Python
-(``.venv/bin/python`` unless ``PYTHON`` is set) and the commit's source on ``PYTHONPATH``. The
-scenarios train tiny digits models (fixed seed, one thread) and run ``lip certify``,
-``lip lipschitz`` and ``lip bench certify`` on them. Compared: every tensor of every model file
+(``.venv/bin/python`` unless ``PYTHON`` is set) and the commit's source on ``PYTHONPATH`` (lipcli
+and the plugin of :data:`PLUGIN_SRC`, which must be installed). The scenarios train tiny digits
+models (fixed seed, one thread): the quick start's and two more, one of them with the plugin
+convolution ``bro``; they run ``lip certify``, ``lip lipschitz`` and ``lip bench certify`` on them. Compared: every tensor of every model file
 (bit for bit) and every JSON report with timings, paths, versions and plugin provider names
 removed. Keys that only the new version reports are listed (new
 features), not counted. Exit status 0 when everything else is identical, 1 otherwise (the
@@ -28,14 +29,18 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN = {
     "lln-max": ["--width", "4", "--epochs", "2"],
     "mlp-projection": ["--width", "4", "--epochs", "2", "--head", "mlp:hidden=64", "--pool", "projection"],
+    "bro-lln": ["--width", "4", "--epochs", "2", "--conv", "bro"],  # a plugin convolution
 }
+#: the plugin of the ``--conv bro`` scenario, run from the commit's source like lipcli
+PLUGIN_SRC = "plugins/lipcli-bro/src"
 #: JSON keys whose values are allowed to differ (timings, file locations, versions, providers)
 VOLATILE = re.compile(r"(time|seconds|_s$|per_s|throughput|wall|elapsed|created|date|path|file|"
                       r"version|provider|distribution|commit|host|pid|out$|dir$|memory|rss|load_average)", re.I)
 
 
 def run(py: str, src: Path, args: list[str], cwd: Path) -> str:
-    env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS="1", LIPCLI_RUNS=str(cwd / "runs"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(src), str(src / PLUGIN_SRC))), OMP_NUM_THREADS="1",
+               LIPCLI_RUNS=str(cwd / "runs"))
     proc = subprocess.run([py, "-m", "lipcli", *args], cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{src.name}: lip {' '.join(args)} failed:\n{proc.stderr[-2000:]}")

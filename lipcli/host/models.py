@@ -114,14 +114,13 @@ class ComponentParameterError(LipUsageError, ValueError):
 @dataclasses.dataclass(frozen=True)
 class _CheckedComponent(Component):
     """A :class:`Component` whose ``build`` reports a factory's ``ValueError``/``TypeError`` as
-    a :class:`ComponentParameterError` naming the component (only the construction step),
-    and tags what it built with ``lip_component`` (kind, name, provider, distribution)."""
+    a :class:`ComponentParameterError` naming the component (only the construction step)."""
 
     context: Component | None = None
 
     def build(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            built = super().build(*args, **kwargs)
+            return super().build(*args, **kwargs)
         except ComponentParameterError:
             raise
         except (ValueError, TypeError) as exc:
@@ -131,10 +130,6 @@ class _CheckedComponent(Component):
                 self.spec.kind, self.name, non_default_params(self), reason,
                 None if ctx is None else (ctx.spec.kind, ctx.name, non_default_params(ctx)),
             ) from exc
-        if isinstance(built, nn.Module):  # who built it: named when a promise check fails
-            built.lip_component = {"kind": self.spec.kind, "name": self.name,
-                                   "provider": self.provider, "distribution": self.distribution}
-        return built
 
 
 def _checked(component: Component, context: Component | None = None) -> _CheckedComponent:

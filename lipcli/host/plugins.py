@@ -43,17 +43,17 @@ from lipcli.host.registry import (  # noqa: F401 - re-exported: `from lipcli.hos
 
 ENTRY_POINT_GROUP = "lipcli"
 
-#: built-in plugins: registered name -> module, in registration order. Each method's package
-#: has one ``plugin`` module holding its hook implementations, exactly as an external plugin.
+#: built-in plugins: registered name -> module, in registration order. Every built-in is a
+#: package whose ``plugin`` module holds its hook implementations, exactly as an external plugin.
 BUILTIN_PLUGINS: dict[str, str] = {
     "lipcli.soc": "lipcli.builtins.soc.plugin",
-    "lipcli.activations": "lipcli.builtins.activations",
-    "lipcli.pooling": "lipcli.builtins.pooling",
+    "lipcli.activations": "lipcli.builtins.activations.plugin",
+    "lipcli.pooling": "lipcli.builtins.pooling.plugin",
     "lipcli.lln": "lipcli.builtins.lln.plugin",
     "lipcli.crc": "lipcli.builtins.crc.plugin",
-    "lipcli.lipconvnet": "lipcli.builtins.lipconvnet",
+    "lipcli.lipconvnet": "lipcli.builtins.lipconvnet.plugin",
     "lipcli.datasets": "lipcli.builtins.datasets.plugin",
-    "lipcli.losses": "lipcli.builtins.losses",
+    "lipcli.losses": "lipcli.builtins.losses.plugin",
 }
 
 #: spec kind -> plural title (the hook's name without ``lip_``), e.g. ``"pool": "pools"``

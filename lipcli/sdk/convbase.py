@@ -10,9 +10,11 @@ writes its maths:
   ``4·in_channels`` input channels (:attr:`conv_in_channels`);
 * the bias (does not change the Lipschitz constant);
 * the eval-mode operator cached: :meth:`eval_operator` is recomputed only when a parameter
-  or buffer changed (tensor version counters and storage) and on ``train()``/``eval()``/
-  ``.to()``; when gradients to the parameters are requested in eval mode the operator is
-  recomputed with a graph (same values) unless :attr:`eval_grad_to_params` is false;
+  or buffer changed (tensor version counters and storage) or a setting named by
+  :meth:`operator_settings`, on a mode change by ``train()``/``eval()``, on ``.to()`` and
+  after :meth:`invalidate`; when gradients to the parameters are requested in eval mode the
+  operator is recomputed with a graph (same values) unless :attr:`eval_grad_to_params` is
+  false;
 * :meth:`lipschitz_upper_bound` = the subclass's *guaranteed* :meth:`operator_bound` of the
   cached eval operator (cached too), and :meth:`lipschitz_estimate`, a power-method lower
   estimate.
@@ -44,7 +46,12 @@ class LipConvBase(nn.Module):
     #: gradients flow (same values as the cache); ``False``: always use the cached operator
     eval_grad_to_params: bool = True
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int) -> None:
+    def __init__(
+        self, in_channels: int, out_channels: int, kernel_size: int, stride: int, *, bias: bool = True
+    ) -> None:
+        """``bias=False``: the subclass registers the parameter ``bias`` (``out_channels``
+        entries) itself, e.g. after its weight to keep its parameters' order and random
+        initialisation."""
         super().__init__()
         name = type(self).__name__
         if int(in_channels) < 1 or int(out_channels) < 1:
@@ -59,7 +66,8 @@ class LipConvBase(nn.Module):
         self.stride = int(stride)
         #: input channels of the operator (after ``pixel_unshuffle`` for stride 2)
         self.conv_in_channels = self.in_channels * self.stride**2
-        self.bias = nn.Parameter(torch.zeros(self.out_channels))
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(self.out_channels))
         self._op_cache: tuple[tuple, Any] | None = None
         self._bound_cache: tuple[tuple, float] | None = None
 
@@ -87,12 +95,17 @@ class LipConvBase(nn.Module):
         """The part of the input size the operator depends on (``None``: none)."""
         return None
 
+    def operator_settings(self) -> tuple:
+        """Plain attributes (not parameters or buffers) that the eval operator or its bound
+        depend on; the caches are recomputed when they change (default: none)."""
+        return ()
+
     # ------------------------------------------------------------------ cache
     def _token(self) -> tuple:
         token: list = []
         for t in (*self.parameters(), *self.buffers()):
             token += [t._version, t.data_ptr(), t.dtype, t.device]
-        return tuple(token)
+        return (*token, *self.operator_settings())
 
     def invalidate(self) -> None:
         """Drop the cached eval operator and bound (call after writes that bypass version

@@ -30,6 +30,7 @@ kind             factory call
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
@@ -258,8 +259,19 @@ class Component:
         return self.spec.name
 
     def build(self, *args: Any, **kwargs: Any) -> Any:
-        """Call the spec's factory with the positional arguments and the resolved params."""
-        return self.spec.factory(*args, **kwargs, **self.params)
+        """Call the spec's factory with the positional arguments and the resolved params.
+
+        A module it builds is stamped here, the one place this happens, with the spec's
+        promises (``lip_promises``, what the guaranteed bound and the promise check read) and
+        with the component that built it (``lip_component``: kind, name, provider,
+        distribution; named in promise checks and export errors)."""
+        built = self.spec.factory(*args, **kwargs, **self.params)
+        torch = sys.modules.get("torch")  # no torch imported: nothing built is a module
+        if torch is not None and isinstance(built, torch.nn.Module):
+            built.lip_promises = tuple(self.spec.promises)
+            built.lip_component = {"kind": self.spec.kind, "name": self.name,
+                                   "provider": self.provider, "distribution": self.distribution}
+        return built
 
     def to_config(self) -> dict[str, Any]:
         return {

@@ -7,17 +7,18 @@ import math
 import pytest
 import torch
 
-from lipcli.builtins.activations import MaxMin, lip_activations
-from lipcli.builtins.crc import head as crc_head
+from lipcli.builtins.activations import MaxMin
+from lipcli.builtins.activations.plugin import lip_activations
+from lipcli.builtins.crc import plugin as crc_plugin
 from lipcli.builtins.crc.head import MLPHead
-from lipcli.builtins.lln import head as lln_head
+from lipcli.builtins.lln import plugin as lln_plugin
 from lipcli.builtins.lln.head import LLNHead
 from lipcli.builtins.pooling import (
     ChannelMaxPool,
     ProjectionPool,
     cone_signed_distance,
-    lip_pools,
 )
+from lipcli.builtins.pooling.plugin import lip_pools
 from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec, Component, HeadSpec, PoolSpec
 
 DT = torch.float64
@@ -93,7 +94,7 @@ def test_activation_and_pool_specs() -> None:
 
 
 def test_head_specs() -> None:
-    heads = {h.name: h for h in [*lln_head.lip_heads(), *crc_head.lip_heads()]}
+    heads = {h.name: h for h in [*lln_plugin.lip_heads(), *crc_plugin.lip_heads()]}
     assert set(heads) == {"lln", "mlp"}
     lln, mlp = heads["lln"], heads["mlp"]
     assert isinstance(lln, HeadSpec) and lln.certificate == "lln" and lln.features == "pool"

@@ -8,11 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.builtins.activations import lip_activations
-from lipcli.builtins.crc import head as crc_head
-from lipcli.builtins.lln import head as lln_head
-from lipcli.builtins.lipconvnet import DEPTHS, LipConvnet, Normalize, lip_architectures
-from lipcli.builtins.pooling import lip_pools
+from lipcli.builtins.activations.plugin import lip_activations
+from lipcli.builtins.crc import plugin as crc_plugin
+from lipcli.builtins.lln import plugin as lln_plugin
+from lipcli.builtins.lipconvnet import DEPTHS, LipConvnet, Normalize
+from lipcli.builtins.lipconvnet.plugin import lip_architectures
+from lipcli.builtins.pooling.plugin import lip_pools
 from lipcli.builtins.soc.plugin import lip_convolutions
 from lipcli.sdk.specs import ONE_LIPSCHITZ, ArchSpec, Component
 
@@ -20,7 +21,7 @@ ARCHS = {spec.name: spec for spec in lip_architectures()}
 CONVS = {spec.name: spec for spec in lip_convolutions()}
 ACTS = {spec.name: spec for spec in lip_activations()}
 POOLS = {spec.name: spec for spec in lip_pools()}
-HEADS = {spec.name: spec for spec in [*lln_head.lip_heads(), *crc_head.lip_heads()]}
+HEADS = {spec.name: spec for spec in [*lln_plugin.lip_heads(), *crc_plugin.lip_heads()]}
 
 
 def build(

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from lipcli.builtins.pooling import lip_pools as builtin_pools
+from lipcli.builtins.pooling.plugin import lip_pools as builtin_pools
 from lipcli.sdk.errors import UnknownComponentError
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.host.plugins import create_host
@@ -259,7 +259,7 @@ def test_every_builtin_spec_passes_component_check():
 
 
 def test_activation_conformance_on_maxmin_and_a_leaky_relu():
-    from lipcli.builtins.activations import lip_activations
+    from lipcli.builtins.activations.plugin import lip_activations
     from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec
     from lipcli.testing import check_activation_spec
 

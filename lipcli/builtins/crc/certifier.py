@@ -39,7 +39,6 @@ defaults: :class:`~lipcli.builtins.crc.settings.CRCSettings`.
 
 from __future__ import annotations
 
-import math
 import time
 
 import torch
@@ -56,8 +55,7 @@ from lipcli.sdk.certificates import (
     cache_matches,
     make_cache,
 )
-from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import SOUND, CertificateSpec
+from lipcli.sdk.specs import SOUND
 
 _METHOD = "crc-lip"
 _D = CRCSettings()  # the defaults, written once in CRCSettings
@@ -251,16 +249,3 @@ class CRCCertifier:
         if not exact:
             notes.append(HEURISTIC_NOTE.format(k=top_k, c=c - 1))
         return CertifyResult(pred.cpu(), radius.cpu(), exact_classes=exact, notes=notes, stats=stats)
-
-@hookimpl
-def lip_certificates() -> list[CertificateSpec]:
-    return [
-        CertificateSpec(
-            name=_METHOD,
-            factory=CRCCertifier,
-            description="curvature certificate of a softplus MLP head: closed form + dual (CRC), "
-            "guaranteed curvature bounds, all classes",
-            promises=(SOUND,),
-            params=CRCSettings.params(),
-        )
-    ]

@@ -13,8 +13,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import HeadSpec, Param
 
 class MLPHead(nn.Module):
     """One-hidden-layer softplus MLP ``h(y) = fc2(softplus(fc1(y)))`` (SPEC §4, CRC-Lip).
@@ -41,22 +39,3 @@ class MLPHead(nn.Module):
     def export_module(self) -> nn.Module:
         """``lip export``: the forward is plain torch operations already."""
         return self
-
-
-def _mlp_factory(in_features: int, num_classes: int, hidden: int = 4096) -> MLPHead:
-    return MLPHead(in_features, num_classes, hidden=hidden)
-
-
-@hookimpl
-def lip_heads() -> list[HeadSpec]:
-    return [
-        HeadSpec(
-            name="mlp",
-            factory=_mlp_factory,
-            description="1-hidden-layer softplus MLP certified by CRC-Lip",
-            certificate="crc-lip",
-            features="activation",
-            loss="crc-lip",
-            params=(Param(name="hidden", type=int, default=4096, help="hidden width H"),),
-        ),
-    ]

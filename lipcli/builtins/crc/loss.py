@@ -33,18 +33,14 @@ head (the feature attack works with any head; ``gamma=0`` drops the regulariser)
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, PAPER_CRC_SETTINGS, paper_recipe, recipe_text
 from lipcli.sdk.errors import LipUsageError
-from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.losses import LossContext, LossOutput, at_least_float32, class_margins
-from lipcli.sdk.specs import LossSpec, Param
 
 _margins = class_margins
 
@@ -218,47 +214,3 @@ class CRCLipLoss(nn.Module):
         """``refresh_steps`` power steps on ``u`` (the reference's end-of-epoch update)."""
         if self.curvature is not None:
             self.curvature.update_u(model.head, self.refresh_steps)
-
-
-#: the parameters' defaults: the paper's CIFAR-10 settings
-_RHO, _GAMMA = PAPER_CRC_SETTINGS["cifar10"]
-
-
-def _crc_factory(context: LossContext, *, radius: float = _RHO, gamma: float = _GAMMA,
-                 attack_steps: int = 5, power_steps: int = 2, classes: int = 0) -> CRCLipLoss:
-    if not all(math.isfinite(v) and v >= 0 for v in (radius, gamma)):
-        raise ValueError("radius and gamma must be finite numbers >= 0")
-    if attack_steps < 1 or power_steps < 0 or classes < 0:
-        raise ValueError("attack_steps must be >= 1, power_steps and classes >= 0")
-    return CRCLipLoss(context, radius=radius, gamma=gamma, attack_steps=attack_steps,
-                      power_steps=power_steps, classes=classes)
-
-
-def crc_loss_spec() -> LossSpec:
-    return LossSpec(
-        name="crc-lip",
-        factory=_crc_factory,
-        description="CRC-Lip: CE under a feature-space l2 attack + curvature regulariser (eq. 5)",
-        params=(
-            # the shortcuts: settings (and `lip train` options) of their own, kept for users'
-            # commands and settings files from before --loss took inline parameters
-            Param(name="radius", type=float, default=_RHO, shortcut="attack_radius",
-                  help="input-space l2 radius rho of the feature attack (0 = no attack; "
-                  f"recipe default {recipe_text(0)})"),
-            Param(name="gamma", type=float, default=_GAMMA, shortcut="curvature_weight",
-                  help=f"curvature weight (0 = no curvature term; recipe default {recipe_text(1)})"),
-            Param(name="attack_steps", type=int, default=5, shortcut="attack_steps",
-                  help="feature attack steps"),
-            Param(name="power_steps", type=int, default=2, shortcut="curvature_power_steps",
-                  help="power steps per class pair for the curvature estimate"),
-            Param(name="classes", type=int, default=0, shortcut="curvature_classes",
-                  help="other classes per example in the curvature term (0 = all)"),
-        ),
-        recipe=paper_recipe,
-        grad_clip=CRC_GRAD_CLIP,
-    )
-
-
-@hookimpl
-def lip_losses() -> list[LossSpec]:
-    return [crc_loss_spec()]

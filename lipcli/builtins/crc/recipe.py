@@ -1,6 +1,6 @@
 """The paper's CRC-Lip training settings (the ``crc-lip`` loss spec's ``recipe`` and
-``grad_clip``), written once here without torch: read by :mod:`lipcli.builtins.crc.loss`, whose
-spec's parameter help (``lip plugins -v``, ``lip train --help``) shows them."""
+``grad_clip``), written once here without torch: read by :mod:`lipcli.builtins.crc.plugin`, whose
+loss spec's parameter help (``lip plugins -v``, ``lip train --help``) shows them."""
 
 from __future__ import annotations
 

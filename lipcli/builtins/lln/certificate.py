@@ -29,9 +29,8 @@ from lipcli.sdk.certificates import (
     competing_classes,
     make_cache,
 )
-from lipcli.sdk.hookspecs import hookimpl
 from lipcli.numerics.rounding import UNIT_ROUNDOFF as _U64  # float64
-from lipcli.sdk.specs import SOUND, CertificateSpec
+from lipcli.sdk.specs import SOUND
 from lipcli.sdk.export import ExportedCertificate
 
 
@@ -185,19 +184,3 @@ class LLNRadius(nn.Module):
         ratio = torch.where(dist > 0, ratio, inf)
         ratio = torch.where(self.classes.unsqueeze(0) == own, inf, ratio)
         return pred, ratio.amin(dim=1).clamp_min(0.0)
-
-
-def _lln_factory() -> LLNCertifier:
-    return LLNCertifier()
-
-
-@hookimpl
-def lip_certificates() -> list[CertificateSpec]:
-    return [
-        CertificateSpec(
-            name="lln",
-            factory=_lln_factory,
-            description="exact margin certificate of a linear head (all classes, float64)",
-            promises=(SOUND,),
-        )
-    ]

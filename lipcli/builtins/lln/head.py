@@ -16,8 +16,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import HeadSpec
 
 #: row norms below this are treated as this (avoids 0/0 for an all-zero row)
 _ROW_NORM_FLOOR = 1e-12
@@ -75,20 +73,3 @@ class FixedLinear(nn.Module):
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
         return F.linear(y, self.weight, self.bias)
-
-
-def _lln_factory(in_features: int, num_classes: int) -> LLNHead:
-    return LLNHead(in_features, num_classes)
-
-
-@hookimpl
-def lip_heads() -> list[HeadSpec]:
-    return [
-        HeadSpec(
-            name="lln",
-            factory=_lln_factory,
-            description="linear head with last layer normalisation (exact certificate)",
-            certificate="lln",
-            features="pool",
-        ),
-    ]

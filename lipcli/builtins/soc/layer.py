@@ -1,7 +1,8 @@
 """Skew orthogonal convolution (SOC) with exact and fast filter gradients (SPEC §1, §5).
 
-The layer :class:`SOC`: its parameters, power-iteration buffers and eval cache, the
-forward and the guaranteed Lipschitz bound.  Its maths lives beside it:
+The layer :class:`SOC`: its parameters and power-iteration buffers, the forward and the
+guaranteed Lipschitz bound, on :class:`lipcli.sdk.convbase.LipConvBase` (argument checks,
+stride-2 rearrangement, the cached eval filter and bound).  Its maths lives beside it:
 :mod:`~lipcli.builtins.soc.filters` (transpose and normalised skew filter ``S = A/σ``, its
 gradient, the power-iteration products; SPEC §1.1–§1.2),
 :mod:`~lipcli.builtins.soc.power` (the power-iteration buffers, steps and Rayleigh
@@ -35,6 +36,7 @@ from lipcli.builtins.soc.filters import _NormalisedSkew, _rank_one_factors, _ske
 from lipcli.builtins.soc.power import PowerVectors
 from lipcli.builtins.soc.series import _working_format, soc_series, soc_series_fast, truncated_exp_norm_bound
 from lipcli.numerics.conv import CONV_RESHAPES, conv_spectral_norm_upper_bound
+from lipcli.sdk.convbase import LipConvBase
 from lipcli.sdk.loading import tensors_will_be_loaded
 from lipcli.builtins.soc.export import linear_map, lower_soc
 
@@ -58,7 +60,7 @@ MAX_TERMS = 64
 MAX_POWER_ITERS = 1000
 
 
-class SOC(PowerVectors):
+class SOC(LipConvBase, PowerVectors):
     """Skew orthogonal convolution ``(N, c_in, H, W) → (N, c_out, H/s, W/s)`` (SPEC §1).
 
     Parameters ``weight`` (``C×C×k×k``, ``C = max(c_out, c_in·s²)``, init ``N(0, 1/C)``) and
@@ -68,15 +70,17 @@ class SOC(PowerVectors):
     gradient (``soc-fast``) or plain autograd (``soc``); both have the same parameters and a
     bit-identical forward, so a model trained with one evaluates with the other.
 
+    A :class:`~lipcli.sdk.convbase.LipConvBase` whose operator is the skew filter ``S``:
+    the base checks the arguments, rearranges stride-2 inputs and caches ``S`` and the bound.
     Training forward: ``power_iters`` power steps per reshape, ``S = A/σ`` with gradients
     through ``σ``, ``train_terms`` series terms.  Eval forward: no power step, ``eval_terms``
-    terms, ``S`` cached (recomputed only when the weight or a power buffer changes — tracked
-    by tensor version counters and storage — or when ``train()``/``eval()``/``refresh()`` is
-    called).  In eval mode the cached ``S`` is detached; if gradients to ``weight`` are
-    requested in eval mode (grad enabled and ``weight.requires_grad``) ``S`` is recomputed
-    with the same operations (same values) so parameter gradients still flow.  Writes that
-    bypass version counters (``weight.data[...] = ...``) are not detected: call ``eval()``,
-    ``train()`` or ``refresh()`` after them.
+    terms, ``S`` cached (the base's cache: recomputed only when a parameter or a power buffer
+    changes — tracked by tensor version counters and storage — or ``eval_terms``, on a mode
+    change, on ``.to()`` and after ``refresh()``/``invalidate()``).  In eval mode the cached
+    ``S`` is detached; if gradients to the parameters are requested in eval mode ``S`` is
+    recomputed with the same operations (same values) so parameter gradients still flow.
+    Writes that bypass version counters (``weight.data[...] = ...``) are not detected: call
+    ``invalidate()`` or ``refresh()`` after them.
     """
 
     weight: Tensor
@@ -94,13 +98,8 @@ class SOC(PowerVectors):
         fast_grad: bool = True,
         power_iters: int = 1,
     ) -> None:
-        super().__init__()
-        if in_channels < 1 or out_channels < 1:
-            raise ValueError("channel counts must be positive")
-        if stride not in (1, 2):
-            raise ValueError(f"SOC supports stride 1 or 2, got {stride}")
-        if kernel_size < 1 or kernel_size % 2 == 0:
-            raise ValueError(f"SOC needs an odd kernel size, got {kernel_size}")
+        # the bias is registered after the weight (parameter order, random initialisation)
+        super().__init__(in_channels, out_channels, kernel_size, stride, bias=False)
         if train_terms < 2 or eval_terms < 2:
             raise ValueError("train_terms and eval_terms must be at least 2")
         if train_terms > MAX_TERMS or eval_terms > MAX_TERMS:
@@ -109,10 +108,6 @@ class SOC(PowerVectors):
             raise ValueError("power_iters must be non-negative")
         if power_iters > MAX_POWER_ITERS:
             raise ValueError(f"power_iters must be at most {MAX_POWER_ITERS}")
-        self.in_channels = int(in_channels)
-        self.out_channels = int(out_channels)
-        self.kernel_size = int(kernel_size)
-        self.stride = int(stride)
         self.train_terms = int(train_terms)
         self.eval_terms = int(eval_terms)
         self.fast_grad = bool(fast_grad)
@@ -124,9 +119,6 @@ class SOC(PowerVectors):
         bound = 1.0 / math.sqrt(C)
         self.bias = nn.Parameter(torch.empty(self.out_channels).uniform_(-bound, bound))
         self._register_power_vectors(C, k)
-        self._cache_key: tuple | None = None
-        self._cache_S: Tensor | None = None
-        self._bound_cache: tuple[tuple, float] | None = None
         self._last_reshape: int | Tensor = -1  # see last_sigma_reshape
         # Random start vectors can give a tiny or negative Rayleigh quotient σ, i.e. a
         # useless S in eval mode: a freshly built layer starts from converged-ish vectors
@@ -142,7 +134,7 @@ class SOC(PowerVectors):
         the eval cache.  Call before evaluating a freshly built or loaded model."""
         if steps > 0:
             self._power_iterate(_skew_difference(self.weight.detach()), int(steps))
-        self._invalidate()
+        self.invalidate()
 
     # ------------------------------------------------------------------ filters
     def _compute_S(self, power_steps: int) -> Tensor:
@@ -184,54 +176,46 @@ class SOC(PowerVectors):
         r = self._last_reshape
         return int(r) if isinstance(r, Tensor) else r
 
-    def _cache_token(self) -> tuple:
-        w = self.weight
-        token: list = [w._version, w.data_ptr(), w.dtype, w.device]
-        for r in range(CONV_RESHAPES):
-            u, v = self._power_vectors(r)
-            token += [u._version, u.data_ptr(), v._version, v.data_ptr()]
-        return tuple(token)
-
-    def _invalidate(self) -> None:
-        self._cache_key = None
-        self._cache_S = None
-        self._bound_cache = None
-
-    def _eval_filter(self) -> Tensor:
-        """The (detached) ``S`` used at evaluation, cached."""
-        token = self._cache_token()
-        if self._cache_S is None or self._cache_key != token:
-            with torch.no_grad():
-                S = self._compute_S(0)
-            self._cache_S = S
-            self._cache_key = self._cache_token()
-        assert self._cache_S is not None
-        return self._cache_S
-
     def skew_filter(self) -> Tensor:
         """``S = ½(W − T(W))/σ`` as used at evaluation (σ from the stored power vectors, no
         power step; detached, cached)."""
-        return self._eval_filter()
+        return self.eval_operator()
 
-    def train(self, mode: bool = True) -> "SOC":
-        # a mode change drops the caches; .eval() on an eval layer keeps them, so the eval
-        # lowering's matrix and the bound it adds to come from ONE computed filter
-        if bool(mode) != self.training:
-            self._invalidate()
-        return super().train(mode)
+    # ------------------------------------------------------------------ LipConvBase operator
+    def compute_operator(self, size: tuple[int, int] | None) -> Tensor:
+        """``S`` with gradients: ``power_iters`` power steps in training, none in eval mode."""
+        return self._compute_S(self.power_iters if self.training else 0)
 
-    def _apply(self, fn: Any, recurse: bool = True) -> "SOC":  # .to(), .double(), ...
-        self._invalidate()
-        return super()._apply(fn, recurse)
+    def compute_eval_operator(self, size: tuple[int, int] | None) -> Tensor:
+        return self._compute_S(0)
+
+    def apply_operator(self, x: Tensor, op: Tensor) -> Tensor:
+        """The series of the rearranged ``x``: pad, ``train_terms``/``eval_terms`` terms of
+        ``exp(S)``, keep the first ``out_channels`` channels."""
+        terms = self.train_terms if self.training else self.eval_terms
+        z = self._series(self._pad(x), op, terms)
+        if self.channels > self.out_channels:
+            z = z[:, : self.out_channels]
+        return z
+
+    def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
+        """The guaranteed bound on the l2 Lipschitz constant at ``eval_terms`` (SPEC §5) that
+        :meth:`lipschitz_upper_bound` caches: ``1 + b^T/T!·1/(1 − b/(T+1))`` with ``b ≥ ‖S‖₂``
+        as in :meth:`spectral_bound` (or the plain ``Σ_{j<T} b^j/j!`` when smaller or when
+        ``b ≥ T+1``).  Unshuffle, channel padding and truncation have norm ≤ 1; the bias does
+        not matter."""
+        return truncated_exp_norm_bound(self._filter_bound(op), self.eval_terms)
+
+    def operator_settings(self) -> tuple:
+        return (self.eval_terms,)
 
     # ------------------------------------------------------------------ forward
     def _prepare_input(self, x: Tensor) -> Tensor:
-        if x.dim() != 4 or x.shape[1] != self.in_channels:
-            raise ValueError(
-                f"SOC expected input (N, {self.in_channels}, H, W), got {tuple(x.shape)}"
-            )
-        if self.stride == 2:
-            x = F.pixel_unshuffle(x, 2)
+        """Check and rearrange ``x`` (:meth:`rearrange`), then :meth:`_pad`."""
+        return self._pad(self.rearrange(x))
+
+    def _pad(self, x: Tensor) -> Tensor:
+        """Zero channels up to ``C``, in the working memory format."""
         extra = self.channels - x.shape[1]
         if extra > 0:
             x = F.pad(x, (0, 0, 0, 0, 0, extra))
@@ -242,27 +226,10 @@ class SOC(PowerVectors):
             return soc_series_fast(x, S, terms)
         return soc_series(x, S, terms)
 
-    def _linear(self, x: Tensor, S: Tensor, terms: int) -> Tensor:
-        """The layer without its bias: unshuffle, pad, series, truncate."""
-        z = self._series(self._prepare_input(x), S, terms)
-        if self.channels > self.out_channels:
-            z = z[:, : self.out_channels]
-        return z
-
     def forward(self, x: Tensor) -> Tensor:
-        if self.training:
-            S = self._compute_S(self.power_iters)
-            terms = self.train_terms
-        else:
-            if torch.is_grad_enabled() and self.weight.requires_grad:
-                S = self._compute_S(0)
-            else:
-                S = self._eval_filter()
-            terms = self.eval_terms
-        z = self._linear(x, S, terms)
-        # z is a fresh tensor (or a channel slice of one) that nothing else holds: add the
-        # bias in place (no extra activation-sized buffer; same values)
-        return z.add_(self.bias.view(1, -1, 1, 1))
+        # the series' output is a fresh tensor (or a channel slice of one) that nothing else
+        # holds: add the bias in place (no extra activation-sized buffer; same values)
+        return self.linear(x).add_(self.bias.view(1, -1, 1, 1))
 
     # ------------------------------------------------------------------ Lipschitz
     def spectral_bound(self, rtol: float = 5e-3, select_rtol: float | None = None) -> float:
@@ -274,29 +241,18 @@ class SOC(PowerVectors):
         the two be bounded when its estimated norm is within that tolerance of the smaller
         (b only enters the truncation tail ``b^T/T!``, so e.g. 0.1 trades about 1e-4 of a
         layer bound for time)."""
-        S = self._eval_filter()
+        return self._filter_bound(self.skew_filter(), rtol, select_rtol)
+
+    def _filter_bound(self, S: Tensor, rtol: float = 5e-3, select_rtol: float | None = None) -> float:
         starts = [self._power_vectors(r)[1] for r in range(CONV_RESHAPES)]
         return conv_spectral_norm_upper_bound(
             S, rtol=rtol, select_rtol=select_rtol, skew=True, start_vectors=starts
         )
 
-    def lipschitz_upper_bound(self) -> float:
-        """Guaranteed bound on the l2 Lipschitz constant at ``eval_terms`` (SPEC §5):
-        ``1 + b^T/T!·1/(1 − b/(T+1))`` with ``b`` = :meth:`spectral_bound` (or the plain
-        ``Σ_{j<T} b^j/j!`` when smaller or when ``b ≥ T+1``).  Unshuffle, channel padding
-        and truncation have norm ≤ 1; the bias does not matter.  Cached until the weight
-        or a power vector changes."""
-        key = (self._cache_token(), self.eval_terms)
-        if self._bound_cache is not None and self._bound_cache[0] == key:
-            return self._bound_cache[1]
-        value = truncated_exp_norm_bound(self.spectral_bound(), self.eval_terms)
-        self._bound_cache = (key, value)
-        return value
-
     def lipschitz_estimate(self, input_shape: tuple[int, int, int], iters: int = 50) -> float:
         """Power-method estimate (a lower estimate) of the operator norm of
         ``x ↦ layer(x) − bias`` at ``eval_terms`` for inputs of shape ``(c_in, H, W)``."""
-        S = self._eval_filter()
+        S = self.skew_filter()
         gen = torch.Generator(device="cpu").manual_seed(0)
         x = torch.randn((1, *input_shape), generator=gen, dtype=S.dtype).to(S.device)
         estimate = 0.0

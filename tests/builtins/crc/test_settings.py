@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from crc_helpers import MLP
-from lipcli.builtins.crc.certifier import CRCCertifier, lip_certificates
+from lipcli.builtins.crc.certifier import CRCCertifier
+from lipcli.builtins.crc.plugin import lip_certificates
 from lipcli.builtins.crc.settings import CRCSettings
 from lipcli.sdk.certificates import Certifier
 

@@ -10,7 +10,8 @@ import torch
 from scipy.optimize import minimize
 from torch import nn
 
-from lipcli.builtins.lln.certificate import LLNCertifier, lip_certificates, lln_radius, pairwise_row_distances
+from lipcli.builtins.lln.certificate import LLNCertifier, lln_radius, pairwise_row_distances
+from lipcli.builtins.lln.plugin import lip_certificates
 from lipcli.sdk.certificates import Certifier, CertifyResult, head_fingerprint
 
 

@@ -283,9 +283,26 @@ def test_eval_on_an_eval_layer_keeps_the_cached_filter_and_bound():
     layer.eval()
     assert layer.skew_filter() is S and layer._bound_cache is not None
     layer.train()
-    assert layer._cache_S is None and layer._bound_cache is None
+    assert layer._op_cache is None and layer._bound_cache is None
     layer.eval()
     assert layer.skew_filter() is not S and layer.lipschitz_upper_bound() == bound
+
+
+def test_soc_caches_on_lipconvbase_and_its_bound_follows_eval_terms():
+    """SOC is a LipConvBase (one cache and invalidation for every convolution), keeps its
+    parameter order (weight, bias: optimiser states of checkpoints) and a changed
+    ``eval_terms`` recomputes the cached bound instead of returning the stale one."""
+    from lipcli.sdk.convbase import LipConvBase
+
+    layer = SOC(4, 4, 3).eval()
+    assert isinstance(layer, LipConvBase)
+    assert [name for name, _ in layer.named_parameters()] == ["weight", "bias"]
+    b = layer.spectral_bound()
+    bound15 = layer.lipschitz_upper_bound()
+    assert bound15 == truncated_exp_norm_bound(b, 15)
+    layer.eval_terms = 6
+    bound6 = layer.lipschitz_upper_bound()
+    assert bound6 == truncated_exp_norm_bound(b, 6) and bound6 > bound15
 
 
 class _FakeInput:

@@ -111,14 +111,6 @@ class Flatten(nn.Flatten):
         return self
 
 
-def _mark(module: nn.Module, component: Component) -> nn.Module:
-    """Record the component's promises and who built the module (named in promise checks)."""
-    module.lip_promises = tuple(component.spec.promises)
-    module.lip_component = {"kind": component.spec.kind, "name": component.name,
-                            "provider": component.provider, "distribution": component.distribution}
-    return module
-
-
 class LiResNet(nn.Module):
     """The network of the module docstring; the architecture protocol of lipcli (``body``,
     ``head``, ``features``, ``forward``, ``refresh_power_iteration``)."""
@@ -155,7 +147,7 @@ class LiResNet(nn.Module):
         size = (BACKBONE_SIZE, BACKBONE_SIZE)
 
         def add(name: str, component: Component, *args: Any) -> None:
-            layers[name] = _mark(component.build(*args), component)
+            layers[name] = component.build(*args)  # stamped with its promises by lipcli
 
         layers["normalize"] = Normalize(mean, std)
         add("stem_conv", conv, in_channels, width, 3, 2)
@@ -184,7 +176,7 @@ class LiResNet(nn.Module):
         layers["flatten"] = Flatten()
         self.body = nn.Sequential(layers)
         self.feature_dim = D
-        self.head = _mark(head.build(D, num_classes), head)
+        self.head = head.build(D, num_classes)
 
     def features(self, x: Tensor) -> Tensor:
         """Penultimate features ``(N, D)`` (normalisation included)."""

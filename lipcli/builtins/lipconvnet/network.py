@@ -39,13 +39,11 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 import torch
 from torch import nn
 
 from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
-from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ONE_LIPSCHITZ, ArchSpec, Component, Param
+from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 from lipcli.host.models import ComponentParameterError
 from lipcli.lipschitz.bound import guaranteed_upper_bound
 
@@ -112,19 +110,6 @@ class _LayerPlan:
     flatten: bool = False
 
 
-def _mark(module: nn.Module, promises: tuple[str, ...], component: Component | None = None) -> nn.Module:
-    """Record the promises (``lip_promises``) and, when given, which component built the
-    module (``lip_component``: kind, name, provider, distribution; named in export errors and
-    promise checks)."""
-    module.lip_promises = tuple(promises)
-    if component is not None:
-        module.lip_component = {
-            "kind": component.spec.kind, "name": component.name,
-            "provider": component.provider, "distribution": component.distribution,
-        }
-    return module
-
-
 def _check_arguments(
     depth: int,
     head: Component,
@@ -165,7 +150,10 @@ def _check_arguments(
 
 
 class _BodyBuilder:
-    """Collects the body's named layers (built by the components, in order) and their plan."""
+    """Collects the body's named layers (built by the components, in order) and their plan.
+
+    Each layer carries its component's promises (``lip_promises``) and names the component
+    (``lip_component``): :meth:`~lipcli.sdk.specs.Component.build` stamps both."""
 
     def __init__(self, conv: Component, activation: Component, pool: Component) -> None:
         self.conv, self.activation, self.pool = conv, activation, pool
@@ -173,18 +161,15 @@ class _BodyBuilder:
         self.plan: list[_LayerPlan] = []
 
     def add_conv(self, name: str, c_in: int, c_out: int, k: int, s: int) -> None:
-        conv = self.conv
-        self.layers[name] = _mark(conv.build(c_in, c_out, k, s), conv.spec.promises, conv)
+        self.layers[name] = self.conv.build(c_in, c_out, k, s)
         self.plan.append(_LayerPlan(name, c_out, s))
 
     def add_act(self, name: str, channels: int) -> None:
-        act = self.activation
-        self.layers[name] = _mark(act.build(channels), act.spec.promises, act)
+        self.layers[name] = self.activation.build(channels)
         self.plan.append(_LayerPlan(name))
 
     def add_pool(self, name: str, channels: int) -> None:
-        pool = self.pool
-        self.layers[name] = _mark(pool.build(channels), pool.spec.promises, pool)
+        self.layers[name] = self.pool.build(channels)
         self.plan.append(_LayerPlan(name, channels // 2))
 
     def add_blocks(self, in_channels: int, width: int, per_block: int, last: int, head_features: str) -> int:
@@ -251,14 +236,15 @@ class LipConvnet(nn.Module):
         body.layers["normalize"] = Normalize(mean, std)
         body.plan.append(_LayerPlan("normalize"))
         channels = body.add_blocks(in_channels, width, depth // 5, 5 + k, head_features)
-        body.layers["flatten"] = _mark(nn.Flatten(1), (ONE_LIPSCHITZ,))
+        body.layers["flatten"] = flatten = nn.Flatten(1)
+        flatten.lip_promises = (ONE_LIPSCHITZ,)  # a reshape, not a component: promised here
         body.plan.append(_LayerPlan("flatten", flatten=True))
 
         self.body = nn.Sequential(body.layers)
         self._plan: tuple[_LayerPlan, ...] = tuple(body.plan)
         #: D, the feature dimension for an ``image_size`` input (spatial 1 x 1 after the last block)
         self.feature_dim = channels
-        self.head = _mark(head.build(self.feature_dim, num_classes), head.spec.promises, head)
+        self.head = head.build(self.feature_dim, num_classes)
 
     # -- the module protocol ------------------------------------------------------------------
     def features(self, x: torch.Tensor) -> torch.Tensor:
@@ -332,16 +318,3 @@ class LipConvnet(nn.Module):
             shape = out
         rows.append(("head", shape, (self.num_classes,)))
         return rows
-
-
-@hookimpl
-def lip_architectures() -> list[ArchSpec]:
-    return [
-        ArchSpec(
-            name=f"lipconvnet-{n}",
-            factory=partial(LipConvnet, depth=n),  # depth bound per name
-            description=f"LipConvnet-{n}: {n + 1} convolutions in 5 blocks of {n // 5} (paper §7)",
-            params=(Param(name="width", type=int, default=32, help="channels after the stem"),),
-        )
-        for n in DEPTHS
-    ]

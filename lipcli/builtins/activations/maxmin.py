@@ -14,8 +14,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec
 
 
 class _MaxMinFunction(torch.autograd.Function):
@@ -92,19 +90,3 @@ class PlainMaxMin(nn.Module):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         a, b = torch.chunk(z, 2, dim=1)
         return torch.cat((torch.maximum(a, b), torch.minimum(a, b)), dim=1)
-
-
-def _maxmin_factory(channels: int) -> MaxMin:
-    return MaxMin(channels)
-
-
-@hookimpl
-def lip_activations() -> list[ActivationSpec]:
-    return [
-        ActivationSpec(
-            name="maxmin",
-            factory=_maxmin_factory,
-            description="MaxMin: cat(max(a, b), min(a, b)) of the two channel halves",
-            promises=(ONE_LIPSCHITZ,),
-        )
-    ]

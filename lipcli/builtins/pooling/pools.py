@@ -16,8 +16,6 @@ import math
 import torch
 from torch import nn
 
-from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ONE_LIPSCHITZ, PoolSpec
 
 
 def _halves(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,29 +176,3 @@ class ProjectionPool(nn.Module):
         """``lip export``: the forward is plain torch operations already (the clamp of
         ``theta`` and :func:`cone_signed_distance`), so the layer exports as it is."""
         return self
-
-
-def _max_factory(channels: int) -> ChannelMaxPool:
-    return ChannelMaxPool(channels)
-
-
-def _projection_factory(channels: int) -> ProjectionPool:
-    return ProjectionPool(channels)
-
-
-@hookimpl
-def lip_pools() -> list[PoolSpec]:
-    return [
-        PoolSpec(
-            name="max",
-            factory=_max_factory,
-            description="max of the two channel halves (baseline)",
-            promises=(ONE_LIPSCHITZ,),
-        ),
-        PoolSpec(
-            name="projection",
-            factory=_projection_factory,
-            description="signed l2 distance of channel pairs to a learnable cone (paper §6)",
-            promises=(ONE_LIPSCHITZ,),
-        ),
-    ]

@@ -1,0 +1,27 @@
+"""The architecture built-in plugin (registered as ``lipcli.lipconvnet``): ``lipconvnet-<n>``
+for every depth in :data:`~lipcli.builtins.lipconvnet.network.DEPTHS` (SPEC §3), built by
+:class:`~lipcli.builtins.lipconvnet.network.LipConvnet`."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from lipcli.builtins.lipconvnet.network import DEPTHS, LipConvnet
+from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.specs import ArchSpec, Param
+
+__all__ = ["lip_architectures"]
+
+
+@hookimpl
+def lip_architectures() -> list[ArchSpec]:
+    return [
+        ArchSpec(
+            name=f"lipconvnet-{n}",
+            factory=partial(LipConvnet, depth=n),  # depth bound per name
+            description=f"LipConvnet-{n}: {n + 1} convolutions in 5 blocks of {n // 5} (paper §7)",
+            params=(Param(name="width", type=int, default=32, help="channels after the stem"),),
+        )
+        for n in DEPTHS
+    ]
+
