@@ -9,9 +9,8 @@ import torch
 
 import lipcli_polygon_pool.plugin as plugin
 from lipcli.sdk.errors import LipUsageError
-from lipcli.host.plugins import create_host
 from lipcli.sdk.specs import ONE_LIPSCHITZ, PoolSpec
-from lipcli.testing import check_component_spec, check_model_roundtrip, check_pool_spec
+from lipcli.testing import check_component_spec, check_model_roundtrip, check_pool_spec, plugin_registry
 from lipcli_polygon_pool import PolygonPool
 
 DIST = "lipcli-polygon-pool"
@@ -43,7 +42,7 @@ def test_factory_builds_the_module():
 
 
 def _registry():
-    return create_host(autoload=False, extra=[("polygon", plugin)]).registry()
+    return plugin_registry(("polygon", plugin))
 
 
 def test_registry_resolves_cli_parameters():
