@@ -59,11 +59,11 @@ def test_plugin_tests_import_only_the_sdk_and_the_test_kit(path):
     tree = ast.parse(path.read_text())
     bad = [f"line {line}: {name}" for line, name in lipcli_imports(tree) if not allowed(name, ALLOWED_IN_TESTS)]
     assert not bad, f"{path.relative_to(ROOT)} imports lipcli outside {ALLOWED_IN_TESTS}: {bad}"
-    helpers = [f"line {line}: {name}" for line, name in test_tree_imports(tree)]
+    helpers = [f"line {line}: {name}" for line, name in helper_imports(tree)]
     assert not helpers, f"{path.relative_to(ROOT)} imports lipcli's test-tree helpers: {helpers}"
 
 
-def test_tree_imports(tree: ast.AST) -> list[tuple[int, str]]:
+def helper_imports(tree: ast.AST) -> list[tuple[int, str]]:
     """``(line, module)`` of imports (and ``importorskip``) of lipcli's own test helpers
     (``tests/*.py``: ``plugin_sites``, ``conftest``, ...), which a plugin's tests cannot reach
     from the plugin's folder."""
@@ -78,9 +78,6 @@ def test_tree_imports(tree: ast.AST) -> list[tuple[int, str]]:
               and node.args and isinstance(node.args[0], ast.Constant)):
             found.append((node.lineno, str(node.args[0].value)))
     return sorted((line, name) for line, name in found if name.split(".")[0] in helpers)
-
-
-test_tree_imports.__test__ = False  # a helper, not a test
 
 
 def test_the_sdk_never_imports_the_kit():
@@ -104,4 +101,4 @@ def test_the_check_sees_every_kind_of_import():
     assert flagged == ["lipcli.cli", "lipcli.create_model"]
     helpers = ast.parse("import plugin_sites\nimport pytest\nx = pytest.importorskip('plugin_sites')\n"
                         "from conftest import tiny\n")
-    assert [name for _, name in test_tree_imports(helpers)] == ["plugin_sites", "plugin_sites", "conftest"]
+    assert [name for _, name in helper_imports(helpers)] == ["plugin_sites", "plugin_sites", "conftest"]
