@@ -166,6 +166,42 @@ def test_label_smoothing_example_trains(tmp_path):
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
 
 
+def test_convolution_example_conforms(tmp_path):
+    """The convolution example in docs/plugins.md is a working plugin on ``LipConvBase``: it
+    passes lipcli.testing's convolution checks, its network bound covers the Jacobian, it
+    survives a model file, and its export stand-in is the layer, baked, in aten operations."""
+    spec_ = importlib.util.spec_from_file_location(
+        "frobenius_conv", ROOT / "docs" / "examples" / "frobenius_conv.py")
+    example = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(example)
+
+    from lipcli.testing import (
+        check_aten_program,
+        check_conv_network_bound,
+        check_conv_spec,
+        check_export_follows,
+        check_export_module,
+        check_model_roundtrip,
+        plugin_registry,
+        randomise_parameters,
+    )
+
+    (spec,) = example.lip_convolutions()
+    reports = check_conv_spec(spec)
+    assert all(0 < r.sigma_max <= r.bound <= 1 + 1e-6 for r in reports)
+    registry = plugin_registry(("fnorm", example))
+    bound, norm = check_conv_network_bound("fnorm", registry=registry, width=2, points=1)
+    assert 0 < norm <= bound
+    report = check_model_roundtrip(conv="fnorm", registry=registry, directory=tmp_path)
+    assert report.config["conv"]["name"] == "fnorm"
+    layer = randomise_parameters(example.FrobeniusConv(4, 8, 3, 2).double().eval(), seed=1)
+    x = torch.randn(2, 4, 6, 6, dtype=torch.float64)
+    check_export_module(layer, example.ExportedFrobeniusConv, x)
+    check_export_follows(layer, lambda: layer.weight.add_(0.1), x)
+    program = check_aten_program(layer.export_module(), x)
+    torch.testing.assert_close(program(x), layer(x), rtol=1e-12, atol=1e-12)
+
+
 def test_readme_is_an_entry_page():
     text = README.read_text()
     assert len(text.encode()) <= 6 * 1024, f"README.md is {len(text.encode())} bytes (at most 6 KiB)"

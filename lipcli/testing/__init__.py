@@ -28,6 +28,22 @@ naturally inside pytest) and returns a small report of what it measured.
 * :func:`check_model_roundtrip` -- builds a tiny LipConvnet with your component through
   :func:`lipcli.host.models.create_model` (``width=4``), saves it as a lipcli model file, loads it
   back through the plugin registry and checks identical logits.
+* :func:`check_export_module`, :func:`check_export_follows`, :func:`check_aten_program`,
+  :func:`run_exported_program` -- ``lip export``: a component's parameter-free stand-in
+  (:mod:`.export`).
+* :func:`check_eval_linear_map`, :func:`check_eval_error_covers`, :func:`check_dense_bound`,
+  :func:`check_export_choice`, :func:`check_fourier_layer` and exact reference maps in 80-bit
+  precision -- a convolution's eval lowering (``eval_linear_map``, :mod:`.lowering`).
+* :func:`run_lip` -- ``lip ARGS`` in-process or as a subprocess, returning a
+  :class:`LipResult`; :func:`install_distributions` installs source trees into a private folder
+  for such subprocesses (:mod:`.cli`).
+* :func:`plugin_registry`, :func:`registered`, :func:`installed_components` and the host and
+  driver functions a plugin's tests drive (:func:`create_model`, :func:`save_model`,
+  :func:`load_model`, :func:`read_model_metadata`, :func:`guaranteed_upper_bound`,
+  :func:`perturbed_copies`, :func:`certify_model_file`; :mod:`.host`).
+
+A plugin's tests import lipcli through :mod:`lipcli.sdk`, :mod:`lipcli.numerics` and
+:mod:`lipcli.testing` only.
 
 Example (a plugin's ``tests/test_conformance.py``)::
 
@@ -43,7 +59,8 @@ Example (a plugin's ``tests/test_conformance.py``)::
 
 Everything is imported from here; the modules behind it: :mod:`.specs`, :mod:`.lipschitz`,
 :mod:`.modules` (checks shared by pools, activations and convolutions), :mod:`.components`
-(pools, activations, heads), :mod:`.conv`, :mod:`.model` (model files), :mod:`.base`.
+(pools, activations, heads), :mod:`.conv`, :mod:`.model` (model files), :mod:`.export`,
+:mod:`.lowering`, :mod:`.cli`, :mod:`.host`, :mod:`.base`.
 """
 
 from lipcli.testing.components import (
@@ -65,7 +82,43 @@ from lipcli.testing.conv import (
     randomise_parameters,
     singular_values,
 )
+from lipcli.testing.cli import LipResult, install_distributions, run_lip
+from lipcli.testing.export import (
+    ISOLATED_RUNNER,
+    check_aten_program,
+    check_export_follows,
+    check_export_module,
+    relative_error,
+    run_exported_program,
+)
+from lipcli.testing.host import (
+    InstalledComponent,
+    certify_model_file,
+    create_model,
+    get_registry,
+    guaranteed_upper_bound,
+    installed_components,
+    load_model,
+    perturbed_copies,
+    plugin_registry,
+    read_model_metadata,
+    registered,
+    save_model,
+)
 from lipcli.testing.lipschitz import LipschitzReport, check_one_lipschitz
+from lipcli.testing.lowering import (
+    LD,
+    check_dense_bound,
+    check_eval_error_covers,
+    check_eval_linear_map,
+    check_export_choice,
+    check_fourier_layer,
+    check_reference_is_the_layer,
+    circular_conv_reference,
+    extended_spectral_norm,
+    fourier_reference,
+    reference_on_input,
+)
 from lipcli.testing.model import RoundtripReport, check_model_roundtrip
 from lipcli.testing.modules import (
     ChannelCheckReport,
@@ -82,24 +135,56 @@ __all__ = [
     "ChannelModuleCheck",
     "ConvCaseReport",
     "HeadCheckReport",
+    "InstalledComponent",
+    "ISOLATED_RUNNER",
+    "LD",
+    "LipResult",
     "LipschitzReport",
     "PoolCheckReport",
     "RoundtripReport",
     "affine_matrix",
+    "certify_model_file",
     "check_activation_spec",
+    "check_aten_program",
     "check_channel_module",
     "check_channel_spec",
     "check_component_spec",
     "check_conv_network_bound",
     "check_conv_spec",
+    "check_dense_bound",
+    "check_eval_error_covers",
+    "check_eval_linear_map",
+    "check_export_choice",
+    "check_export_follows",
+    "check_export_module",
+    "check_fourier_layer",
     "check_gradient_norm_preserving",
     "check_head_lipschitz",
     "check_model_roundtrip",
     "check_one_lipschitz",
     "check_pool_spec",
+    "check_reference_is_the_layer",
     "check_state_roundtrip",
+    "circular_conv_reference",
+    "create_model",
     "declared_lipschitz_bound",
+    "extended_spectral_norm",
+    "fourier_reference",
+    "get_registry",
+    "guaranteed_upper_bound",
+    "install_distributions",
+    "installed_components",
     "installed_plugin_modules",
+    "load_model",
+    "perturbed_copies",
+    "plugin_registry",
     "randomise_parameters",
+    "read_model_metadata",
+    "reference_on_input",
+    "registered",
+    "relative_error",
+    "run_exported_program",
+    "run_lip",
+    "save_model",
     "singular_values",
 ]

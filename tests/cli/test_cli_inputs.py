@@ -23,6 +23,7 @@ from lipcli.lipschitz.report import merge_stored_record
 from lipcli.host.modelfile import read_metadata
 from lipcli.host.models import ComponentParameterError, create_model
 from lipcli.train import INTERRUPT_ENV, read_checkpoint
+from lipcli.testing import registered
 
 from conftest import save_tiny_model
 
@@ -82,7 +83,7 @@ def test_rejected_component_values_are_usage_errors(tmp_path, monkeypatch, args,
 
 
 def test_third_party_pool_rejecting_a_value_is_a_usage_error(tmp_path, monkeypatch):
-    """The real polygon plugin (registered in-process from its source tree)."""
+    """The real polygon plugin (installed, or registered in-process from its source tree)."""
     monkeypatch.chdir(tmp_path)
     src = str(ROOT / "plugins" / "lipcli-polygon-pool" / "src")
     sys.path.insert(0, src)
@@ -92,14 +93,14 @@ def test_third_party_pool_rejecting_a_value_is_a_usage_error(tmp_path, monkeypat
         sys.path.remove(src)
     plugins.reset()
     try:
-        plugins.register_plugin(module, "polygon-in-process")
-        r = train(["--dataset", "digits", "--width", "4", "--pool", "polygon:radius=0",
-                   "--out", "x/m.safetensors"])
-        assert r.exit_code == 2, r.output
-        line = one_error_line(r)
-        assert line.startswith("error: pool 'polygon' rejected radius=0.0: radius must be"), line
-        r = train(["--dataset", "digits", "--width", "4", "--pool", "polygon:vertices=2"])
-        assert r.exit_code == 2 and one_error_line(r).startswith("error: pool 'polygon': vertices")
+        with registered(("polygon-in-process", module)):
+            r = train(["--dataset", "digits", "--width", "4", "--pool", "polygon:radius=0",
+                       "--out", "x/m.safetensors"])
+            assert r.exit_code == 2, r.output
+            line = one_error_line(r)
+            assert line.startswith("error: pool 'polygon' rejected radius=0.0: radius must be"), line
+            r = train(["--dataset", "digits", "--width", "4", "--pool", "polygon:vertices=2"])
+            assert r.exit_code == 2 and one_error_line(r).startswith("error: pool 'polygon': vertices")
     finally:
         plugins.reset()
     assert not (tmp_path / "x").exists()

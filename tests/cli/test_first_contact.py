@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from lipcli.cli import app
 from lipcli.host import plugins
+from lipcli.testing import registered
 
 from conftest import save_tiny_model
 
@@ -116,9 +117,9 @@ def test_polygon_radius_has_an_upper_limit(tmp_path, monkeypatch):
         sys.path.remove(src)
     plugins.reset()
     try:
-        plugins.register_plugin(module, "polygon-in-process")
-        r = runner.invoke(app, ["train", "--dataset", "digits", "--width", "4", "--pool", "polygon:radius=1e30",
-                                "--out", "x/m.safetensors"])
+        with registered(("polygon-in-process", module)):  # unless installed
+            r = runner.invoke(app, ["train", "--dataset", "digits", "--width", "4", "--pool", "polygon:radius=1e30",
+                                    "--out", "x/m.safetensors"])
         line = _one_line(r, 2)
         assert line.startswith("error: pool 'polygon' rejected radius=1e+30: radius must be") and "at most 10000" in line
     finally:

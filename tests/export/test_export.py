@@ -27,7 +27,7 @@ from lipcli.host.modelfile import update_metadata
 from lipcli.host.models import load_model
 from lipcli.host.plugins import get_registry
 from lipcli.sdk.errors import LipUsageError
-from plugin_export import run_exported_program  # tests/ helper shared with tests/plugins
+from lipcli.testing import run_exported_program
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -75,7 +75,7 @@ def make_model(path: Path, head: str, depth: int = 5, classes: int = 10, seed: i
 
 
 def run_isolated(tmp_path: Path, fmt: str, exported: Path, images: np.ndarray) -> tuple[dict, dict]:
-    info, data = run_exported_program(tmp_path, RUNNER_SCRIPT, fmt, exported, images)
+    info, data = run_exported_program(tmp_path, fmt, exported, images, runner_script=RUNNER_SCRIPT)
     return info, {"logits": data["logits"], "radius": data["radius"]}
 
 

@@ -1,69 +1,62 @@
-"""The convolution plugin distributions (plugins/lipcli-aol, -cayley, -bcop, -sll, -bro, -lot) through lipcli:
-``lip train --conv NAME`` in every LipConvnet depth, certification with their bounds, model
-files that record the providing distribution, and the message when it is missing.
-
-The plugins are registered in-process (their source trees are on the test path); their
-entry points are checked by each plugin's own tests when the distribution is installed
-(``.ci/run`` installs them).
-"""
+"""Every convolution an installed plugin distribution provides (tests/plugin_tables.py: the
+table derives from the ``lipcli`` entry points; ``.ci/run`` installs every ``plugins/*/``)
+through lipcli: the spec's conformance checks, ``lip train --conv NAME`` in every LipConvnet
+depth, certification with its bound, the network bound against the dense Jacobian, model files
+that record the providing distribution, and the message when it is missing."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata as md
 import json
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from lipcli.cli import app
 from lipcli.sdk.errors import MissingPluginError
-from lipcli.lipschitz.bound import guaranteed_upper_bound
-from lipcli.host.models import create_model, load_model, save_model
-from lipcli.host.modelfile import read_metadata
-from lipcli.host.plugins import create_host, get_registry, register_plugin, unregister_plugin
-from lipcli.testing import check_conv_network_bound
+from lipcli.testing import (
+    check_conv_network_bound,
+    check_conv_spec,
+    create_model,
+    guaranteed_upper_bound,
+    load_model,
+    plugin_registry,
+    read_model_metadata,
+    registered,
+    run_lip,
+    save_model,
+)
+from plugin_tables import CONVS
 
-#: conv name -> (distribution, plugin module)
-CONV_PLUGINS = {
-    "aol": ("lipcli-aol", "lipcli_aol.plugin"),
-    "bcop": ("lipcli-bcop", "lipcli_bcop.plugin"),
-    "cayley": ("lipcli-cayley", "lipcli_cayley.plugin"),
-    "sll": ("lipcli-sll", "lipcli_sll.plugin"),
-    "bro": ("lipcli-bro", "lipcli_bro.plugin"),
-    "lot": ("lipcli-lot", "lipcli_lot.plugin"),
-}
-
-runner = CliRunner()
+NAMES = sorted(CONVS)
 TINY = ["--dataset", "digits", "--width", "2", "--batch-size", "32", "--limit-train", "64",
         "--limit-test", "32", "--epochs", "1", "--no-lipschitz-estimate", "-q"]
 
 
-def _host(name: str):
-    dist, module = CONV_PLUGINS[name]
-    host = create_host(autoload=False)
-    host.register(importlib.import_module(module), name, distribution=dist, version="0.1.0")
-    return host
+def _registry():
+    """The built-ins and the installed distributions (a fresh host: hermetic)."""
+    return plugin_registry(autoload=True)
 
 
-@pytest.fixture
-def in_process(request):
-    name = request.param
-    if name in get_registry().names("conv"):  # the distribution is installed
-        yield name
-        return
-    register_plugin(importlib.import_module(CONV_PLUGINS[name][1]), f"test-{name}")
-    yield name
-    unregister_plugin(f"test-{name}")
+def test_the_table_has_the_installed_convolutions():
+    """The table is what the entry points provide, each from a distribution that is installed
+    (an empty table would make every test below vacuous)."""
+    assert NAMES, "no convolution plugin is installed (.ci/run installs plugins/*/)"
+    for name, component in CONVS.items():
+        assert md.distribution(component.distribution).name == component.distribution
+        assert name in [s.name for s in component.module.lip_convolutions()]
 
 
-@pytest.mark.parametrize("name", sorted(CONV_PLUGINS))
+@pytest.mark.parametrize("name", NAMES)
+def test_spec_conforms(name):
+    reports = check_conv_spec(CONVS[name].spec)
+    assert reports and all(r.sigma_max <= r.bound * (1 + 1e-6) for r in reports)
+
+
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("depth", [5, 10, 40])  # 1, 2 and 8 convolutions per block
 def test_every_depth_builds_runs_and_is_bounded(name, depth):
-    reg = _host(name).registry()
     torch.manual_seed(0)
-    model = create_model(f"lipconvnet-{depth}", conv=name, width=2, num_classes=10, registry=reg)
+    model = create_model(f"lipconvnet-{depth}", conv=name, width=2, num_classes=10, registry=_registry())
     model.eval()
     with torch.no_grad():
         logits = model(torch.rand(2, 3, 32, 32))
@@ -75,29 +68,26 @@ def test_every_depth_builds_runs_and_is_bounded(name, depth):
     assert bound < 5.0  # 1/min(std) of the digits normalisation times ~1 per layer
 
 
-@pytest.mark.parametrize("name", sorted(CONV_PLUGINS))
+@pytest.mark.parametrize("name", NAMES)
 def test_network_bound_covers_the_dense_jacobian(name):
     """A tiny LipConvnet: guaranteed bound >= the feature map's Jacobian norm at a random input."""
-    bound, norm = check_conv_network_bound(name, registry=_host(name).registry(), width=2, points=1)
+    bound, norm = check_conv_network_bound(name, registry=_registry(), width=2, points=1)
     assert 0 < norm <= bound
 
 
-@pytest.mark.parametrize("name", sorted(CONV_PLUGINS))
-def test_entry_point_when_installed(name):
-    dist_name, module = CONV_PLUGINS[name]
-    try:
-        dist = md.distribution(dist_name)
-    except md.PackageNotFoundError:
-        pytest.skip(f"{dist_name} is not installed (.ci/run installs it)")
-    eps = [ep for ep in dist.entry_points if ep.group == "lipcli"]
-    assert [(ep.name, ep.value) for ep in eps] == [(name, module)]
-    assert [s.name for s in eps[0].load().lip_convolutions()] == [name]
+@pytest.mark.parametrize("name", NAMES)
+def test_entry_point_names_the_plugin_module(name):
+    """The distribution's ``lipcli`` entry point is the plugin module that provides the conv."""
+    component = CONVS[name]
+    eps = [ep for ep in md.distribution(component.distribution).entry_points if ep.group == "lipcli"]
+    assert [ep.name for ep in eps] == [component.plugin]
+    assert eps[0].load() is component.module
 
 
-@pytest.mark.parametrize("name", sorted(CONV_PLUGINS))
+@pytest.mark.parametrize("name", NAMES)
 def test_model_file_records_the_distribution_and_names_it_when_missing(name, tmp_path):
-    dist = CONV_PLUGINS[name][0]
-    reg = _host(name).registry()
+    dist = CONVS[name].distribution
+    reg = _registry()
     torch.manual_seed(0)
     model = create_model("lipconvnet-5", conv=name, width=4, num_classes=10, registry=reg)
     model.eval()
@@ -105,31 +95,30 @@ def test_model_file_records_the_distribution_and_names_it_when_missing(name, tmp
     with torch.no_grad():
         logits = model(x)
     path = save_model(model, tmp_path / "m.safetensors")
-    conv = read_metadata(path)["config"]["conv"]
+    conv = read_model_metadata(path)["config"]["conv"]
     assert conv["name"] == name and conv["distribution"] == dist
     loaded, _ = load_model(path, registry=reg)
     with torch.no_grad():
         assert torch.equal(loaded(x), logits)
     assert loaded.lipschitz_upper_bound() == model.lipschitz_upper_bound()
     with pytest.raises(MissingPluginError, match=f"conv '{name}' from distribution '{dist}'"):
-        load_model(path, registry=create_host(autoload=False).registry())
+        load_model(path, registry=plugin_registry())
 
 
-@pytest.mark.parametrize("in_process", sorted(CONV_PLUGINS), indirect=True)
-def test_lip_train_and_certify_with_the_conv(in_process, tmp_path):
-    name = in_process
+@pytest.mark.parametrize("name", NAMES)
+def test_lip_train_and_certify_with_the_conv(name, tmp_path):
     out = tmp_path / "model.safetensors"
-    r = runner.invoke(app, ["train", *TINY, "--conv", name, "--out", str(out)])
-    assert r.exit_code == 0, r.output
-    assert read_metadata(out)["config"]["conv"]["name"] == name
-    r = runner.invoke(app, ["certify", str(out), "--radii", "36,72", "--limit", "8", "--json",
-                            "--no-write", "-q", "--attack", "--attack-steps", "10",
-                            "--attack-restarts", "1"])
-    assert r.exit_code == 0, r.output
-    summary = json.loads(r.stdout)
-    assert summary["sound"] is True and summary["total"] == 8
-    r = runner.invoke(app, ["lipschitz", str(out), "--json", "--no-estimate"])
-    assert r.exit_code == 0, r.output
+    with registered((CONVS[name].plugin, CONVS[name].module)):
+        r = run_lip(["train", *TINY, "--conv", name, "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        assert read_model_metadata(out)["config"]["conv"]["name"] == name
+        r = run_lip(["certify", str(out), "--radii", "36,72", "--limit", "8", "--json", "--no-write", "-q",
+                     "--attack", "--attack-steps", "10", "--attack-restarts", "1"])
+        assert r.exit_code == 0, r.output
+        summary = r.json()
+        assert summary["sound"] is True and summary["total"] == 8
+        r = run_lip(["lipschitz", str(out), "--json", "--no-estimate"])
+        assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
     conv_rows = [row for row in report["layers"] if "conv" in row["name"] or "down" in row["name"]]
     assert len(conv_rows) == 6 and all(row["source"] == "bound" for row in conv_rows)

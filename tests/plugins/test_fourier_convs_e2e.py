@@ -27,7 +27,7 @@ def site(tmp_path_factory) -> Path:
 
 def test_entry_points_are_discovered(site):
     listed = lip(["plugins", "--json"], site=site)
-    assert listed.returncode == 0, listed.stderr
+    assert listed.exit_code == 0, listed.stderr
     plugins = {p["name"]: p for p in json.loads(listed.stdout)["plugins"]}
     for name, dist in DISTS.items():
         assert plugins[name]["distribution"] == dist and plugins[name]["error"] is None
@@ -44,7 +44,7 @@ def test_train_certify_and_missing(site, tmp_path, conv, params):
          "--no-lipschitz-estimate", "-q", "--out", str(model)],
         site=site,
     )
-    assert trained.returncode == 0, trained.stderr
+    assert trained.exit_code == 0, trained.stderr
     from lipcli.host.modelfile import read_metadata
 
     config = read_metadata(model)["config"]
@@ -55,18 +55,18 @@ def test_train_certify_and_missing(site, tmp_path, conv, params):
 
     cert = lip(["certify", str(model), "--radii", "36,72", "--limit", "16", "--json",
                 "--no-write", "-q"], site=site)
-    assert cert.returncode == 0, cert.stderr
+    assert cert.exit_code == 0, cert.stderr
     summary = json.loads(cert.stdout)
     assert summary["sound"] is True and summary["total"] == 16
 
     bound = lip(["lipschitz", str(model), "--json", "--no-estimate"], site=site)
-    assert bound.returncode == 0, bound.stderr
+    assert bound.exit_code == 0, bound.stderr
     rows = [r for r in json.loads(bound.stdout)["layers"] if "conv" in r["name"] or "down" in r["name"]]
     assert len(rows) == 6 and all(r["source"] == "bound" and r["upper_bound"] < 1 + 1e-4 for r in rows)
 
     # no plugin discovery at all (the distributions may also be installed in this environment)
     missing = lip(["certify", str(model), "--limit", "4", "--no-write"], site=None,
                   extra_env={"LIPCLI_DISABLE_PLUGIN_AUTOLOAD": "1"})
-    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.exit_code == 1 and "Traceback" not in missing.stderr
     line = missing.stderr.strip()
     assert "\n" not in line and DISTS[conv] in line, line  # "pip install ..." or "not loaded"

@@ -39,3 +39,40 @@ def test_version_is_defined_once():
 
     assert version("lipcli") == lipcli.__version__
     assert (ROOT / "lipcli" / "py.typed").is_file()
+
+
+DISTRIBUTIONS = sorted((ROOT / "plugins").glob("*/pyproject.toml"))
+
+
+def _project(pyproject: Path) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads(pyproject.read_text())
+
+
+@pytest.mark.parametrize("pyproject", DISTRIBUTIONS, ids=lambda p: p.parent.name)
+def test_every_distribution_defines_its_version_once(pyproject):
+    """Each distribution under plugins/ reads its version from its package's ``__version__``
+    (no second copy in pyproject.toml), and the installed metadata says the same
+    (``.ci/run`` installs every ``plugins/*/``)."""
+    import importlib
+    import importlib.metadata as md
+
+    config = _project(pyproject)
+    project = config["project"]
+    assert "version" not in project and project.get("dynamic") == ["version"], pyproject
+    attr = config["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    package, _, name = attr.rpartition(".")
+    assert name == "__version__"
+    assert (pyproject.parent / "src" / package / "__init__.py").is_file(), attr
+    try:
+        installed = md.version(project["name"])
+    except md.PackageNotFoundError:
+        pytest.fail(f"{project['name']} is not installed (.ci/run installs every plugins/*/)")
+    assert installed == importlib.import_module(package).__version__
+
+
+def test_the_version_check_sees_every_distribution():
+    assert len(DISTRIBUTIONS) >= 11

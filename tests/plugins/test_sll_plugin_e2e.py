@@ -24,7 +24,7 @@ def site(tmp_path_factory) -> Path:
 
 def test_train_lipschitz_certify_and_missing(site, tmp_path):
     listed = lip(["plugins", "--json"], site=site)
-    assert listed.returncode == 0, listed.stderr
+    assert listed.exit_code == 0, listed.stderr
     plugins = {p["name"]: p for p in json.loads(listed.stdout)["plugins"]}
     assert plugins["sll"]["distribution"] == "lipcli-sll" and plugins["sll"]["error"] is None
     assert plugins["sll"]["components"] == {"conv": ["sll"]}
@@ -36,7 +36,7 @@ def test_train_lipschitz_certify_and_missing(site, tmp_path):
          "--limit-test", "32", "--no-lipschitz-estimate", "-q", "--out", str(model)],
         site=site,
     )
-    assert trained.returncode == 0, trained.stderr
+    assert trained.exit_code == 0, trained.stderr
     from lipcli.host.modelfile import read_metadata
 
     conv = read_metadata(model)["config"]["conv"]
@@ -44,21 +44,21 @@ def test_train_lipschitz_certify_and_missing(site, tmp_path):
     assert conv["params"]["inner_factor"] == 2
 
     report = lip(["lipschitz", str(model), "--json", "--no-estimate"], site=site)
-    assert report.returncode == 0, report.stderr
+    assert report.exit_code == 0, report.stderr
     rows = [r for r in json.loads(report.stdout)["layers"] if "conv" in r["name"] or "down" in r["name"]]
     assert len(rows) == 6 and all(r["source"] == "bound" for r in rows)
     assert all(1.0 <= r["upper_bound"] < 1.0 + 1e-4 for r in rows)
 
     cert = lip(["certify", str(model), "--radii", "36,72", "--limit", "16", "--json", "--no-write",
                 "-q", "--attack", "--attack-steps", "10", "--attack-restarts", "1"], site=site)
-    assert cert.returncode == 0, cert.stderr
+    assert cert.exit_code == 0, cert.stderr
     summary = json.loads(cert.stdout)
     assert summary["sound"] is True and summary["total"] == 16
 
     if installed_in_environment("lipcli-sll"):  # .ci/run installs it: nothing can be missing
         return
     missing = lip(["certify", str(model), "--limit", "4", "--no-write"], site=None)
-    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.exit_code == 1 and "Traceback" not in missing.stderr
     line = missing.stderr.strip()
     assert "\n" not in line and "pip install lipcli-sll" in line, line
 

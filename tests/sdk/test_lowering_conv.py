@@ -1,5 +1,5 @@
 """lipcli.sdk.lowering_conv: the dense matrices of circular convolutions and of Fourier-domain
-maps, against independent constructions in 80-bit extended precision (tests/plugin_lowering.py):
+maps, against independent constructions in 80-bit extended precision (:mod:`lipcli.testing.lowering`):
 the guaranteed error covers the observed distance (and is not vacuous), the matrices are the
 maps torch computes, the cos/sin table is correctly rounded, and a FourierConvBase subclass
 with arbitrary (not Hermitian-consistent) per-frequency matrices is lowered soundly."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import plugin_lowering as checks
+import lipcli.testing as checks
 from lipcli.numerics.rounding import UNIT_ROUNDOFF
 from lipcli.sdk.fourier import FourierConvBase
 from lipcli.sdk.fourier_export import ExportedFourierConv
@@ -64,9 +64,9 @@ def test_fourier_matrix_error_covers_the_exact_map(cin, cout, stride, h, w):
         P = checks.fourier_reference(op, size)
     P = checks.reference_on_input(P, cin, (cin, h, w), stride)
     # the reference is the map torch's FFTs compute (float64, the float32 matrices cast exactly)
-    checks.assert_close_map(P, ExportedFourierConv(op, layer.bias, size=size, stride=stride).double(),
+    checks.check_reference_is_the_layer(P, ExportedFourierConv(op, layer.bias, size=size, stride=stride).double(),
                             (cin, h, w))
-    observed = checks.check_error_covers(layer, (cin, h, w), P, at_most=1e-11)
+    observed = checks.check_eval_error_covers(layer, (cin, h, w), P, at_most=1e-11)
     matrix, error = fourier_matrix(op, size, cin, stride)
     assert error == layer.eval_linear_map((cin, h, w)).error
     if size == (1, 1):
@@ -91,7 +91,7 @@ def test_circular_conv_matrix_error_covers_the_exact_map(k, h, w):
     K = torch.randn(3, 2, k, k, generator=gen)
     P = checks.circular_conv_reference(K, (h, w))
     matrix, error = circular_conv_matrix(K, (h, w), 2, 1)
-    observed = checks.spectral_norm(matrix.numpy().astype(checks.LD) - P)
+    observed = checks.extended_spectral_norm(matrix.numpy().astype(checks.LD) - P)
     assert observed <= error <= 1e-12
     if k <= h and k <= w:  # no taps alias: exact copies
         assert error == 0.0 and observed == 0.0

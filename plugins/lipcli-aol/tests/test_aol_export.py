@@ -10,7 +10,7 @@ import torch
 from lipcli_aol import AOLConv, aol_rescale
 from lipcli_aol.export import ExportedAOL
 
-checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
+import lipcli.testing as checks
 
 #: (in, out, kernel, stride, H, W): in = out, in < out, in > out, 5x5, stride 2 to 1x1, 1x1
 CASES = [(4, 4, 3, 1, 6, 6), (3, 8, 3, 2, 8, 6), (8, 4, 3, 1, 5, 7), (4, 6, 5, 1, 7, 7),
@@ -19,14 +19,14 @@ CASES = [(4, 4, 3, 1, 6, 6), (3, 8, 3, 2, 8, 6), (8, 4, 3, 1, 5, 7), (4, 6, 5, 1
 
 def random_layer(cin: int, cout: int, k: int, stride: int, seed: int = 0) -> AOLConv:
     """A float64 eval-mode layer with dense random filters and bias."""
-    return checks.randomise_(AOLConv(cin, cout, k, stride).double().eval(), seed)
+    return checks.randomise_parameters(AOLConv(cin, cout, k, stride).double().eval(), seed)
 
 
 @pytest.mark.parametrize("cin, cout, k, stride, h, w", CASES)
 def test_stand_in_equals_the_eval_layer(cin, cout, k, stride, h, w):
     layer = random_layer(cin, cout, k, stride, seed=cin + 10 * cout + h)
     x = torch.randn(3, cin, h, w, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    checks.check_stand_in(layer, ExportedAOL, x)
+    checks.check_export_module(layer, ExportedAOL, x)
 
 
 def test_the_baked_filter_is_the_rescaled_one():
@@ -42,7 +42,7 @@ def test_the_baked_filter_is_the_rescaled_one():
 @pytest.mark.parametrize("stride, size", [(1, 6), (2, 2)])
 def test_stand_in_survives_torch_export(stride, size):
     layer = random_layer(4, 8, 3, stride, seed=stride)
-    program = checks.aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
+    program = checks.check_aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
     x = torch.randn(5, 4, size, size, dtype=torch.float64)
     with torch.no_grad():
         assert checks.relative_error(program(x), layer(x)) <= 1e-12

@@ -13,7 +13,7 @@ import lipcli_bcop.bcop as bcop_module
 from lipcli_bcop.bcop import BCOPConv
 from lipcli_bcop.export import ExportedBCOP
 
-checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
+import lipcli.testing as checks
 
 #: (in, out, kernel, stride, H, W): in = out, in < out, in > out, 5x5 filter on a 2x3 torus
 #: (wraps more than once), stride 2 to 1x1, 1x1, 1x1 filter
@@ -24,9 +24,9 @@ CASES = [(4, 4, 3, 1, 6, 6), (3, 8, 3, 2, 8, 6), (8, 4, 3, 1, 5, 7), (4, 6, 5, 1
 @pytest.mark.parametrize("cin, cout, k, stride, h, w", CASES)
 def test_stand_in_equals_the_eval_layer(cin, cout, k, stride, h, w):
     """Random (non-orthogonal) parameters: the eval filter is Björck's converged one."""
-    layer = checks.randomise_(BCOPConv(cin, cout, k, stride).double().eval(), cin + 10 * cout + h)
+    layer = checks.randomise_parameters(BCOPConv(cin, cout, k, stride).double().eval(), cin + 10 * cout + h)
     x = torch.randn(3, cin, h, w, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    checks.check_stand_in(layer, ExportedBCOP, x)
+    checks.check_export_module(layer, ExportedBCOP, x)
 
 
 def test_the_baked_filter_is_the_converged_one_with_circular_padding(monkeypatch):
@@ -34,7 +34,7 @@ def test_the_baked_filter_is_the_converged_one_with_circular_padding(monkeypatch
     (training converges too; capped at one step here to tell them apart); zero padding
     would be far off at the borders (the test above can fail)."""
     monkeypatch.setattr(bcop_module, "TRAIN_MAX_ITERS", 1)
-    layer = checks.randomise_(BCOPConv(4, 4, 3, 1, bjorck_iters=1).double().eval(), 3)
+    layer = checks.randomise_parameters(BCOPConv(4, 4, 3, 1, bjorck_iters=1).double().eval(), 3)
     standin = layer.export_module()
     assert torch.equal(standin.filter, layer.eval_operator(None))
     assert not torch.allclose(standin.filter, layer.compute_operator(None).detach(), atol=1e-3)
@@ -46,8 +46,8 @@ def test_the_baked_filter_is_the_converged_one_with_circular_padding(monkeypatch
 
 @pytest.mark.parametrize("stride, size", [(1, 6), (2, 2)])
 def test_stand_in_survives_torch_export(stride, size):
-    layer = checks.randomise_(BCOPConv(4, 8, 3, stride).double().eval(), stride)
-    program = checks.aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
+    layer = checks.randomise_parameters(BCOPConv(4, 8, 3, stride).double().eval(), stride)
+    program = checks.check_aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
     x = torch.randn(5, 4, size, size, dtype=torch.float64)
     with torch.no_grad():
         assert checks.relative_error(program(x), layer(x)) <= 1e-12

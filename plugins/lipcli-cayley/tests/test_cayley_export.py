@@ -15,7 +15,7 @@ from lipcli.sdk.errors import LipError
 from lipcli_cayley import CayleyConv
 from lipcli.sdk.fourier_export import ExportedFourierConv as ExportedCayley, fourier_matrices
 
-checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
+import lipcli.testing as checks
 
 #: (in, out, stride, H, W) before the rearrangement: even square, odd width (no Nyquist
 #: column), stride 2 with in < out, in > out, a 1-pixel-wide image, stride 2 to 1x1, 1x1
@@ -26,7 +26,7 @@ CASES = [(4, 4, 1, 6, 6), (4, 4, 1, 4, 5), (3, 8, 2, 8, 6), (8, 4, 1, 5, 7), (4,
 def random_layer(cin: int, cout: int, stride: int, size: tuple[int, int], seed: int = 0) -> CayleyConv:
     """A float64 eval-mode layer with random weights, scale and bias that has seen one input
     of ``size`` (it records its image size then)."""
-    layer = checks.randomise_(CayleyConv(cin, cout, 3, stride).double().eval(), seed)
+    layer = checks.randomise_parameters(CayleyConv(cin, cout, 3, stride).double().eval(), seed)
     with torch.no_grad():
         layer(torch.zeros(1, cin, *size, dtype=torch.float64))
     return layer
@@ -36,7 +36,7 @@ def random_layer(cin: int, cout: int, stride: int, size: tuple[int, int], seed: 
 def test_stand_in_equals_the_eval_layer(cin, cout, stride, h, w):
     layer = random_layer(cin, cout, stride, (h, w), seed=cin + 10 * cout + h + w)
     x = torch.randn(3, cin, h, w, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    standin = checks.check_stand_in(layer, ExportedCayley, x)  # pt2/TorchScript: the FFT path
+    standin = checks.check_export_module(layer, ExportedCayley, x)  # pt2/TorchScript: the FFT path
     assert not any(b.is_complex() for b in standin.buffers())
     if h * w // stride**2 > 1:  # ONNX: real matrix products only
         with torch.no_grad():
@@ -70,7 +70,7 @@ def test_a_layer_that_has_not_seen_an_input_cannot_be_exported():
 @pytest.mark.parametrize("stride, size", [(1, 6), (2, 2)])
 def test_stand_in_survives_torch_export(stride, size):
     layer = random_layer(4, 8, stride, (size, size), seed=stride)
-    program = checks.aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
+    program = checks.check_aten_program(layer.export_module(), torch.randn(2, 4, size, size, dtype=torch.float64))
     x = torch.randn(5, 4, size, size, dtype=torch.float64)
     with torch.no_grad():
         assert checks.relative_error(program(x), layer(x)) <= 1e-12

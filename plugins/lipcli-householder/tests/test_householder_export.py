@@ -13,7 +13,7 @@ import torch
 from lipcli_householder import HouseHolder
 from lipcli_householder.householder import ExportedHouseHolder
 
-checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
+import lipcli.testing as checks
 
 
 def random_activation(order: int, channels: int = 8, seed: int = 0) -> HouseHolder:
@@ -31,7 +31,7 @@ def random_activation(order: int, channels: int = 8, seed: int = 0) -> HouseHold
 def test_stand_in_equals_the_activation(order, shape):
     act = random_activation(order, seed=order)
     z = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    checks.check_stand_in(act, ExportedHouseHolder, z)
+    checks.check_export_module(act, ExportedHouseHolder, z)
     with torch.no_grad():
         assert not torch.allclose(act(z), z)  # the test points reach the non-identity sectors
 
@@ -40,13 +40,13 @@ def test_stand_in_follows_the_current_angles():
     """Baked when exported: the stand-in of a changed activation differs (the test above
     can fail)."""
     act = random_activation(2)
-    checks.check_stand_in_follows(act, lambda: act.theta0.add_(1.0), torch.randn(32, 8, dtype=torch.float64))
+    checks.check_export_follows(act, lambda: act.theta0.add_(1.0), torch.randn(32, 8, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("order", [1, 2])
 def test_stand_in_survives_torch_export(order):
     act = random_activation(order, seed=order + 5)
-    program = checks.aten_program(act.export_module(), torch.randn(2, 8, 4, 4, dtype=torch.float64))
+    program = checks.check_aten_program(act.export_module(), torch.randn(2, 8, 4, 4, dtype=torch.float64))
     z = torch.randn(7, 8, 4, 4, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(program(z), act(z), rtol=1e-12, atol=1e-12)

@@ -7,13 +7,15 @@ import torch
 
 import lipcli_householder.plugin as plugin
 from lipcli.sdk.errors import LipUsageError
-from lipcli.host.plugins import create_host
 from lipcli.sdk.specs import ONE_LIPSCHITZ, ActivationSpec
 from lipcli.testing import (
     check_activation_spec,
     check_component_spec,
     check_model_roundtrip,
+    create_model,
+    guaranteed_upper_bound,
     installed_plugin_modules,
+    plugin_registry,
 )
 from lipcli_householder import HouseHolder
 
@@ -21,7 +23,7 @@ DIST = "lipcli-householder"
 
 
 def _registry():
-    return create_host(autoload=False, extra=[("householder", plugin)]).registry()
+    return plugin_registry(("householder", plugin))
 
 
 def test_hook_returns_the_spec():
@@ -73,9 +75,6 @@ def test_model_file_roundtrip_and_network_bound(tmp_path, choice):
     reg = _registry()
     report = check_model_roundtrip(activation=choice, registry=reg, directory=tmp_path)
     assert report.config["activation"]["name"] == "householder"
-    from lipcli import create_model
-    from lipcli.lipschitz.bound import guaranteed_upper_bound
-
     torch.manual_seed(0)
     model = create_model("lipconvnet-5", activation=choice, width=4, registry=reg)
     model.refresh_power_iteration(30)

@@ -9,9 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lipcli.lipschitz.bound import guaranteed_upper_bound
-from lipcli.host.models import create_model
-from lipcli.host.plugins import create_host
+from lipcli.testing import create_model, guaranteed_upper_bound, plugin_registry
 from lipcli_liresnet import plugin as liresnet_plugin
 from lipcli_liresnet.fourier import zero_padded_conv_norm_upper_bound
 from lipcli_liresnet.residual import ResidualConv
@@ -25,7 +23,7 @@ def registry():
             extra.append((name, __import__(module, fromlist=["plugin"])))
         except ImportError:
             pass
-    return create_host(autoload=False, extra=extra).registry()
+    return plugin_registry(*extra)
 
 
 def dense_norm(fn, shape) -> float:

@@ -10,13 +10,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from typer.testing import CliRunner
 
-from lipcli.cli import app
-from lipcli.host.models import create_model
-from lipcli.host.plugins import create_host, get_registry, register_plugin, unregister_plugin
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.losses import LossContext, emma_logits, logit_difference_lipschitz
+from lipcli.testing import check_component_spec, create_model, plugin_registry, registered, run_lip
 from lipcli_liresnet import plugin as liresnet_plugin
 from lipcli_liresnet.emma import emma_factory
 
@@ -73,7 +70,7 @@ def test_unclipped_gradient_treats_the_ratio_as_constant():
 
 
 def registry():
-    return create_host(autoload=False, extra=[("liresnet", liresnet_plugin)]).registry()
+    return plugin_registry(("liresnet", liresnet_plugin))
 
 
 def context(model, num_classes=10):
@@ -117,13 +114,9 @@ def test_emma_trains_a_liresnet_and_refuses_a_non_affine_head():
 
 
 @pytest.fixture
-def registered():
-    added = "liresnet" not in get_registry().names("arch")
-    if added:
-        register_plugin(liresnet_plugin, "test-liresnet")
-    yield
-    if added:
-        unregister_plugin("test-liresnet")
+def liresnet_registered():
+    with registered(("test-liresnet", liresnet_plugin)):
+        yield
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -132,16 +125,14 @@ def registered():
     ("emma:eps=abc", "eps: expected float"),
     ("emma:radius=1", "no parameter 'radius'"),
 ])
-def test_cli_refuses_bad_parameters_in_one_line(registered, tmp_path, spec, message):
-    result = CliRunner().invoke(app, ["train", "--dataset", "digits", "--arch", "liresnet:depth=1,width=2",
-                                      "--loss", spec, "--epochs", "1", "--out", str(tmp_path / "m.safetensors")])
+def test_cli_refuses_bad_parameters_in_one_line(liresnet_registered, tmp_path, spec, message):
+    result = run_lip(["train", "--dataset", "digits", "--arch", "liresnet:depth=1,width=2",
+                      "--loss", spec, "--epochs", "1", "--out", str(tmp_path / "m.safetensors")])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
 
 
 def test_specs_conform():
-    from lipcli.testing import check_component_spec
-
     check_component_spec(liresnet_plugin.liresnet_spec())
     check_component_spec(liresnet_plugin.emma_spec())

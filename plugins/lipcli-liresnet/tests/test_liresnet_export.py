@@ -13,34 +13,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from lipcli.cli import app
-from lipcli.lipschitz.bound import guaranteed_upper_bound
-from lipcli.host.models import create_model, load_model, save_model
-from lipcli.host.plugins import get_registry, register_plugin, unregister_plugin
+import lipcli.testing as checks
+from lipcli.testing import create_model, get_registry, guaranteed_upper_bound, load_model, run_lip, save_model
 from lipcli_liresnet import plugin as liresnet_plugin
 from lipcli_liresnet.residual import ResidualConv
 
-checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
 HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
+
 
 @pytest.fixture(scope="module")
 def registered():
-    added = "liresnet" not in get_registry().names("arch")
-    if added:
-        register_plugin(liresnet_plugin, "test-liresnet-export")
-    yield
-    if added:
-        unregister_plugin("test-liresnet-export")
+    with checks.registered(("test-liresnet-export", liresnet_plugin)):
+        yield
 
 
 def test_residual_stand_in():
-    block = checks.randomise_(ResidualConv(3, (5, 5)).double().eval(), seed=1)
+    block = checks.randomise_parameters(ResidualConv(3, (5, 5)).double().eval(), seed=1)
     x = torch.randn(2, 3, 5, 5, dtype=torch.float64)
-    checks.check_stand_in(block, type(block.export_module()), x)
-    checks.check_stand_in_follows(block, lambda: block.weight.mul_(2.0), x)
-    checks.aten_program(block.export_module().float(), x.float())
+    checks.check_export_module(block, type(block.export_module()), x)
+    checks.check_export_follows(block, lambda: block.weight.mul_(2.0), x)
+    checks.check_aten_program(block.export_module().float(), x.float())
 
 
 def make_model(path: Path) -> Path:
@@ -59,15 +52,13 @@ def make_model(path: Path) -> Path:
 ])
 def test_round_trip_without_lipcli(registered, tmp_path, fmt):
     model_path = make_model(tmp_path / "m.safetensors")
-    result = CliRunner().invoke(app, ["export", str(model_path), "--format", fmt, "--check", "8",
-                                      "--certify", "--json", "-q"])
+    result = run_lip(["export", str(model_path), "--format", fmt, "--check", "8", "--certify", "--json", "-q"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["check"]["max_rel_logit_diff"] <= 1e-5 and report["check"]["prediction_mismatches"] == 0
     assert report["record"]["config"]["arch"]["name"] == "liresnet"
     images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(3))
-    loaded, data = checks.run_exported_program(tmp_path, checks.ISOLATED_RUNNER, fmt, Path(report["output"]),
-                                               images.numpy())
+    loaded, data = checks.run_exported_program(tmp_path, fmt, Path(report["output"]), images.numpy())
     assert loaded == []  # nothing of lipcli or the plugins was imported
     logits, radius = data["arr_0"], data["arr_1"]
     model, _ = load_model(model_path)

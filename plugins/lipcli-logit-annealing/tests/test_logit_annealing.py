@@ -9,13 +9,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from typer.testing import CliRunner
 
-from lipcli.cli import app
-from lipcli.host.models import create_model
-from lipcli.host.plugins import get_registry, register_plugin, unregister_plugin
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.losses import LossContext, emma_logits, logit_difference_lipschitz
+from lipcli.testing import check_component_spec, create_model, registered, run_lip
 from lipcli_logit_annealing import plugin as la_plugin
 from lipcli_logit_annealing.loss import la_factory, logit_annealing
 
@@ -73,13 +70,9 @@ def test_loss_on_a_model_matches_the_formula():
 
 
 @pytest.fixture
-def registered():
-    added = "la" not in get_registry().names("loss")
-    if added:
-        register_plugin(la_plugin, "test-logit-annealing")
-    yield
-    if added:
-        unregister_plugin("test-logit-annealing")
+def la_registered():
+    with registered(("test-logit-annealing", la_plugin)):
+        yield
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -88,16 +81,13 @@ def registered():
     ("la:gamma=1000", "gamma must be in [0, 100]"),
     ("la:tau=1", "no parameter 'tau'"),
 ])
-def test_cli_refuses_bad_parameters_in_one_line(registered, tmp_path, spec, message):
-    result = CliRunner().invoke(app, ["train", "--dataset", "digits", "--arch", "lipconvnet-5",
-                                      "--width", "2", "--loss", spec, "--epochs", "1",
-                                      "--out", str(tmp_path / "m.safetensors")])
+def test_cli_refuses_bad_parameters_in_one_line(la_registered, tmp_path, spec, message):
+    result = run_lip(["train", "--dataset", "digits", "--arch", "lipconvnet-5", "--width", "2",
+                      "--loss", spec, "--epochs", "1", "--out", str(tmp_path / "m.safetensors")])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
 
 
 def test_spec_conforms():
-    from lipcli.testing import check_component_spec
-
     check_component_spec(la_plugin.la_spec())

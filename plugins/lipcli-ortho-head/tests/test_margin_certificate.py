@@ -11,11 +11,10 @@ import torch
 from torch import nn
 
 import lipcli_ortho_head.plugin as plugin
-from lipcli.builtins.lln.certificate import lln_radius
 from lipcli.sdk.errors import LipError
 from lipcli.numerics.spectral import spectral_norm_upper_bound
 from lipcli.sdk.specs import ONE_LIPSCHITZ
-from lipcli.testing import check_component_spec
+from lipcli.testing import check_component_spec, plugin_registry
 from lipcli_ortho_head import MarginCertifier, OrthoHead
 
 
@@ -52,6 +51,13 @@ class TwoLayer(nn.Module):
         return math.nextafter(a * b, math.inf)
 
 
+def lln_radius(head, features):
+    """``(predictions, radii)`` of the built-in ``lln`` certificate: the exact distances of a
+    linear head's decision boundaries, in float64 and rounded down."""
+    result = plugin_registry().component("certificate", "lln").build().certify(head, features)
+    return result.predictions, result.radius
+
+
 def _certify(head, features, top_k=None):
     cert = MarginCertifier()
     cache = cert.prepare(head)
@@ -85,7 +91,7 @@ def test_never_beyond_the_exact_distance_of_a_linear_head(seed):
     head = BoundedLinear(8, 5, seed=seed)
     y = torch.randn(200, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)) * 2
     res, _ = _certify(head, y)
-    pred, exact = lln_radius(head.weight.detach(), head.bias.detach(), y)
+    pred, exact = lln_radius(head, y)
     assert torch.equal(pred, res.predictions)
     assert bool((res.radius <= exact).all())
     assert float(res.radius.max()) > 0
@@ -98,7 +104,7 @@ def test_agrees_with_the_lln_certificate_on_the_ortho_head():
         head.bias.normal_()
     y = torch.randn(300, 32) * 3
     res, _ = _certify(head, y)
-    pred, lln = lln_radius(head.normalized_weight().double(), head.bias.detach().double(), y.double())
+    pred, lln = lln_radius(head, y.double())
     assert torch.equal(pred, res.predictions)
     assert bool((res.radius <= lln * (1 + 1e-12)).all())
     torch.testing.assert_close(res.radius, lln, rtol=1e-6, atol=1e-9)

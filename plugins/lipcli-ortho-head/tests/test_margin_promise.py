@@ -10,14 +10,11 @@ import types
 import pytest
 import torch
 from torch import nn
-from typer.testing import CliRunner
 
-from lipcli.sdk.hookspecs import hookimpl
 import lipcli_ortho_head.plugin as ortho_plugin
-from lipcli.cli import app
-from lipcli.host import plugins
-from lipcli.host.models import create_model, save_model
+from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ONE_LIPSCHITZ, HeadSpec
+from lipcli.testing import create_model, registered, run_lip, save_model
 
 DIGITS = {"name": "digits", "params": {}, "num_classes": 10}
 
@@ -43,12 +40,8 @@ def scaled_head_plugin():
         name="scaledhead", factory=PaddedHead, promises=(ONE_LIPSCHITZ,), certificate="margin",
         description="padded features times a learnable scale (a FALSE promise)")])
     module.lip_heads.__name__ = "lip_heads"
-    plugins.register_plugin(ortho_plugin, "ortho")
-    plugins.register_plugin(module, "scaledhead")
-    yield
-    plugins.unregister_plugin("scaledhead")
-    plugins.unregister_plugin("ortho")
-    plugins.reset()
+    with registered(("ortho", ortho_plugin), ("scaledhead", module)):
+        yield
 
 
 @pytest.mark.parametrize("scale", [1.5, 0.5])
@@ -60,7 +53,7 @@ def test_certify_measures_a_promised_head(scaled_head_plugin, tmp_path, scale):
         model.head.scale.fill_(scale)
     path = tmp_path / "m.safetensors"
     save_model(model, path, dataset=DIGITS)
-    r = CliRunner().invoke(app, ["certify", str(path), "--no-write", "--limit", "16", "--json"])
+    r = run_lip(["certify", str(path), "--no-write", "--limit", "16", "--json"])
     if scale < 1:  # a kept promise: certified, and the head is among the measured layers
         assert r.exit_code == 0, r.output
         rows = {row["layer"]: row for row in json.loads(r.stdout)["promises"]["layers"]}

@@ -7,10 +7,15 @@ import pytest
 import torch
 
 import lipcli_ortho_head.plugin as plugin
-from lipcli import create_model, save_model
-from lipcli.certify import CertifyOptions, run_certification
-from lipcli.host.plugins import create_host
-from lipcli.testing import check_model_roundtrip, installed_plugin_modules
+from lipcli.testing import (
+    certify_model_file,
+    check_model_roundtrip,
+    create_model,
+    installed_plugin_modules,
+    load_model,
+    plugin_registry,
+    save_model,
+)
 
 DIGITS = {"name": "digits", "params": {}, "num_classes": 10}
 DIST = "lipcli-ortho-head"
@@ -18,7 +23,7 @@ DIST = "lipcli-ortho-head"
 
 @pytest.fixture(scope="module")
 def registry():
-    return create_host(autoload=False, extra=[("ortho", plugin)]).registry()
+    return plugin_registry(("ortho", plugin))
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +44,8 @@ def test_model_file_roundtrip(registry, tmp_path):
 
 
 def _certify(model_file, registry, radii, limit=16, **kw):
-    options = CertifyOptions(radii=radii, radius_unit=1.0, limit=limit, write=False, **kw)
-    return run_certification(model_file, options, registry=registry)
+    return certify_model_file(model_file, registry=registry, radii=radii, radius_unit=1.0, limit=limit,
+                              write=False, **kw)
 
 
 def test_certify_with_attack_finds_no_violation(model_file, registry):
@@ -68,15 +73,12 @@ def test_a_wrong_head_bound_is_caught_by_the_attack(model_file, registry, monkey
 
 def test_margin_equals_lln_on_the_ortho_model(model_file, registry):
     """Where both apply (a linear head with orthonormal rows) the two certificates agree."""
-    from lipcli.builtins.lln.certificate import LLNCertifier
-    from lipcli.host.models import load_model
-
     model, _ = load_model(model_file, registry=registry)
     y = model.features(torch.rand(8, 3, 32, 32))
     margin = plugin.certificate_factory()
     margin.prepare(model.head)
     a = margin.certify(model.head, y)
-    b = LLNCertifier().certify(model.head, y)
+    b = registry.component("certificate", "lln").build().certify(model.head, y)
     assert torch.equal(a.predictions, b.predictions)
     torch.testing.assert_close(a.radius, b.radius, rtol=1e-6, atol=1e-9)
 

@@ -15,7 +15,7 @@ from lipcli_ortho_head import MarginCertifier, OrthoHead
 from lipcli_ortho_head.margin import MarginRadius
 from lipcli_ortho_head.ortho import ExportedOrtho
 
-checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
+import lipcli.testing as checks
 
 
 def trained_looking(d: int, c: int, seed: int = 0) -> OrthoHead:
@@ -40,7 +40,7 @@ def test_head_stand_in_is_the_applied_matrix(d, c, dtype):
         # float32: the same products, possibly summed in another order (memory layout)
         tol = float(ref.abs().max()) * (1e-12 if dtype == torch.float64 else 1e-6)
         torch.testing.assert_close(standin(y), ref, rtol=0, atol=tol)
-        torch.testing.assert_close(checks.aten_program(standin, y[:2])(y), ref, rtol=0, atol=tol)
+        torch.testing.assert_close(checks.check_aten_program(standin, y[:2])(y), ref, rtol=0, atol=tol)
 
 
 @pytest.mark.parametrize("d, c", [(16, 10), (4, 10)])
@@ -55,7 +55,7 @@ def test_exported_margin_certificate_equals_lipcli(d, c):
     ref = certifier.certify(head, features)
     with torch.no_grad():
         pred, radius = exported.module(features)
-        program_pred, program_radius = checks.aten_program(exported.module, features[:2])(features)
+        program_pred, program_radius = checks.check_aten_program(exported.module, features[:2])(features)
     assert radius.dtype == torch.float64 and (ref.radius > 0).any()
     for p, r in ((pred, radius), (program_pred, program_radius)):
         assert torch.equal(p, ref.predictions)

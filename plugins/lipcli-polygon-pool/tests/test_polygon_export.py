@@ -10,7 +10,7 @@ import torch
 from lipcli_polygon_pool import PolygonPool
 from lipcli_polygon_pool.polygon import ExportedPolygonPool
 
-checks = pytest.importorskip("plugin_export", reason="run from lipcli's root (tests/plugin_export.py)")
+import lipcli.testing as checks
 
 
 def random_pool(vertices: int, channels: int = 8, seed: int = 0) -> PolygonPool:
@@ -28,7 +28,7 @@ def random_pool(vertices: int, channels: int = 8, seed: int = 0) -> PolygonPool:
 def test_stand_in_equals_the_pool(vertices, shape):
     pool = random_pool(vertices, seed=vertices)
     z = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    checks.check_stand_in(pool, ExportedPolygonPool, z)
+    checks.check_export_module(pool, ExportedPolygonPool, z)
     with torch.no_grad():
         ref = pool(z)
     assert (ref < 0).any() and (ref > 0).any()  # points inside and outside
@@ -36,12 +36,12 @@ def test_stand_in_equals_the_pool(vertices, shape):
 
 def test_stand_in_follows_the_current_polygons():
     pool = random_pool(6)
-    checks.check_stand_in_follows(pool, lambda: pool.rho.add_(0.5), torch.randn(32, 8, dtype=torch.float64))
+    checks.check_export_follows(pool, lambda: pool.rho.add_(0.5), torch.randn(32, 8, dtype=torch.float64))
 
 
 def test_stand_in_survives_torch_export():
     pool = random_pool(6, seed=3)
-    program = checks.aten_program(pool.export_module(), torch.randn(2, 8, 4, 4, dtype=torch.float64))
+    program = checks.check_aten_program(pool.export_module(), torch.randn(2, 8, 4, 4, dtype=torch.float64))
     z = torch.randn(7, 8, 4, 4, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(program(z), pool(z), rtol=1e-12, atol=1e-12)

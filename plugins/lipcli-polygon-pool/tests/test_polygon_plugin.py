@@ -9,9 +9,9 @@ import torch
 
 import lipcli_polygon_pool.plugin as plugin
 from lipcli.sdk.errors import LipUsageError
-from lipcli.host.plugins import create_host
 from lipcli.sdk.specs import ONE_LIPSCHITZ, PoolSpec
-from lipcli.testing import check_component_spec, check_model_roundtrip, check_pool_spec
+from lipcli.testing import check_component_spec, check_model_roundtrip, check_pool_spec, plugin_registry
+import lipcli_polygon_pool
 from lipcli_polygon_pool import PolygonPool
 
 DIST = "lipcli-polygon-pool"
@@ -43,7 +43,7 @@ def test_factory_builds_the_module():
 
 
 def _registry():
-    return create_host(autoload=False, extra=[("polygon", plugin)]).registry()
+    return plugin_registry(("polygon", plugin))
 
 
 def test_registry_resolves_cli_parameters():
@@ -74,4 +74,4 @@ def test_entry_point_when_installed():
     eps = [ep for ep in dist.entry_points if ep.group == "lipcli"]
     assert [(ep.name, ep.value) for ep in eps] == [("polygon", "lipcli_polygon_pool.plugin")]
     assert eps[0].load().lip_pools()[0].name == "polygon"
-    assert dist.version == "0.1.0"
+    assert dist.version == lipcli_polygon_pool.__version__  # defined once, in the package

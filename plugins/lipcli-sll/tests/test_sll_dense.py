@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lipcli.lipschitz.promises import perturbed_copies
+from lipcli.testing import perturbed_copies
 from lipcli_sll import SLLDense, sll_t
 from lipcli_sll.dense import ExportedSLLDense
 

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 import lipcli_sll.plugin as plugin
-from lipcli.lipschitz.promises import perturbed_copies
 from lipcli.sdk.specs import ConvSpec
-from lipcli.testing import check_conv_spec, randomise_parameters
+from lipcli.testing import check_conv_spec, perturbed_copies, randomise_parameters
 from lipcli.testing.conv import jacobian_singular_values, pair_ratio
 from lipcli_sll import SLLConv, sll_residual, sll_scale, sll_t
 

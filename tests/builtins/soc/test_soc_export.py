@@ -118,13 +118,13 @@ def test_dense_only_within_the_cap_and_when_cheaper():
 
 
 def test_dense_stand_in_exports_to_aten():
-    from plugin_export import aten_program
+    from lipcli.testing import check_aten_program
 
     torch.manual_seed(7)
     layer = SOC(8, 32, stride=2).double().eval()
     dense = lower_soc(layer, LoweringContext((8, 4, 4), 2**30))
     assert dense.matrix.dtype == torch.float64
-    program = aten_program(dense, torch.randn(2, 8, 4, 4, dtype=torch.float64))
+    program = check_aten_program(dense, torch.randn(2, 8, 4, 4, dtype=torch.float64))
     x = torch.randn(3, 8, 4, 4, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(program(x), layer(x), rtol=1e-12, atol=1e-12)

@@ -6,7 +6,7 @@ AOL (Prach & Lampert, ECCV 2022): the filter's input channels are rescaled by
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .aol import AOLConv, aol_rescale, aol_row_sums  # noqa: E402
 

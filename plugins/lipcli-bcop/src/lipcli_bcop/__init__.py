@@ -7,7 +7,7 @@ with Björck's iteration.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .bcop import BCOPConv, bcop_kernel, bjorck  # noqa: E402
 

@@ -6,7 +6,7 @@ transform to the skew-Hermitian part of the filter's matrix at every spatial fre
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .cayley import CayleyConv, cayley  # noqa: E402
 

@@ -3,4 +3,6 @@
 from .margin import MarginCertifier, head_lipschitz_bound, margin_radius
 from .ortho import OrthoHead, orthonormalize
 
-__all__ = ["MarginCertifier", "OrthoHead", "head_lipschitz_bound", "margin_radius", "orthonormalize"]
+__version__ = "0.2.0"
+
+__all__ = ["__version__", "MarginCertifier", "OrthoHead", "head_lipschitz_bound", "margin_radius", "orthonormalize"]

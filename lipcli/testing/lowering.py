@@ -1,8 +1,21 @@
-"""Shared checks of the eval lowering (:mod:`lipcli.sdk.lowering`) for convolution plugins whose
-layers offer ``eval_linear_map`` (lipcli-cayley, -bro, -lot, -bcop): the matrix is the eval
-layer, its ``error`` covers its distance to the exact map (against independent constructions
-in 80-bit extended precision), and the dense stand-in's bound covers its float32 matrix.
-Imported by the plugins' tests (``pytest.importorskip("plugin_lowering")``)."""
+"""Eval-lowering conformance checks for convolution layers that offer ``eval_linear_map``
+(re-exported by :mod:`lipcli.testing`; see :mod:`lipcli.sdk.lowering`).
+
+A layer's ``eval_linear_map(shape)`` is its eval map as one matrix with a guaranteed
+``error`` bound; ``lip certify`` and ``lip export`` may run the layer as that dense matrix.
+The checks:
+
+* :func:`check_eval_linear_map` -- ``matrix · vec(x) = layer(x) − bias`` on random inputs;
+* :func:`check_eval_error_covers` -- ``‖matrix − reference‖₂ ≤ error`` against an exact
+  reference map in 80-bit extended precision (:func:`circular_conv_reference`,
+  :func:`fourier_reference`, :func:`reference_on_input` build them independently of the
+  layer; :func:`check_reference_is_the_layer` checks a reference's own semantics);
+* :func:`check_dense_bound` -- the dense stand-in's bound covers its float32 matrix;
+* :func:`check_export_choice` -- ``export_module(context)`` goes dense exactly where the
+  matrix fits the cap and pays;
+* :func:`check_fourier_layer` -- all of the above for a
+  :class:`~lipcli.sdk.fourier.FourierConvBase` layer.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +29,22 @@ from torch import nn
 from lipcli.sdk.export import ExportContext
 from lipcli.sdk.lowering import DenseOperator, dense_operator
 
+__all__ = [
+    "LD",
+    "check_dense_bound",
+    "check_eval_error_covers",
+    "check_eval_linear_map",
+    "check_export_choice",
+    "check_fourier_layer",
+    "check_reference_is_the_layer",
+    "circular_conv_reference",
+    "extended_spectral_norm",
+    "fourier_reference",
+    "reference_on_input",
+    "unshuffle_matrix",
+]
+
+#: 80-bit extended precision (numpy's ``longdouble`` on x86) for the exact reference maps
 LD = np.longdouble
 
 
@@ -64,30 +93,32 @@ def circular_conv_reference(K: torch.Tensor, size: tuple[int, int]) -> np.ndarra
     return P.reshape(out * H * W, cin * H * W)
 
 
-def spectral_norm(m: np.ndarray) -> float:
+def extended_spectral_norm(m: np.ndarray) -> float:
     return float(np.linalg.norm(m.astype(np.float64), 2))
 
 
-def check_map_is_the_layer(layer: nn.Module, shape: tuple[int, int, int], rtol: float) -> None:
+def check_eval_linear_map(layer: nn.Module, shape: tuple[int, int, int], rtol: float) -> None:
     """``matrix·vec(x) = layer(x) − bias`` on random inputs (a float64 eval layer)."""
     linear = layer.eval_linear_map(shape)
-    assert linear is not None
+    assert linear is not None, f"eval_linear_map({shape}) returned None"
     x = torch.randn(4, *shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         y = layer(x) - layer.bias.view(1, -1, 1, 1)
     assert tuple(y.shape[1:]) == tuple(linear.output_shape)
     got = (x.flatten(1) @ linear.matrix.T).view_as(y)
-    assert float((got - y).norm() / y.norm()) <= rtol
+    error = float((got - y).norm() / y.norm())
+    assert error <= rtol, f"matrix · vec(x) differs from layer(x) − bias by {error:.3g} (relative; at most {rtol:g})"
 
 
-def check_error_covers(layer: nn.Module, shape: tuple[int, int, int], reference: np.ndarray,
+def check_eval_error_covers(layer: nn.Module, shape: tuple[int, int, int], reference: np.ndarray,
                        at_most: float) -> float:
     """``‖matrix − reference‖₂ ≤ error ≤ at_most`` (``reference``: the exact map in extended
     precision, on the original input); returns the observed distance."""
     linear = layer.eval_linear_map(shape)
-    assert linear is not None
-    observed = spectral_norm(linear.matrix.numpy().astype(LD) - reference)
-    assert observed <= linear.error <= at_most
+    assert linear is not None, f"eval_linear_map({shape}) returned None"
+    observed = extended_spectral_norm(linear.matrix.numpy().astype(LD) - reference)
+    assert observed <= linear.error, f"the matrix is {observed:.3g} from the exact map, above its error {linear.error:.3g}"
+    assert linear.error <= at_most, f"the error bound {linear.error:.3g} is above {at_most:g}"
     return observed
 
 
@@ -96,7 +127,8 @@ def check_dense_bound(layer: nn.Module, shape: tuple[int, int, int]) -> DenseOpe
     ``‖M₃₂‖₂ ≤ U + bound_excess``."""
     dense = dense_operator(layer.eval_linear_map(shape), shape)
     norm = float(torch.linalg.matrix_norm(dense.matrix.double(), ord=2))
-    assert norm <= layer.lipschitz_upper_bound() + dense.bound_excess
+    assert norm <= layer.lipschitz_upper_bound() + dense.bound_excess, (
+        f"the dense matrix's norm {norm!r} is above the layer's bound plus the excess {dense.bound_excess:.3g}")
     assert 0 <= dense.bound_excess < 1e-5
     x = torch.randn(5, *shape, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
@@ -112,7 +144,7 @@ def reference_on_input(P: np.ndarray, cin: int, shape: tuple[int, int, int], str
     return P @ unshuffle_matrix(cin, shape[1:], stride)
 
 
-def assert_close_map(P: np.ndarray, layer64: nn.Module, shape: tuple[int, int, int]) -> None:
+def check_reference_is_the_layer(P: np.ndarray, layer64: nn.Module, shape: tuple[int, int, int]) -> None:
     """The reference ``P`` applied to random inputs equals the float64 ``layer64`` (checks the
     reference's own semantics against torch's FFTs or convolutions)."""
     x = torch.randn(3, *shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
@@ -149,6 +181,6 @@ def check_fourier_layer(layer: nn.Module, shape: tuple[int, int, int]) -> None:
     op = layer.eval_operator(size)
     P = op[0].double().numpy().astype(LD) if size == (1, 1) else fourier_reference(op, size)
     P = reference_on_input(P, cin, shape, stride)
-    assert_close_map(P, layer.export_module().double(), shape)
-    check_error_covers(layer, shape, P, at_most=1e-11)
+    check_reference_is_the_layer(P, layer.export_module().double(), shape)
+    check_eval_error_covers(layer, shape, P, at_most=1e-11)
     check_dense_bound(layer, shape)
