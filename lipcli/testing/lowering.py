@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lipcli.sdk.export import ExportContext
+from lipcli.sdk.lowering import LoweringContext
 from lipcli.sdk.lowering import DenseOperator, dense_operator
 
 __all__ = [
@@ -158,16 +158,16 @@ def check_export_choice(layer: nn.Module, shape: tuple[int, int, int], literal: 
     """``export_module(context)``: dense exactly when the matrix fits the cap and costs at most
     the literal form's operations (``series_flops_per_image``); ``literal`` otherwise, with a
     zero cap and with a cap one byte under the matrix."""
-    assert isinstance(layer.export_module(ExportContext(shape, 0)), literal)
-    chosen = layer.export_module(ExportContext(shape, 2**30))
+    assert isinstance(layer.export_module(LoweringContext(shape, 0)), literal)
+    chosen = layer.export_module(LoweringContext(shape, 2**30))
     facts = chosen.export_lowering
     pays = facts["dense_flops_per_image"] <= facts["series_flops_per_image"]
     assert isinstance(chosen, DenseOperator if pays else literal)
     assert (facts["lowering"] == "dense") == pays, facts
     if pays:  # one byte under the matrix: literal
         nbytes = round(facts["dense_mib"] * 2**20)
-        assert isinstance(layer.export_module(ExportContext(shape, nbytes - 1)), literal)
-        assert isinstance(layer.export_module(ExportContext(shape, nbytes)), DenseOperator)
+        assert isinstance(layer.export_module(LoweringContext(shape, nbytes - 1)), literal)
+        assert isinstance(layer.export_module(LoweringContext(shape, nbytes)), DenseOperator)
 
 
 def check_fourier_layer(layer: nn.Module, shape: tuple[int, int, int]) -> None:
