@@ -99,7 +99,7 @@ def train(
     config: Annotated[Optional[Path], typer.Option("--config", help="Settings file (.toml, .json, .yaml) "
         "with TrainConfig keys; options given here win.")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this run "
-        "directory from its last checkpoint.")] = None,
+        "directory from its last checkpoint (with --lr: at that learning rate).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing model file (--out) and "
         "a finished run in the run directory (its log and checkpoint); without it lip train "
         "refuses to replace them.")] = False,

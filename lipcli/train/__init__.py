@@ -49,7 +49,8 @@ plumbing, :class:`TrainStep`), :mod:`~lipcli.train.checkpoint`,
 :mod:`~lipcli.train.paths`, :mod:`~lipcli.train.reporting`, :mod:`~lipcli.train.evaluation`,
 :mod:`~lipcli.train.driver` (:func:`train`: configuration and resume),
 :mod:`~lipcli.train.run` (:class:`~lipcli.train.run.TrainingRun`: checkpoints and model file;
-its parts in :mod:`~lipcli.train.parts`), :mod:`~lipcli.train.loop` (its epochs and steps),
+its parts in :mod:`~lipcli.train.parts`), :mod:`~lipcli.train.loop` (its epochs and steps;
+non-finite steps stopped by :mod:`~lipcli.train.guard`),
 :mod:`~lipcli.train.results`
 (:class:`TrainSummary`, what :func:`train` returns) and :mod:`~lipcli.train.launch`
 (worker processes started by lipcli).  Everything public is

@@ -38,7 +38,7 @@ def _component_names(cfg: TrainConfig) -> dict[str, str]:
             "head": cfg.head}
 
 
-RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs"})
+RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs", "lr"})
 COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset", "loss")
 
 

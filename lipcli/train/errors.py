@@ -66,7 +66,8 @@ class TrainError(TrainMessage, LipError):
 
 
 class TrainingDiverged(TrainError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+    """A gradient or the loss became NaN or infinite (:mod:`lipcli.train.guard`); the
+    checkpoint of the last finite epoch is kept."""
 
 
 class TrainingInterrupted(TrainError):

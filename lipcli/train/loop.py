@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,8 +21,9 @@ from lipcli.host.models import save_model
 from lipcli.train.config import INTERRUPT_ENV, TrainConfig
 from lipcli.train.distributed import DistContext
 from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
-from lipcli.train.errors import TrainingDiverged, TrainingInterrupted, WorkerLost, literal
+from lipcli.train.errors import TrainingInterrupted, WorkerLost, literal
 from lipcli.train.evaluation import evaluate
+from lipcli.train.guard import DivergenceGuard
 from lipcli.train.parts import Loaders, Optimization
 from lipcli.train.reporting import Reporter
 
@@ -65,11 +65,15 @@ class TrainingLoop:
     reporter: Reporter = field(init=False)
     loaders: Loaders = field(init=False)
     optim: Optimization = field(init=False)
+    guard: DivergenceGuard = field(init=False)
 
     def __post_init__(self) -> None:
         settings = self.run.settings
         self.cfg, self.ctx, self.device = settings.cfg, settings.ctx, settings.device
         self.reporter, self.loaders, self.optim = settings.reporter, self.run.loaders, self.run.optim
+        # the CPU loop reads the loss every step: there a non-finite step is stopped before it is applied
+        self.guard = DivergenceGuard(self.device, check_grads=not self.optim.scaler.is_enabled(),
+                                     host=self.device.type == "cpu")
 
     def _distributed_step(self) -> nn.Module:
         """The training step, wrapped in DistributedDataParallel in a torchrun job."""
@@ -155,7 +159,6 @@ class TrainingLoop:
         mid_step = self.loaders.steps_per_epoch // 2
         sums = torch.zeros(3, dtype=torch.float64, device=device)
         extra: dict[str, torch.Tensor] = {}
-        checked = torch.zeros(1, dtype=torch.float64, device=device)
         t0 = time.perf_counter()
         seen = 0
         for i, (images, labels) in enumerate(self.loaders.train):
@@ -176,7 +179,7 @@ class TrainingLoop:
             if i == mid_step and self.loaders.steps_per_epoch > 1:
                 self._refresh_power_iteration()
             if (i + 1) % check_every == 0 or i + 1 == self.loaders.steps_per_epoch:
-                self._check_finite(sums, checked, epoch, i)
+                self.guard.read(sums[0], self.ctx, self.run)
                 if self.reporter.progress is not None:
                     dt = max(time.perf_counter() - t0, 1e-9)
                     self.reporter.update(i + 1, float(sums[0] / sums[2]), float(sums[1] / sums[2]),
@@ -211,26 +214,12 @@ class TrainingLoop:
         if cfg.grad_clip:
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        self.guard.before_step(params, loss, self.run)
         scaler.step(optimizer)
         scaler.update()
         # detached: a returned graph would keep the step's autograd graph (and, when it is
         # captured, the graph's gradient-accumulation nodes) alive between steps
         return loss.detach(), logits, parts
-
-    def _check_finite(self, sums: torch.Tensor, checked: torch.Tensor, epoch: int, i: int) -> None:
-        """Raise :class:`TrainingDiverged` when the summed loss over all ranks is NaN or inf."""
-        checked.copy_(sums[:1])
-        self.ctx.all_reduce_sum(checked)
-        if not math.isfinite(float(checked)):
-            diverged = TrainingDiverged(
-                f"loss became NaN/inf at epoch {epoch + 1}, step {i + 1} (lr "
-                f"{self.optim.scheduler.get_last_lr()[0]:.3g}); kept the last good checkpoint "
-                f"{literal(self.run.settings.paths.checkpoint)} (epoch {self.run.state.epoch}); "
-                "try a lower {lr} or "
-                "{grad_clip} 1"
-            )
-            diverged.silent = not self.ctx.is_main  # every rank sees the same sum: rank 0 says it
-            raise diverged
 
     def _refresh_power_iteration(self) -> None:
         """Advance the model's power iterations (where it has them); copy rank 0's state to all."""

@@ -22,6 +22,7 @@ from lipcli.train.config import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, INTERRUPT
 from lipcli.sdk.errors import NamedSettings
 from lipcli.train.errors import TrainError, literal
 from lipcli.train.evaluation import evaluate, lipschitz_record
+from lipcli.train.guard import load_keeping_lr
 from lipcli.host.locks import run_locks
 from lipcli.train.distributed import lost_connection
 from lipcli.train.loop import TrainingLoop
@@ -161,8 +162,8 @@ class TrainingRun:
             self.model.load_state_dict(model_state, strict=True)
         except RuntimeError as exc:
             raise LipError(f"checkpoint does not fit the model: {str(exc).splitlines()[0]}") from None
-        self.optim.optimizer.load_state_dict(unflatten_state(meta["optimizer"], tensors))
-        self.optim.scheduler.load_state_dict(unflatten_state(meta["scheduler"], tensors))
+        load_keeping_lr(self.optim.optimizer, self.optim.scheduler,  # lr may change on resume
+                        unflatten_state(meta["optimizer"], tensors), unflatten_state(meta["scheduler"], tensors))
         self.optim.scaler.load_state_dict(unflatten_state(meta["scaler"], tensors))
         loss_state = meta.get("loss", meta.get("curvature"))  # "curvature": before loss plugins
         if loss_state:
