@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
+from lipcli.sdk.inputs import doublings
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 from lipcli.host.models import ComponentParameterError
 from lipcli.lipschitz.bound import guaranteed_upper_bound
@@ -56,11 +57,7 @@ TOTAL_STRIDE = 32
 
 def extra_blocks(image_size: Sequence[int]) -> int:
     """``k`` for a square ``32 · 2^k`` input; ``ValueError`` for any other size."""
-    h, w = (int(v) for v in image_size)
-    k = (h // TOTAL_STRIDE).bit_length() - 1
-    if h != w or h < TOTAL_STRIDE or h != TOTAL_STRIDE << k:
-        raise ValueError(f"LipConvnet needs square inputs of 32·2^k pixels (32, 64, 128, ...); got {h}x{w}")
-    return k
+    return doublings(image_size, TOTAL_STRIDE, "LipConvnet")
 
 
 class Normalize(nn.Module):

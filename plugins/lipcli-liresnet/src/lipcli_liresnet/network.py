@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lipcli.sdk.inputs import doublings
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 
 from .residual import ResidualConv
@@ -60,11 +61,7 @@ MAX_DEPTH, MAX_WIDTH, MAX_DENSE = 256, 4096, 64
 
 def extra_downs(image_size: Sequence[int]) -> int:
     """``k`` for a square ``32·2^k`` input; ``ValueError`` for any other size."""
-    h, w = (int(v) for v in image_size)
-    k = (h // INPUT_BASE).bit_length() - 1
-    if h != w or h < INPUT_BASE or h != INPUT_BASE << k:
-        raise ValueError(f"liresnet needs square inputs of 32·2^k pixels (32, 64, 128, ...); got {h}x{w}")
-    return k
+    return doublings(image_size, INPUT_BASE, "liresnet")
 
 
 class Normalize(nn.Module):
