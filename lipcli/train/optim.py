@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lipcli.sdk.weight_decay import no_weight_decay_names
+
 
 def recipe_sgd(param_groups: list[dict[str, Any]], *, lr: float, momentum: float) -> torch.optim.SGD:
     """SGD with momentum (SPEC §6) over ``param_groups`` (``params``, ``weight_decay``).
@@ -33,13 +35,7 @@ def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict[str,
     else from every submodule's ``no_weight_decay`` attribute (local parameter names).
     """
     getter = getattr(model, "no_weight_decay_parameters", None)
-    if callable(getter):
-        excluded = set(getter())
-    else:
-        excluded = set()
-        for prefix, module in model.named_modules():
-            for local in getattr(module, "no_weight_decay", ()):
-                excluded.add(f"{prefix}.{local}" if prefix else local)
+    excluded = set(getter()) if callable(getter) else no_weight_decay_names(model)
     decay, no_decay = [], []
     decay_names, no_decay_names = [], []
     for name, param in model.named_parameters():

@@ -44,6 +44,7 @@ from torch import nn
 
 from lipcli._util.constants import CIFAR_MEAN, CIFAR_STD  # the default input normalisation
 from lipcli.sdk.inputs import doublings
+from lipcli.sdk.weight_decay import no_weight_decay_names
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 from lipcli.host.models import ComponentParameterError
 from lipcli.lipschitz.bound import guaranteed_upper_bound
@@ -278,11 +279,7 @@ class LipConvnet(nn.Module):
 
     def no_weight_decay_parameters(self) -> set[str]:
         """Full names of parameters excluded from weight decay (submodules' ``no_weight_decay``)."""
-        names: set[str] = set()
-        for prefix, module in self.named_modules():
-            for local in getattr(module, "no_weight_decay", ()):
-                names.add(f"{prefix}.{local}" if prefix else local)
-        return names
+        return no_weight_decay_names(self)
 
     def describe(
         self, input_shape: tuple[int, int, int] | None = None

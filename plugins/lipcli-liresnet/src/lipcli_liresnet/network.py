@@ -44,6 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from lipcli.sdk.inputs import doublings
+from lipcli.sdk.weight_decay import no_weight_decay_names
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 
 from .residual import ResidualConv
@@ -204,8 +205,4 @@ class LiResNet(nn.Module):
         return value
 
     def no_weight_decay_parameters(self) -> set[str]:
-        names: set[str] = set()
-        for prefix, module in self.named_modules():
-            for local in getattr(module, "no_weight_decay", ()):
-                names.add(f"{prefix}.{local}" if prefix else local)
-        return names
+        return no_weight_decay_names(self)
