@@ -6,7 +6,7 @@ Each commit is checked out into a temporary git worktree and run with this check
 (``.venv/bin/python`` unless ``PYTHON`` is set) and the commit's source on ``PYTHONPATH`` (lipcli
 and the plugin of :data:`PLUGIN_SRC`, which must be installed). The scenarios train tiny digits
 models (fixed seed, one thread): the quick start's and two more, one of them with the plugin
-convolution ``bro``; they run ``lip certify``, ``lip lipschitz`` and ``lip bench certify`` on them. Compared: every tensor of every model file
+convolution ``lot``; they run ``lip certify``, ``lip lipschitz`` and ``lip bench certify`` on them. Compared: every tensor of every model file
 (bit for bit) and every JSON report with timings, paths, versions and plugin provider names
 removed. Keys that only the new version reports are listed (new
 features), not counted. Exit status 0 when everything else is identical, 1 otherwise (the
@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN = {
     "lln-max": ["--width", "4", "--epochs", "2"],
     "mlp-projection": ["--width", "4", "--epochs", "2", "--head", "mlp:hidden=64", "--pool", "projection"],
-    "bro-lln": ["--width", "4", "--epochs", "2", "--conv", "bro"],  # a plugin convolution
+    "lot-lln": ["--width", "4", "--epochs", "2", "--conv", "lot"],  # a plugin convolution
 }
-#: the plugin of the ``--conv bro`` scenario, run from the commit's source like lipcli
-PLUGIN_SRC = "plugins/lipcli-bro/src"
+#: the plugin of the ``--conv lot`` scenario, run from the commit's source like lipcli
+PLUGIN_SRC = "plugins/lipcli-lot/src"
 #: JSON keys whose values are allowed to differ (timings, file locations, versions, providers)
 VOLATILE = re.compile(r"(time|seconds|_s$|per_s|throughput|wall|elapsed|created|date|path|file|"
                       r"version|provider|distribution|commit|host|pid|out$|dir$|memory|rss|load_average)", re.I)
