@@ -190,3 +190,13 @@ def test_a_real_address_space_limit_gives_one_line(tmp_path):
     assert lines[0].startswith(("error: the run does not fit in memory", "error: out of memory in the ")), lines[0]
     assert "--width" in lines[0], lines[0]
     assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_out_of_memory_in_the_lipschitz_report_is_one_line(tiny_model_file, tmp_path, monkeypatch):
+    import lipcli.lipschitz.report as report
+
+    path = shutil.copy(tiny_model_file, tmp_path / "m.safetensors")
+    fail_at(monkeypatch, report, "lipschitz_report", 1, MemoryError())
+    line = one_line(runner.invoke(app, ["lipschitz", str(path), "--write", "-q"]))
+    assert line.startswith("error: out of memory in the Lipschitz report (its memory grows with the "
+                           "model's width); run it where more memory is free, or with --no-estimate"), line
