@@ -38,7 +38,7 @@ from lipcli._util.devices import resolve_device
 from lipcli._util.outputs import check_model_writable
 from lipcli._util.strictjson import strict_json
 from lipcli.numerics.precision import in_full_float32_precision
-from lipcli.sdk.errors import LipError
+from lipcli.sdk.errors import LipError, memory_step
 from lipcli.host.modelfile import ModelFile, tensors_fingerprint, update_results_locked
 from lipcli.host.plugins import Registry, get_registry
 from lipcli.lowering.network import lowered_network
@@ -51,6 +51,20 @@ RESULTS_KEY = "certify"
 #: of the same evaluation replaces its record), so that concurrent runs all keep theirs
 HISTORY_KEY = "certify_runs"
 MAX_HISTORY = 16
+
+
+#: per step of :func:`run_certification`: the settings that size its memory and what to do when
+#: it runs out (templates of :func:`lipcli.sdk.errors.memory_step`); nothing has been written then
+_KEEP = "; the model file is unchanged"
+_SIZED = {
+    "lowering": ("{dense_max_mib} (the dense layers' size) and the model's width",
+                 "lower {dense_max_mib} (0: no dense layer) or use {exact}" + _KEEP),
+    "batch": ("{batch_size}", "lower {batch_size} and run again" + _KEEP),
+    "lipschitz": ("the model's width and {lipschitz_iters}",
+                  "run it where more memory is free (or with a lower {lipschitz_iters})" + _KEEP),
+    "attack": ("{batch_size} and {attack_restarts}",
+               "lower {batch_size} or {attack_restarts} and run again" + _KEEP),
+}
 
 
 def evaluation_key(record: Any) -> str:
@@ -265,17 +279,22 @@ def run_certification(
     notes: list[str] = []
     t_start = time.perf_counter()
     ev = _load(model_path, options, reg, device, times, notes)  # 1. model and data set
-    run_model, network = _lower(ev, options, times, notes)  # 2. features, by the eval lowering
-    feats, promises = _features(ev, run_model, network, options, device, report, times)
-    cert, predictions = _certificate(ev, reg, run_model, feats, options, device, report, times, notes)  # 3.
+    with memory_step("eval lowering build", *_SIZED["lowering"]):  # 2. features, by the eval lowering
+        run_model, network = _lower(ev, options, times, notes)
+    with memory_step("feature extraction", *_SIZED["batch"]):
+        feats, promises = _features(ev, run_model, network, options, device, report, times)
+    with memory_step("certificate", *_SIZED["batch"]):  # 3.
+        cert, predictions = _certificate(ev, reg, run_model, feats, options, device, report, times, notes)
     t0 = time.perf_counter()  # 4. Lipschitz constant of g (normalisation included)
-    lip = lipschitz_constant(ev.model, ev.mf.metadata.get("lipschitz"), options, notes, report, network)
+    with memory_step("Lipschitz bound", *_SIZED["lipschitz"]):
+        lip = lipschitz_constant(ev.model, ev.mf.metadata.get("lipschitz"), options, notes, report, network)
     times["lipschitz"] = time.perf_counter() - t0
     radius = input_radii(cert.result.radius.cpu().double(), lip.value)  # 5. input-space radii
     correct = predictions == feats.labels
     rows = certified_rows(correct, radius, options)
-    violations, attack_info = _attack(ev, network, predictions, correct, radius, rows, options, device,
-                                      report, times, notes)
+    with memory_step("PGD check", *_SIZED["attack"]):
+        violations, attack_info = _attack(ev, network, predictions, correct, radius, rows, options, device,
+                                          report, times, notes)
     times["total"] = time.perf_counter() - t_start
     summary = CertifySummary.assemble(
         model=str(model_path), config=ev.model.lipcli_config, dataset=ev.ds_info, device=str(device),

@@ -43,7 +43,7 @@ def lipschitz(
     """
     from lipcli._util.outputs import check_model_writable
     from lipcli._util.devices import resolve_device
-    from lipcli.sdk.errors import LipUsageError
+    from lipcli.sdk.errors import LipUsageError, memory_step
     from lipcli.lipschitz.report import lipschitz_report, merge_stored_record
     from lipcli.host.models import load_model
     from lipcli.lipschitz.promises import verify_promises
@@ -61,7 +61,9 @@ def lipschitz(
         check_model_writable(model, hint="run without --write to only print the report")
     net, mf = load_model(model, device=resolve_device(device))
     promises = verify_promises(net)  # a broken promise is an error, never a bound
-    with ProgressBars(enabled=not quiet) as bars:
+    with ProgressBars(enabled=not quiet) as bars, memory_step(
+            "Lipschitz report", "the model's width",
+            "run it where more memory is free, or with {no_estimate}; the model file is unchanged"):
         report = lipschitz_report(net, estimate=not no_estimate, iters=iters, empirical=empirical,
                                   progress=bars.update)
     report.promises = promises

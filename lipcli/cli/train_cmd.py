@@ -56,6 +56,8 @@ def train(
     epochs: Annotated[int, typer.Option("--epochs", help="Epochs.")] = _D.epochs,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Global batch size, split over "
         "processes.")] = _D.batch_size,
+    eval_batch_size: Annotated[int, typer.Option("--eval-batch-size", help="Batch size of validation and "
+        "the test evaluation (may change on --resume).")] = _D.eval_batch_size,
     optimizer: Annotated[str, typer.Option("--optimizer", help=f"Optimiser: {', '.join(OPTIMIZER_LR)} "
         f"({_D.optimizer}: the paper's).")] = _D.optimizer,
     lr: Annotated[Optional[float], typer.Option("--lr", help=f"Learning rate (default per optimiser: "

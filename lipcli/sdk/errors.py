@@ -13,8 +13,9 @@ go through :func:`literal`.  :class:`SettingError` is the usage error about one 
 
 from __future__ import annotations
 
+import contextlib
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -128,3 +129,51 @@ class ModelFileError(LipError):
 
 class MissingPluginError(ModelFileError):
     """A model file needs a component whose plugin is not installed."""
+
+
+#: what allocators say when an allocation fails (torch's CPU allocator, CUDA, the C library)
+_ALLOCATION_WORDS = ("can't allocate memory", "out of memory", "defaultcpuallocator",
+                     "cannot allocate memory")
+
+
+def is_allocation_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failed memory allocation: :class:`MemoryError`, torch's
+    ``OutOfMemoryError`` (CUDA) or a ``RuntimeError`` whose message says so (the CPU allocator)."""
+    if isinstance(exc, MemoryError):
+        return True
+    if type(exc).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError, torch.cuda.OutOfMemoryError
+        return True
+    if isinstance(exc, RuntimeError):
+        text = str(exc).lower()
+        return any(words in text for words in _ALLOCATION_WORDS)
+    return False
+
+
+class OutOfMemory(NamedSettings, LipError):
+    """A step ran out of memory (exit code 1).  The message is a template naming the step and
+    the settings that sized it as ``{name}`` fields, and what to do (lower them)."""
+
+    def __init__(self, template: str) -> None:
+        super().__init__(self._init_template(template))
+
+
+def out_of_memory_template(step: str, sized_by: str, advice: str = "") -> str:
+    """The message of :class:`OutOfMemory`: ``step`` (plain text), ``sized_by`` and ``advice``
+    (templates: settings as ``{name}`` fields)."""
+    return (f"out of memory in the {literal(step)} (its memory grows with {sized_by}); "
+            + (advice or f"lower {sized_by}, or free memory, and run again"))
+
+
+@contextlib.contextmanager
+def memory_step(step: str, sized_by: str, advice: str = "") -> Iterator[None]:
+    """Turn an allocation failure (:func:`is_allocation_failure`) inside the block into an
+    :class:`OutOfMemory` naming ``step`` and the settings in ``sized_by`` (a template, e.g.
+    ``"{batch_size}"``); other exceptions pass unchanged."""
+    try:
+        yield
+    except LipError:
+        raise
+    except BaseException as exc:
+        if not is_allocation_failure(exc):
+            raise
+        raise OutOfMemory(out_of_memory_template(step, sized_by, advice)) from None

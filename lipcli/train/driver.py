@@ -14,13 +14,14 @@ import torch
 from torch import nn
 
 from lipcli.host.locks import check_run_unlocked
-from lipcli.sdk.errors import LipError
+from lipcli.sdk.errors import LipError, memory_step
 from lipcli.sdk.specs import Component
 from lipcli.train.checkpoint import read_checkpoint
 from lipcli.train.config import (CHECKPOINT_NAME, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, MODEL_NAME,
                                  TrainConfig)
 from lipcli.train.distributed import DistContext
 from lipcli.train.errors import TrainError, TrainUsageError, literal
+from lipcli.train.memory import MODEL_SIZED, check_fits
 from lipcli.train.objective import resolve_loss
 from lipcli.train.paths import RunPaths, _check_writable_dir, check_replaceable, plan_paths
 from lipcli.train.reporting import Reporter
@@ -38,7 +39,7 @@ def _component_names(cfg: TrainConfig) -> dict[str, str]:
             "head": cfg.head}
 
 
-RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs", "lr"})
+RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs", "lr", "eval_batch_size"})
 COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset", "loss")
 
 
@@ -160,7 +161,8 @@ def _data_and_model(setup: _Setup, *, download: bool) -> tuple[Any, Any, dict[st
     )
     torch.manual_seed(cfg.seed)
     try:
-        model = build_model(model_config, comps)
+        with memory_step("model build", *MODEL_SIZED):
+            model = build_model(model_config, comps)
     except ComponentParameterError as exc:
         raise _component_error(exc, cfg) from exc
     return data, extra, model_config, model
@@ -236,10 +238,13 @@ def train(
         data, extra, model_config, model = _data_and_model(setup, download=cfg.download and ctx.is_main)
         if cfg.download and ctx.is_main:
             ctx.barrier()
-        model = model.to(device)
+        with memory_step("model set-up on " + str(device), *MODEL_SIZED):
+            model = model.to(device)
+        check_fits(model, cfg, tuple(data.image_shape), ctx, device)  # before anything is written
         settings = RunSettings(cfg=cfg, ctx=ctx, device=device, paths=paths, reporter=reporter,
                                workers=setup.workers, overwrite=overwrite)
-        run = TrainingRun.build(settings, data, model, model_config, loss=setup.loss_comp, extra=extra)
+        with memory_step("optimiser set-up", *MODEL_SIZED):
+            run = TrainingRun.build(settings, data, model, model_config, loss=setup.loss_comp, extra=extra)
         return run.execute(setup.ckpt_tensors, setup.ckpt_meta)
     finally:
         reporter.stop()

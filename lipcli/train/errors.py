@@ -17,7 +17,7 @@ from lipcli.sdk.errors import LipError, LipUsageError, NamedSettings, literal
 
 __all__ = [
     "COMMAND", "TrainError", "TrainMessage", "TrainUsageError", "TrainingDiverged",
-    "TrainingInterrupted", "WorkerLost", "literal", "python_label",
+    "TrainingInterrupted", "TrainingOutOfMemory", "WorkerLost", "literal", "python_label",
 ]
 
 #: the field of a template that stands for the command continuing a run
@@ -79,3 +79,8 @@ class TrainingInterrupted(TrainError):
 class WorkerLost(TrainError):
     """Another process of a multi-process run stopped (its connection was lost): the last
     checkpoint is kept and the message says how to resume."""
+
+
+class TrainingOutOfMemory(TrainError):
+    """A step of the run failed to allocate memory: the last epoch's checkpoint is kept and the
+    message names the step, the settings that sized it and how to go on."""

@@ -21,7 +21,8 @@ from lipcli.host.models import save_model
 from lipcli.train.config import INTERRUPT_ENV, TrainConfig
 from lipcli.train.distributed import DistContext
 from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
-from lipcli.train.errors import TrainingInterrupted, WorkerLost, literal
+from lipcli.sdk.errors import LipError, is_allocation_failure
+from lipcli.train.errors import TrainingInterrupted, TrainingOutOfMemory, WorkerLost, literal
 from lipcli.train.evaluation import evaluate
 from lipcli.train.guard import DivergenceGuard
 from lipcli.train.parts import Loaders, Optimization
@@ -58,6 +59,8 @@ class TrainingLoop:
     graphed: GraphedStep | None = None
     graph_reason: str | None = None
     graph_reported: bool = False
+    #: the step running now, for an out-of-memory message: (what, epoch, step in the epoch)
+    at: tuple[str, int, int] = ("training", 0, 0)
     # the run's parts the loop works with (fixed for the run's life)
     cfg: TrainConfig = field(init=False)
     ctx: DistContext = field(init=False)
@@ -138,6 +141,11 @@ class TrainingLoop:
         except KeyboardInterrupt:
             self.reporter.stop()
             raise self.interrupted(self.run.state.epoch, f"during epoch {current_epoch + 1}") from None
+        except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+            if isinstance(exc, LipError) or not is_allocation_failure(exc):
+                raise
+            self.reporter.stop()
+            raise self.out_of_memory() from None
         finally:
             self.reporter.stop()
 
@@ -164,6 +172,7 @@ class TrainingLoop:
         for i, (images, labels) in enumerate(self.loaders.train):
             if interrupt_at is not None and interrupt_at == (epoch, i):
                 raise KeyboardInterrupt
+            self.at = ("training", epoch, i)
             images = images.to(device, non_blocking=True)
             labels = labels.to(device, non_blocking=True)
             loss, logits, parts = self._optimizer_step(forward, images, labels, params)
@@ -177,6 +186,7 @@ class TrainingLoop:
                     extra[name] = torch.zeros((), dtype=torch.float64, device=device)
                 extra[name] += value.double() * n
             if i == mid_step and self.loaders.steps_per_epoch > 1:
+                self.at = ("refresh", epoch, i)
                 self._refresh_power_iteration()
             if (i + 1) % check_every == 0 or i + 1 == self.loaders.steps_per_epoch:
                 self.guard.read(sums[0], self.ctx, self.run)
@@ -185,6 +195,7 @@ class TrainingLoop:
                     self.reporter.update(i + 1, float(sums[0] / sums[2]), float(sums[1] / sums[2]),
                                          seen * self.ctx.world_size / dt)
         self._report_graph_failure()
+        self.at = ("refresh", epoch, self.loaders.steps_per_epoch)
         self._refresh_power_iteration()  # end of epoch: before evaluation and before the checkpoint
         self.optim.step_module.end_epoch()
         self.ctx.sync_module_state(self.optim.step_module.loss)
@@ -251,6 +262,7 @@ class TrainingLoop:
         with ``keep_best``, rank 0 saves a new best model."""
         if self.loaders.val is None:
             return
+        self.at = ("validation", epoch, 0)
 
         val = evaluate(self.run.model, self.loaders.val, self.ctx)
         record["val_loss"], record["val_accuracy"] = val.loss, val.accuracy
@@ -294,3 +306,28 @@ class TrainingLoop:
         )
         error.silent = not ctx.is_main  # one message per run, from rank 0 (or the launcher)
         return error
+
+    def out_of_memory(self, what: str | None = None) -> TrainingOutOfMemory:
+        """The error for an allocation failure in the step :attr:`at` (``what``: another step,
+        e.g. "test evaluation"): the step, the settings that size it, the checkpoint kept and
+        how to go on (:mod:`lipcli.train.errors`)."""
+        ctx, done = self.ctx, self.run.state.epoch
+        kind, epoch, step = self.at
+        run_dir = literal(self.run.settings.paths.run_dir)
+        resume = f"{{command}} {{resume}} {run_dir}"
+        evaluation = what is not None or kind == "validation"
+        if what is None:
+            what = {"training": f"training step {step + 1}", "refresh": "power-iteration refresh",
+                    "validation": "validation"}[kind] + f" of epoch {epoch + 1}"
+        if evaluation:
+            sized = "{eval_batch_size} and {width}"
+            advice = f"resume it with a lower {{eval_batch_size}}: `{resume} {{eval_batch_size}} N`"
+        else:
+            sized = "{batch_size}, {width} and the parameters of {conv} and the other components"
+            advice = (f"resume it where more memory is free, `{resume}`, or start again with a lower "
+                      "{batch_size} or {width} or smaller component parameters")
+        return TrainingOutOfMemory(
+            f"out of memory in the {literal(what)} (its memory grows with {sized}); the checkpoint after "
+            f"epoch {done} is kept in {run_dir}: {advice}",
+            launch=None if ctx.world_size == 1 else ctx.local_world_size, launcher=ctx.launcher,
+        )

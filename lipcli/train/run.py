@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from lipcli.version import __version__
-from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.sdk.errors import LipError, LipUsageError, is_allocation_failure
 from lipcli.train.checkpoint import (_prefixed, flatten_state, rng_state, set_rng_state, unflatten_state,
                                      write_checkpoint)
 from lipcli.train.config import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, INTERRUPT_ENV
@@ -96,6 +96,10 @@ class TrainingRun:
                     return self.finish(loop.graph_record())
                 except KeyboardInterrupt:
                     raise loop.interrupted(self.state.epoch, "after the last epoch") from None
+                except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+                    if isinstance(exc, LipError) or not is_allocation_failure(exc):
+                        raise
+                    raise loop.out_of_memory("test evaluation of the trained model") from None
             except RuntimeError as exc:  # a collective failed: another process is gone
                 if not (self.settings.ctx.initialized and lost_connection(exc)):
                     raise
