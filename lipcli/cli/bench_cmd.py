@@ -14,8 +14,6 @@ from lipcli.cli.options import DeviceOption, JsonOption, QuietOption, ThreadsOpt
 from lipcli.lowering.caps import describe_certify_default
 from lipcli._util.devices import DEFAULT_DEVICE
 from lipcli.host.defaults import DEFAULT_COMPONENTS as _DC
-from lipcli.certify.options import SETTING_MAXIMA
-from lipcli.train.config import MAX_BATCH_SIZE, MAX_POWER_ITER_STEPS
 
 bench_app = typer.Typer(
     help=(
@@ -35,17 +33,14 @@ _DEFAULT_ARCHS = "5,10,15,20,25,30,35,40"
 Output = Annotated[Optional[str], typer.Option(
     "--output", "-o", help="Also write the JSON report to this file.")]
 _CUDNN = "--cudnn-benchmark/--no-cudnn-benchmark"
-#: the ranges of the sized options: classes (a model file's limit), LipConvnet width (the
-#: arch's), timed/untimed steps and rounds, synthetic inputs
-MAX_CLASSES, MAX_WIDTH, MAX_STEPS, MAX_INPUTS = 100_000, 256, 100_000, 1_000_000
 #: --cudnn-benchmark of the training-step benchmarks
 StepCudnn = Annotated[bool, typer.Option(
     _CUDNN, help="CUDA: let cuDNN autotune convolution algorithms (warm-up steps absorb the tuning).")]
-StepBatch = Annotated[int, typer.Option("--batch-size", min=1, max=MAX_BATCH_SIZE, help="Images per training step.")]
+StepBatch = Annotated[int, typer.Option("--batch-size", help="Images per training step.")]
 Conv = Annotated[str, typer.Option("--conv", help="Convolution component.")]
 Pool = Annotated[str, typer.Option("--pool", help="Pool component.")]
-Classes = Annotated[int, typer.Option("--classes", min=2, max=MAX_CLASSES, help="Number of classes.")]
-Width = Annotated[int, typer.Option("--width", min=1, max=MAX_WIDTH, help="LipConvnet width.")]
+Classes = Annotated[int, typer.Option("--classes", help="Number of classes.")]
+Width = Annotated[int, typer.Option("--width", help="LipConvnet width.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for weights and inputs.")]
 
 
@@ -152,11 +147,11 @@ def train(
         "--archs", help="Comma-separated LipConvnet depths or names (5,10 or lipconvnet-5,...).",
     )] = _DEFAULT_ARCHS,
     batch_size: StepBatch = 128,
-    steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_STEPS, help="Timed steps per model.")] = 10,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, max=MAX_STEPS, help="Untimed warm-up steps per model.")] = 2,
+    steps: Annotated[int, typer.Option("--steps", help="Timed steps per model.")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed warm-up steps per model.")] = 2,
     device: DeviceOption = DEFAULT_DEVICE,
     width: Annotated[int, typer.Option(
-        "--width", min=1, max=MAX_WIDTH, help="LipConvnet width (channels after the stem).")] = 32,
+        "--width", help="LipConvnet width (channels after the stem).")] = 32,
     conv: Annotated[Optional[str], typer.Option(
         "--conv",
         help="Compare these convolutions instead of Table 1, e.g. soc-fast,soc,cayley "
@@ -245,14 +240,14 @@ def certify(
     pool: Pool = _DC["pool"],
     width: Width = 32,
     classes: Annotated[int, typer.Option(
-        "--classes", min=2, max=MAX_CLASSES, help="Number of classes (10 or 100 for CIFAR).")] = 10,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=MAX_BATCH_SIZE, help="Inputs per batch.")] = 256,
-    n: Annotated[int, typer.Option("--n", min=1, max=MAX_INPUTS, help="Number of synthetic inputs.")] = 1024,
+        "--classes", help="Number of classes (10 or 100 for CIFAR).")] = 10,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Inputs per batch.")] = 256,
+    n: Annotated[int, typer.Option("--n", help="Number of synthetic inputs.")] = 1024,
     top_k: Annotated[Optional[int], typer.Option(
         "--top-k", help="Also time the certificate restricted to the top-k classes (heuristic).",
     )] = None,
     fit_head: Annotated[int, typer.Option(
-        "--fit-head", min=0, max=MAX_STEPS,
+        "--fit-head",
         help="At most this many Adam steps fitting the head to a random teacher "
         "(trained-like margins); 0 = random head.",
     )] = 0,
@@ -260,9 +255,9 @@ def certify(
         "--fit-loss", help="With --fit-head: stop once the head's cross-entropy is this low.",
     )] = 0.7,
     lipschitz_iters: Annotated[int, typer.Option(
-        "--lipschitz-iters", min=1, max=SETTING_MAXIMA["lipschitz_iters"], help="Power-method iterations.")] = 50,
+        "--lipschitz-iters", help="Power-method iterations.")] = 50,
     refresh_steps: Annotated[int, typer.Option(
-        "--refresh-steps", min=0, max=MAX_POWER_ITER_STEPS, help="Power-iteration steps refreshing σ before evaluation.")] = 50,
+        "--refresh-steps", help="Power-iteration steps refreshing σ before evaluation.")] = 50,
     device: DeviceOption = DEFAULT_DEVICE,
     seed: Seed = 0,
     threads: ThreadsOption = None,
@@ -270,7 +265,7 @@ def certify(
         _CUDNN, help="CUDA: let cuDNN autotune convolution algorithms (lip certify does not).",
     )] = False,
     path_rounds: Annotated[int, typer.Option(
-        "--path-rounds", min=0, max=MAX_STEPS, help="Rounds of the interleaved series-vs-lowered feature pass "
+        "--path-rounds", help="Rounds of the interleaved series-vs-lowered feature pass "
         "comparison (one batch each per round, FLOP per input by torch's flop counter); 0: none.",
     )] = 3,
     dense_max_mib: Annotated[Optional[float], typer.Option(
@@ -332,8 +327,8 @@ def profile(
         "--arch", help="Architecture (e.g. 20 or lipconvnet-20).")] = "lipconvnet-20",
     conv: Conv = _DC["conv"],
     batch_size: StepBatch = 128,
-    steps: Annotated[int, typer.Option("--steps", min=1, max=MAX_STEPS, help="Profiled steps.")] = 3,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, max=MAX_STEPS, help="Unprofiled warm-up steps.")] = 1,
+    steps: Annotated[int, typer.Option("--steps", help="Profiled steps.")] = 3,
+    warmup: Annotated[int, typer.Option("--warmup", help="Unprofiled warm-up steps.")] = 1,
     device: DeviceOption = DEFAULT_DEVICE,
     width: Width = 32,
     head: Annotated[str, typer.Option("--head", help="Head component.")] = _DC["head"],
