@@ -61,10 +61,10 @@ def files_under(path: Path) -> list[Path]:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--conv", "soc-fast:train_terms=1"], "error: conv 'soc-fast': train_terms must be in 2..64, got 1"),
-        (["--head", "mlp:hidden=-1"], "error: head 'mlp': hidden must be in 1..32768, got -1"),
-        (["--arch", "lipconvnet-5:width=0"], "error: arch 'lipconvnet-5': width must be in 1..256, got 0"),
-        (["--width", "257"], "error: arch 'lipconvnet-5': width must be in 1..256, got 257"),
+        (["--conv", "soc-fast:train_terms=1"], "error: conv 'soc-fast' rejected train_terms=1: train_terms must be in 2..64, got 1"),
+        (["--head", "mlp:hidden=-1"], "error: head 'mlp' rejected hidden=-1: hidden must be in 1..32768, got -1"),
+        (["--arch", "lipconvnet-5:width=0"], "error: arch 'lipconvnet-5' rejected width=0: width must be in 1..256, got 0"),
+        (["--width", "257"], "error: arch 'lipconvnet-5' rejected width=257: width must be in 1..256, got 257"),
         (["--batch-size", "65537"], "error: --batch-size must be in 1..65536, got 65537"),
         (["--width", "3"], "error: --width 3: MaxMin needs an even number of channels, got 3"),
         (["--arch", "lipconvnet-5:width=3"],
@@ -99,9 +99,9 @@ def test_third_party_pool_rejecting_a_value_is_a_usage_error(tmp_path, monkeypat
                        "--out", "x/m.safetensors"])
             assert r.exit_code == 2, r.output
             line = one_error_line(r)
-            assert line.startswith("error: pool 'polygon' rejected radius=0.0: radius must be"), line
+            assert line.startswith("error: pool 'polygon' rejected radius=0: radius must be in (0.01, 10000], got 0.0"), line
             r = train(["--dataset", "digits", "--width", "4", "--pool", "polygon:vertices=2"])
-            assert r.exit_code == 2 and one_error_line(r).startswith("error: pool 'polygon': vertices")
+            assert r.exit_code == 2 and one_error_line(r).startswith("error: pool 'polygon' rejected vertices=2: vertices")
     finally:
         plugins.reset()
     assert not (tmp_path / "x").exists()
