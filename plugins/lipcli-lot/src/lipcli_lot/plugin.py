@@ -28,7 +28,7 @@ def lot_spec() -> ConvSpec:
         params=(
             Param(name="iterations", type=int, default=10, min=1, max=MAX_ITERATIONS,
                   help="Newton-Schulz iterations for (V^H V)^(-1/2), in training and eval (10: the authors')"),
-            Param(name="eps", type=float, default=1e-4, min=0.0, min_open=True, max=1.0,
+            Param(name="eps", type=float, default=1e-4, min=0.0, max=1.0,
                   help="regulariser added to V^H V and its norm (the authors' 1e-4)"),
             Param(name="init", type=str, default="identity", choices=INITS,
                   help="identity: centre tap [I 0] (the authors' default); random"),
