@@ -22,7 +22,7 @@ from lipcli.bench.reports import (
     LipschitzTiming,
     Quantiles,
 )
-from lipcli.bench.inputs import Progress, _check_positive, environment, _no_progress
+from lipcli.bench.inputs import Progress, _check_most, _check_positive, environment, _no_progress
 from lipcli.bench.models import count_parameters
 from lipcli.bench.step import _timed
 from lipcli.host.plugins import Registry, get_registry
@@ -281,6 +281,8 @@ def bench_certify(
     """
 
     _check_positive(batch_size=batch_size, n=n)
+    _check_most("refresh_steps", refresh_steps)
+    _check_most("lipschitz_iters", lipschitz_iters)
     if top_k is not None and top_k < 1:
         raise SettingError("top_k", f"top_k must be at least 1, got {top_k}")
     device = torch.device(device)

@@ -12,6 +12,10 @@ from lipcli.lowering.caps import check_dense_max_mib
 from lipcli.sdk.errors import SettingError
 
 LIPSCHITZ_METHODS = ("bound", "estimate")
+#: the largest value of each sized setting (inputs per batch, power iterations, PGD steps
+#: and restarts): memory and time grow with them
+SETTING_MAXIMA = {"batch_size": 65_536, "lipschitz_iters": 100_000, "attack_steps": 10_000,
+                  "attack_restarts": 1000}
 #: the default radii, in units of 1/``radius_unit`` (the paper's 36/255, 72/255, 108/255)
 DEFAULT_RADII = "36,72,108"
 
@@ -104,9 +108,11 @@ class CertifyOptions:
         for name in ("batch_size", "limit", "top_k", "lipschitz_iters") + (
             ("attack_steps", "attack_restarts") if self.attack else ()
         ):
-            value = getattr(self, name)
+            value, most = getattr(self, name), SETTING_MAXIMA.get(name)
             if value is not None and value < 1:
                 raise SettingError(name, f"{name} must be >= 1, got {value}")
+            if value is not None and most is not None and value > most:
+                raise SettingError(name, f"{name} must be in 1..{most}, got {value}")
         if not self.radii:
             raise SettingError("radii", "no radii given")
         check_dense_max_mib(self.dense_max_mib, default_allowed=True)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lipcli.certify.options import CertifyOptions
+from lipcli.certify.options import SETTING_MAXIMA, CertifyOptions
 from lipcli.cli.common import ProgressBars, cli_errors, print_json, stdout_console
 from lipcli.cli.options import DeviceOption, JsonOption, ModelArgument, QuietOption, ThreadsOption
 from lipcli._util.devices import DEFAULT_DEVICE
@@ -55,8 +55,8 @@ def lipschitz(
         raise LipUsageError(f"model file not found: {model}")
     if model.is_dir():
         raise LipUsageError(f"{model} is a directory, not a model file")
-    if iters < 1:
-        raise LipUsageError("--iters must be >= 1")
+    if not 1 <= iters <= SETTING_MAXIMA["lipschitz_iters"]:
+        raise LipUsageError(f"--iters must be in 1..{SETTING_MAXIMA['lipschitz_iters']}, got {iters}")
     if write:  # before the work: the report would otherwise be computed for nothing
         check_model_writable(model, hint="run without --write to only print the report")
     net, mf = load_model(model, device=resolve_device(device))

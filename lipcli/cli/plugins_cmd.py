@@ -36,7 +36,8 @@ def plugins(
                     "plugin": registry.provided(kind, spec.name).plugin.name,
                     "distribution": registry.provided(kind, spec.name).plugin.distribution,
                     "params": [
-                        {"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help}
+                        {"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help,
+                         "range": p.range_text() if p.has_range else None}
                         for p in spec.params
                     ],
                     **({"certificate": spec.certificate, "features": spec.features}
@@ -84,7 +85,9 @@ def _print_tables(host: PluginHost, registry: Registry, verbose: bool) -> None:
         for spec in registry.specs(kind):
             desc = spec.description
             if verbose and spec.params:
-                desc += " [" + ", ".join(f"{p.name}={p.default!r}" for p in spec.params) + "]"
+                desc += " [" + ", ".join(
+                    f"{p.name}={p.default!r}" + (f" in {p.range_text()}" if p.has_range else "")
+                    for p in spec.params) + "]"
             comp.add_row(Text(kind), Text(spec.name),
                          Text(registry.provided(kind, spec.name).plugin.name),
                          Text(", ".join(spec.promises)), Text(desc))

@@ -11,8 +11,10 @@ the exact names and shapes right after).  Every failure is a
 (Building on PyTorch's ``meta`` device instead would cost seconds per process: its first use
 imports the compiler stack.)
 
-Limits on the work a parameter asks for that no tensor shape reveals (SOC's ``eval_terms``)
-belong to the component's factory, which rejects out-of-range values (``ValueError``).
+Limits on the work a parameter asks for that no tensor shape reveals (SOC's ``eval_terms``,
+LOT's ``iterations``) are the ranges its ``Param`` declares, checked when the config's
+components are resolved (:meth:`~lipcli.sdk.specs.Param.check`); limits that depend on the
+layer belong to the component's factory, which rejects out-of-range values (``ValueError``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 import pluggy
 
 from lipcli.sdk import hookspecs
-from lipcli.sdk.errors import DuplicateComponentError, LipUsageError, UnknownComponentError
+from lipcli.sdk.errors import ComponentValueError, DuplicateComponentError, LipUsageError, UnknownComponentError
 from lipcli.sdk.specs import SPEC_KINDS, Component, ComponentSpec
 
 __all__ = [
@@ -179,11 +179,22 @@ class Registry:
         except KeyError as exc:  # an unknown parameter: the message names the valid ones
             raise LipUsageError(str(exc.args[0])) from None
         except ValueError as exc:
-            raise LipUsageError(f"{kind} {name!r}: {exc}") from None
+            raise ComponentValueError(_rejection(kind, name, prov.spec, given, exc)) from None
         return Component(
             spec=prov.spec, params=resolved, provider=prov.plugin.name,
             distribution=prov.plugin.distribution,
         )
+
+
+def _rejection(kind: str, name: str, spec: ComponentSpec, given: dict[str, Any], exc: ValueError) -> str:
+    """``KIND 'NAME' rejected KEY=VALUE: REASON`` for the first given value its parameter
+    refuses (``KIND 'NAME': REASON`` if none alone does)."""
+    for key, value in given.items():
+        try:
+            spec.resolve_params({key: value}, from_text=True)
+        except ValueError:
+            return f"{kind} {name!r} rejected {key}={value}: {exc}"
+    return f"{kind} {name!r}: {exc}"
 
 
 def parse_component_choice(text: str) -> tuple[str, dict[str, str]]:

@@ -106,6 +106,12 @@ class SettingError(NamedSettings, LipUsageError):
         return (self.setting,)
 
 
+class ComponentValueError(LipUsageError, ValueError):
+    """A component parameter value its ``Param`` refuses (wrong type, not a choice, outside
+    its declared range): ``KIND 'NAME' rejected KEY=VALUE: REASON`` (exit 2; a ``ValueError``
+    for Python callers)."""
+
+
 class UnknownComponentError(LipUsageError):
     """A component name that no installed plugin provides."""
 

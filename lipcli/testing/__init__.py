@@ -6,6 +6,9 @@ naturally inside pytest) and returns a small report of what it measured.
 * :func:`check_component_spec` -- any spec: valid name, one-line description, parameters
   whose defaults validate, promises, and a factory that accepts the kind's call signature
   with the declared parameters (see :mod:`lipcli.sdk.specs` for the signatures).
+* :func:`check_param_ranges` -- any spec: every parameter's declared range (``Param``'s
+  ``min``/``max``/``odd``) accepts its edges and refuses one step beyond in one line
+  (:mod:`.ranges`; :func:`range_edges` lists the values tried).
 * :func:`check_one_lipschitz` -- any map ``f``: empirical l2 Lipschitz checks in float64,
   on random pairs (dense and single-coordinate perturbations at many scales), on pairs
   pushed towards a larger ratio by gradient ascent, and the spectral norm of the full
@@ -127,6 +130,7 @@ from lipcli.testing.modules import (
     check_channel_spec,
     check_state_roundtrip,
 )
+from lipcli.testing.ranges import RangeEdge, check_param_ranges, range_edges
 from lipcli.testing.specs import check_component_spec
 
 __all__ = [
@@ -149,6 +153,9 @@ __all__ = [
     "check_channel_module",
     "check_channel_spec",
     "check_component_spec",
+    "check_param_ranges",
+    "range_edges",
+    "RangeEdge",
     "check_conv_network_bound",
     "check_conv_spec",
     "check_dense_bound",

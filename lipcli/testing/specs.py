@@ -8,6 +8,7 @@ from typing import Any
 
 from lipcli.sdk.specs import SPEC_KINDS, ComponentSpec, DatasetSpec, HeadSpec, Param
 from lipcli.testing.base import fail
+from lipcli.testing.ranges import check_param_ranges
 
 __all__ = ["check_component_spec"]
 
@@ -71,6 +72,7 @@ def check_component_spec(spec: ComponentSpec) -> None:
         if parsed != checked:
             fail(f"{label}: parameter {param.name!r}: default {checked!r} parses back as "
                  f"{parsed!r}")
+    check_param_ranges(spec)  # each declared range: edges accepted, one step beyond refused
     try:
         defaults = spec.resolve_params()
     except (KeyError, ValueError) as exc:

@@ -41,6 +41,9 @@ DEFAULT_NPROC_PER_NODE = 1
 #: epochs; a machine has far fewer than 256 accelerators or useful CPU processes)
 MAX_EPOCHS = 100_000
 MAX_NPROC_PER_NODE = 256
+#: the largest (global) training or evaluation batch, and power-iteration steps per refresh
+MAX_BATCH_SIZE = 65_536
+MAX_POWER_ITER_STEPS = 1000
 #: set to ``"lipcli"`` in the environment of the workers that :mod:`lipcli.train.launch`
 #: starts (unset under ``torchrun``): the messages that tell how to continue a run name the
 #: launcher that started it
@@ -160,8 +163,10 @@ class TrainConfig:
 
         need(self.epochs >= 1, "{epochs} must be at least 1" + got("epochs"))
         need(self.epochs <= MAX_EPOCHS, f"{{epochs}} must be at most {MAX_EPOCHS}" + got("epochs"))
-        need(self.batch_size >= 1, "{batch_size} must be at least 1" + got("batch_size"))
-        need(self.eval_batch_size >= 1, "eval_batch_size must be at least 1" + got("eval_batch_size"))
+        need(1 <= self.batch_size <= MAX_BATCH_SIZE,
+             f"{{batch_size}} must be in 1..{MAX_BATCH_SIZE}" + got("batch_size"))
+        need(1 <= self.eval_batch_size <= MAX_BATCH_SIZE,
+             f"eval_batch_size must be in 1..{MAX_BATCH_SIZE}" + got("eval_batch_size"))
         need(self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "{lr} must be positive" + got("lr"))
         need(self.optimizer in OPTIMIZER_LR,
              f"{{optimizer}} must be one of {', '.join(OPTIMIZER_LR)}" + got_r("optimizer"))
@@ -189,7 +194,8 @@ class TrainConfig:
             value = getattr(self, name)
             need(value is None or value >= 1, f"{{{name}}} must be at least 1" + got(name))
         need(self.width is None or self.width >= 1, "{width} must be at least 1" + got("width"))
-        need(self.power_iter_steps >= 1, "power_iter_steps must be at least 1" + got("power_iter_steps"))
+        need(1 <= self.power_iter_steps <= MAX_POWER_ITER_STEPS,
+             f"power_iter_steps must be in 1..{MAX_POWER_ITER_STEPS}" + got("power_iter_steps"))
         need(self.workers is None or self.workers >= 0, "{workers} must be >= 0" + got("workers"))
         need(self.seed >= 0, "{seed} must be >= 0" + got("seed"))
         from lipcli.train.cuda_graphs import GRAPH_MODES  # lazy: imports torch; this module is read by lip --help

@@ -61,10 +61,11 @@ def files_under(path: Path) -> list[Path]:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--conv", "soc-fast:train_terms=1"],
-         "error: conv 'soc-fast' rejected train_terms=1: train_terms and eval_terms must be at least 2"),
-        (["--head", "mlp:hidden=-1"], "error: head 'mlp' rejected hidden=-1: MLP head: hidden must be positive"),
-        (["--arch", "lipconvnet-5:width=0"], "error: arch 'lipconvnet-5' rejected width=0: width must be positive"),
+        (["--conv", "soc-fast:train_terms=1"], "error: conv 'soc-fast' rejected train_terms=1: train_terms must be in 2..64, got 1"),
+        (["--head", "mlp:hidden=-1"], "error: head 'mlp' rejected hidden=-1: hidden must be in 1..32768, got -1"),
+        (["--arch", "lipconvnet-5:width=0"], "error: arch 'lipconvnet-5' rejected width=0: width must be in 1..256, got 0"),
+        (["--width", "257"], "error: arch 'lipconvnet-5' rejected width=257: width must be in 1..256, got 257"),
+        (["--batch-size", "65537"], "error: --batch-size must be in 1..65536, got 65537"),
         (["--width", "3"], "error: --width 3: MaxMin needs an even number of channels, got 3"),
         (["--arch", "lipconvnet-5:width=3"],
          "error: arch 'lipconvnet-5' with width=3: activation 'maxmin': MaxMin needs an even number"),
@@ -98,9 +99,9 @@ def test_third_party_pool_rejecting_a_value_is_a_usage_error(tmp_path, monkeypat
                        "--out", "x/m.safetensors"])
             assert r.exit_code == 2, r.output
             line = one_error_line(r)
-            assert line.startswith("error: pool 'polygon' rejected radius=0.0: radius must be"), line
+            assert line.startswith("error: pool 'polygon' rejected radius=0: radius must be in (0.01, 10000], got 0.0"), line
             r = train(["--dataset", "digits", "--width", "4", "--pool", "polygon:vertices=2"])
-            assert r.exit_code == 2 and one_error_line(r).startswith("error: pool 'polygon': vertices")
+            assert r.exit_code == 2 and one_error_line(r).startswith("error: pool 'polygon' rejected vertices=2: vertices")
     finally:
         plugins.reset()
     assert not (tmp_path / "x").exists()
@@ -310,3 +311,32 @@ def test_device_option_is_validated_the_same_way_everywhere(tmp_path, monkeypatc
     if not torch.cuda.is_available():
         with pytest.raises(LipUsageError, match="CUDA is not available"):
             DistContext.from_env().resolve_device("cuda")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["certify", "{model}", "--batch-size", "65537"], "--batch-size must be in 1..65536"),
+    (["certify", "{model}", "--attack", "--attack-steps", "10001"], "--attack-steps must be in 1..10000"),
+    (["certify", "{model}", "--attack", "--attack-restarts", "1001"], "--attack-restarts must be in 1..1000"),
+    (["certify", "{model}", "--lipschitz-iters", "100001"], "--lipschitz-iters must be in 1..100000"),
+    (["lipschitz", "{model}", "--iters", "100001"], "--iters must be in 1..100000"),
+    (["bench", "certify", "--width", "257"], "width must be in 1..256"),
+    (["bench", "certify", "--n", "1000001"], "--n must be at most 1000000"),
+    (["bench", "certify", "--refresh-steps", "1001"], "--refresh-steps must be at most 1000"),
+    (["bench", "train", "--batch-size", "65537", "--archs", "5"], "--batch-size must be at most 65536"),
+    (["bench", "train", "--steps", "100001", "--archs", "5"], "--steps must be at most 100000"),
+])
+def test_sized_settings_of_the_commands_have_a_range(tmp_path, monkeypatch, capsys, args, message):
+    """What sizes memory or time is refused above its limit, in one line, before any work
+    (through ``lip``'s entry point, which also reports option-parsing errors in one line)."""
+    from lipcli.cli import main
+
+    model = save_tiny_model(tmp_path / "m.safetensors", dataset=None)
+    before = model.read_bytes()
+    monkeypatch.setattr(sys, "argv", ["lip", *(a.format(model=model) for a in args)])
+    with pytest.raises(SystemExit) as info:
+        main()
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
+    assert model.read_bytes() == before

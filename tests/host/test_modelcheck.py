@@ -49,7 +49,7 @@ def _terms_65(cfg):
 
 
 def _hidden(cfg):
-    cfg["head"] = {"name": "mlp", "params": {"hidden": 10**7}, "provider": "lipcli.crc",
+    cfg["head"] = {"name": "mlp", "params": {"hidden": 32768}, "provider": "lipcli.crc",
                    "distribution": "lipcli"}
 
 
@@ -57,7 +57,7 @@ CASES = {
     "width": (dict(edit=_width), "arch parameter 'width' = 1000000000 is out of range"),
     "classes": (dict(edit=_classes), "num_classes must be an integer from 2 to"),
     "terms": (dict(edit=_terms), "conv parameter 'eval_terms' = 1000000000 is out of range"),
-    "terms65": (dict(edit=_terms_65), "train_terms and eval_terms must be at most 64"),
+    "terms65": (dict(edit=_terms_65), "eval_terms must be in 2..64"),
     "hidden": (dict(edit=_hidden), "far more than the file holds"),
     "deep": (dict(dataset="[" * 200_000 + "]" * 200_000), f"nested deeper than {MAX_JSON_DEPTH} levels"),
     "big": (dict(results=json.dumps("a" * 5_000_000)), "bytes of metadata (limit"),

@@ -288,7 +288,7 @@ def test_lip_plugins_verbose_shows_parameters_as_plain_text():
         assert result.exit_code == 0, result.output
         plain = "".join(result.stdout.replace("│", "").split())
         # parameters with their defaults (rich used to swallow "[name=default, ...]")
-        assert "train_terms=6" in plain
+        assert "train_terms=6in2..64" in plain  # with its declared range
         assert "needsextra[gpu]installed[/red]" in plain  # error text verbatim, no markup
         quiet = CliRunner().invoke(app, ["plugins"])
         assert quiet.exit_code == 0 and "train_terms=6" not in "".join(quiet.stdout.split())

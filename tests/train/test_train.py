@@ -405,7 +405,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_checkpoint(tmp_path, monkeypatch):
         (["--keep-best"], 2, "--keep-best needs --val-split"),
         (["--head", "lln", "--attack-radius", "0.1"], 2, "which loss 'ce' (head 'lln'"),
         (["--loss", "focal"], 2, "unknown loss 'focal'; valid names: ce, cr, crc-lip, "),
-        (["--loss", "margin-offset:temperature=0"], 2, "temperature must be positive"),
+        (["--loss", "margin-offset:temperature=0"], 2, "temperature must be in (0, 1000]"),
         (["--optimizer", "adam"], 2, "--optimizer must be one of sgd, adamw, nadam"),
         (["--schedule", "linear"], 2, "--schedule must be one of step, cosine"),
         (["--extra-ratio", "0.5"], 2, "--extra-ratio needs --extra-data FILE"),

@@ -13,6 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+#: the widest hidden layer a ``mlp`` head takes (8 times the paper's 4096)
+MAX_HIDDEN = 32768
+
 
 class MLPHead(nn.Module):
     """One-hidden-layer softplus MLP ``h(y) = fc2(softplus(fc1(y)))`` (SPEC §4, CRC-Lip).

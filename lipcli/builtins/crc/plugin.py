@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from lipcli.builtins.crc.certifier import CRCCertifier
-from lipcli.builtins.crc.head import MLPHead
+from lipcli.builtins.crc.head import MAX_HIDDEN, MLPHead
 from lipcli.builtins.crc.loss import CRCLipLoss
 from lipcli.builtins.crc.recipe import CRC_GRAD_CLIP, PAPER_CRC_SETTINGS, paper_recipe, recipe_text
 from lipcli.builtins.crc.settings import CRCSettings
@@ -19,6 +19,10 @@ __all__ = ["lip_certificates", "lip_heads", "lip_losses"]
 
 #: the loss parameters' defaults: the paper's CIFAR-10 settings
 _RHO, _GAMMA = PAPER_CRC_SETTINGS["cifar10"]
+#: the loss parameters' ranges: an input-space l2 radius (images lie in [0, 1]^(C*H*W): 64
+#: covers a 32x32x3 image's diameter), the curvature weight, attack and power steps per
+#: batch, and classes per example (the model files' class limit)
+MAX_RADIUS, MAX_WEIGHT, MAX_STEPS, MAX_CLASSES = 64.0, 1e4, 1000, 100_000
 
 
 def _mlp_factory(in_features: int, num_classes: int, hidden: int = 4096) -> MLPHead:
@@ -45,7 +49,7 @@ def lip_heads() -> list[HeadSpec]:
             certificate=CRCCertifier.name,
             features="activation",
             loss="crc-lip",
-            params=(Param(name="hidden", type=int, default=4096, help="hidden width H"),),
+            params=(Param(name="hidden", type=int, default=4096, min=1, max=MAX_HIDDEN, help="hidden width H"),),
         ),
     ]
 
@@ -74,16 +78,16 @@ def lip_losses() -> list[LossSpec]:
             params=(
                 # the shortcuts: settings (and `lip train` options) of their own, kept for users'
                 # commands and settings files from before --loss took inline parameters
-                Param(name="radius", type=float, default=_RHO, shortcut="attack_radius",
+                Param(name="radius", type=float, default=_RHO, shortcut="attack_radius", min=0.0, max=MAX_RADIUS,
                       help="input-space l2 radius rho of the feature attack (0 = no attack; "
                       f"recipe default {recipe_text(0)})"),
-                Param(name="gamma", type=float, default=_GAMMA, shortcut="curvature_weight",
+                Param(name="gamma", type=float, default=_GAMMA, shortcut="curvature_weight", min=0.0, max=MAX_WEIGHT,
                       help=f"curvature weight (0 = no curvature term; recipe default {recipe_text(1)})"),
-                Param(name="attack_steps", type=int, default=5, shortcut="attack_steps",
+                Param(name="attack_steps", type=int, default=5, shortcut="attack_steps", min=1, max=MAX_STEPS,
                       help="feature attack steps"),
-                Param(name="power_steps", type=int, default=2, shortcut="curvature_power_steps",
+                Param(name="power_steps", type=int, default=2, shortcut="curvature_power_steps", min=0, max=MAX_STEPS,
                       help="power steps per class pair for the curvature estimate"),
-                Param(name="classes", type=int, default=0, shortcut="curvature_classes",
+                Param(name="classes", type=int, default=0, shortcut="curvature_classes", min=0, max=MAX_CLASSES,
                       help="other classes per example in the curvature term (0 = all)"),
             ),
             recipe=paper_recipe,

@@ -20,8 +20,14 @@ CURVATURE_LEVELS = ("lazy", "exact", "global")
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
-def _param(default: Any, help: str, choices: tuple[Any, ...] | None = None) -> Any:
-    return field(default=default, metadata={"help": help, "choices": choices})
+def _param(default: Any, help: str, choices: tuple[Any, ...] | None = None, **limits: Any) -> Any:
+    """A field with its help, choices and range (``min``, ``max``, ``min_open``, ``max_open``:
+    the :class:`~lipcli.sdk.specs.Param` fields)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "limits": limits})
+
+
+#: a tolerance or fraction in (0, 1)
+_FRACTION = {"min": 0.0, "min_open": True, "max": 1.0}
 
 
 @dataclass(frozen=True)
@@ -35,18 +41,19 @@ class CRCSettings:
         CURVATURE_LEVELS,
     )
     dual: bool = _param(True, "run the dual (CRC) solve, not only the closed form")
-    grad_tol: float = _param(1e-6, "inner gradient norm required for a dual certificate")
-    dual_rtol: float = _param(1e-7, "relative tolerance of the η search (dual value)")
-    boundary: float = _param(1e-3, "τ: η <= (1-τ)/m keeps the inner problem τ-strongly convex")
-    max_iter: int = _param(40, "Newton iterations per pair")
-    cg_rtol: float = _param(1e-4, "relative residual of each CG solve")
-    cg_max_iter: int = _param(200, "CG iterations per Newton step")
+    grad_tol: float = _param(1e-6, "inner gradient norm required for a dual certificate", **_FRACTION)
+    dual_rtol: float = _param(1e-7, "relative tolerance of the η search (dual value)", **_FRACTION)
+    boundary: float = _param(1e-3, "τ: η <= (1-τ)/m keeps the inner problem τ-strongly convex",
+                             min=0.0, min_open=True, max=1.0, max_open=True)
+    max_iter: int = _param(40, "Newton iterations per pair", min=1, max=10_000)
+    cg_rtol: float = _param(1e-4, "relative residual of each CG solve", **_FRACTION)
+    cg_max_iter: int = _param(200, "CG iterations per Newton step", min=1, max=100_000)
     solver_dtype: str = _param(
         "float32",
         "precision of CG search directions (certificates are always float64)",
         tuple(_DTYPES),
     )
-    chunk_size: int = _param(256, "inputs certified together")
+    chunk_size: int = _param(256, "inputs certified together", min=1, max=65_536)
     trust_cache: bool = _param(
         False,
         "reuse curvature bounds stored in the model file instead of recomputing "
@@ -76,6 +83,7 @@ class CRCSettings:
                 default=f.default,
                 help=f.metadata["help"],
                 choices=f.metadata["choices"],
+                **f.metadata["limits"],
             )
             for f in fields(cls)
         )

@@ -10,6 +10,9 @@ from lipcli.builtins.lipconvnet.network import DEPTHS, LipConvnet
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ArchSpec, Param
 
+#: the widest stem a LipConvnet takes (its last block has 16 times as many channels: 4096)
+MAX_WIDTH = 256
+
 __all__ = ["lip_architectures"]
 
 
@@ -20,7 +23,8 @@ def lip_architectures() -> list[ArchSpec]:
             name=f"lipconvnet-{n}",
             factory=partial(LipConvnet, depth=n),  # depth bound per name
             description=f"LipConvnet-{n}: {n + 1} convolutions in 5 blocks of {n // 5} (paper §7)",
-            params=(Param(name="width", type=int, default=32, help="channels after the stem"),),
+            params=(Param(name="width", type=int, default=32, min=1, max=MAX_WIDTH,
+                          help="channels after the stem"),),
         )
         for n in DEPTHS
     ]

@@ -45,16 +45,17 @@ def lip_losses() -> list[LossSpec]:
         LossSpec(
             name="cr", factory=_cr_factory,
             description="CE minus gamma * mean relu(certificate) for affine heads (paper code's CR)",
-            params=(Param(name="gamma", type=float, default=0.1,
+            params=(Param(name="gamma", type=float, default=0.1, min=0.0, max=1e4,
                           help="certificate weight (0 = plain cross-entropy)"),),
         ),
         LossSpec(
             name="margin-offset", factory=_offset_factory,
             description="offset cross-entropy (Prach & Lampert 2022): offset sqrt(2)*eps*L, temperature",
             params=(
-                Param(name="eps", type=float, default=DEFAULT_EPS,
+                Param(name="eps", type=float, default=DEFAULT_EPS, min=0.0, max=64.0,
                       help="input-space radius of the margin (offset sqrt(2)*eps/min(std))"),
-                Param(name="temperature", type=float, default=0.25, help="logit temperature tau"),
+                Param(name="temperature", type=float, default=0.25, min=0.0, min_open=True, max=1e3,
+                      help="logit temperature tau"),
             ),
         ),
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from lipcli.builtins.soc.layer import SOC
+from lipcli.builtins.soc.layer import MAX_POWER_ITERS, MAX_TERMS, SOC
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param
 
@@ -16,11 +16,11 @@ __all__ = ["lip_convolutions"]
 # Plugin hook
 # --------------------------------------------------------------------------------------
 _PARAMS = (
-    Param(name="train_terms", type=int, default=6,
+    Param(name="train_terms", type=int, default=6, min=2, max=MAX_TERMS,
           help="terms of the exponential series during training (paper §4, eq. 1)"),
-    Param(name="eval_terms", type=int, default=15,
+    Param(name="eval_terms", type=int, default=15, min=2, max=MAX_TERMS,
           help="terms of the exponential series at evaluation/certification (paper §4, eq. 1)"),
-    Param(name="power_iters", type=int, default=1,
+    Param(name="power_iters", type=int, default=1, min=0, max=MAX_POWER_ITERS,
           help="power-iteration steps per training forward for the filter norm σ"),
 )
 

@@ -120,7 +120,7 @@ def liresnet_registered():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("emma:eps=-1", "eps must be > 0"),
+    ("emma:eps=-1", "eps must be in (0, 64]"),
     ("emma:min_ratio=2", "min_ratio must be in (0, 1]"),
     ("emma:eps=abc", "eps: expected float"),
     ("emma:radius=1", "no parameter 'radius'"),

@@ -76,7 +76,7 @@ def la_registered():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("la:temperature=0", "temperature must be > 0"),
+    ("la:temperature=0", "temperature must be in (0, 1000]"),
     ("la:gamma=abc", "gamma: expected float"),
     ("la:gamma=1000", "gamma must be in [0, 100]"),
     ("la:tau=1", "no parameter 'tau'"),

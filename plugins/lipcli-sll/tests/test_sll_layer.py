@@ -191,8 +191,10 @@ def test_inline_params():
     spec = plugin.sll_spec()
     layer = spec.factory(4, 4, 1, 1, **spec.resolve_params({"kernel": 3, "inner_factor": 2}))
     assert tuple(layer.weight.shape) == (8, 4, 3, 3)
+    with pytest.raises(ValueError, match=r"kernel must be an odd number in 1\.\.15 \(or 0\)"):
+        spec.resolve_params({"kernel": 2})  # the declared range, before any layer is built
     with pytest.raises(ValueError, match="odd kernel"):
-        spec.factory(4, 4, 3, 1, **spec.resolve_params({"kernel": 2}))
+        spec.factory(4, 4, 3, 1, kernel=2)
 
 
 @pytest.mark.parametrize("params", [None, {"kernel": 3, "inner_factor": 2}])

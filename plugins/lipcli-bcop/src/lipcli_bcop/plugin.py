@@ -19,7 +19,7 @@ def bcop_spec() -> ConvSpec:
         factory=BCOPConv,
         description="BCOP: block convolution orthogonal parametrisation (Li et al., NeurIPS 2019)",
         params=(
-            Param(name="bjorck_iters", type=int, default=20,
+            Param(name="bjorck_iters", type=int, default=20, min=1, max=200,
                   help="Minimum Bjorck orthogonalisation steps per training step (then on to convergence; eval: to convergence)"),
         ),
         promises=(),

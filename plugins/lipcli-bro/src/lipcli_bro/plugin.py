@@ -11,18 +11,33 @@ from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param
 
 from .bro import FACTORS, INITS, BROConv
 
+#: the largest rank a ``bro`` layer is given (each layer also refuses one above its channels)
+MAX_RANK = 4096
+
+
+def bro_factory(in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
+                **params: object) -> BROConv:
+    """:class:`BROConv`, refusing a ``rank`` above the layer's ``c = max(in·s², out)`` (a
+    ``ValueError``: the host reports it as the choice's usage error)."""
+    channels = max(in_channels * stride * stride, out_channels)
+    rank = params.get("rank", 0)
+    if isinstance(rank, int) and rank > channels:
+        raise ValueError(f"rank must be at most the layer's channels c = max(in*stride^2, out) = "
+                         f"{channels}, got {rank}")
+    return BROConv(in_channels, out_channels, kernel_size, stride, **params)  # type: ignore[arg-type]
+
 
 def bro_spec() -> ConvSpec:
     """The ``bro`` conv spec: orthogonal (semi-orthogonal for ``in ≠ out``) in exact
     arithmetic; ``lipschitz_upper_bound()`` is a verified bound for the float matrices used."""
     return ConvSpec(
         name="bro",
-        factory=BROConv,
+        factory=bro_factory,
         description="BRO: block reflector orthogonal convolution in the Fourier domain (Lai et al., ICML 2025)",
         params=(
-            Param(name="rank", type=int, default=0,
+            Param(name="rank", type=int, default=0, min=1, max=MAX_RANK, auto=0,
                   help="rank r of the low-rank filter V (0: rank_ratio times the channels)"),
-            Param(name="rank_ratio", type=float, default=0.5,
+            Param(name="rank_ratio", type=float, default=0.5, min=0.0, min_open=True, max=1.0,
                   help="r = floor(rank_ratio * c), c = max(in*stride^2, out), when rank is 0"),
             Param(name="init", type=str, default="identity", choices=INITS,
                   help="identity: centre tap of V is [I; 0] (the authors' default); random"),

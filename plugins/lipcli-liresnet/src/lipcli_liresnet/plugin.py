@@ -7,7 +7,7 @@ from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ArchSpec, LossSpec, Param
 
 from .emma import DEFAULT_EPS, emma_factory
-from .network import BLOCKS, LiResNet
+from .network import BLOCKS, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, LiResNet
 
 
 def liresnet_spec() -> ArchSpec:
@@ -17,11 +17,11 @@ def liresnet_spec() -> ArchSpec:
         description="LiResNet/BRONet-shaped residual network: stem, constant-width backbone, "
                     "neck, dense layers, head",
         params=(
-            Param(name="depth", type=int, default=12, help="backbone blocks (1-256)"),
-            Param(name="width", type=int, default=128, help="backbone channels (1-4096)"),
+            Param(name="depth", type=int, default=12, min=1, max=MAX_DEPTH, help="backbone blocks"),
+            Param(name="width", type=int, default=128, min=1, max=MAX_WIDTH, help="backbone channels"),
             Param(name="block", type=str, default="residual", choices=BLOCKS,
                   help="residual: x + W*x with a free 3x3 W (LiResNet); conv: the --conv layer"),
-            Param(name="dense", type=int, default=8, help="dense layers of width 16*width (0-64)"),
+            Param(name="dense", type=int, default=8, min=0, max=MAX_DENSE, help="dense layers of width 16*width"),
         ),
     )
 
@@ -33,9 +33,9 @@ def emma_spec() -> LossSpec:
         description="EMMA (Hu et al. 2023): cross-entropy with each logit raised by its "
                     "clipped certified-radius margin",
         params=(
-            Param(name="eps", type=float, default=DEFAULT_EPS,
+            Param(name="eps", type=float, default=DEFAULT_EPS, min=0.0, min_open=True, max=64.0,
                   help="target l2 radius in input space (default 36/255)"),
-            Param(name="min_ratio", type=float, default=0.01,
+            Param(name="min_ratio", type=float, default=0.01, min=0.0, min_open=True, max=1.0,
                   help="smallest fraction of eps a margin is raised by (in (0, 1])"),
         ),
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import LossSpec, Param
 
-from .loss import DEFAULT_EPS, la_factory
+from .loss import DEFAULT_EPS, MAX_GAMMA, la_factory
 
 
 def la_spec() -> LossSpec:
@@ -16,12 +16,13 @@ def la_spec() -> LossSpec:
         description="Logit Annealing (Lai et al. 2025): tau*(1-p)^gamma*CE on offset, "
                     "EMMA-shifted logits",
         params=(
-            Param(name="temperature", type=float, default=0.75, help="tau > 0"),
-            Param(name="offset", type=float, default=2.0, help="xi >= 0, subtracted from the true logit"),
-            Param(name="gamma", type=float, default=5.0, help="annealing exponent in [0, 100]"),
-            Param(name="eps", type=float, default=DEFAULT_EPS,
+            Param(name="temperature", type=float, default=0.75, min=0.0, min_open=True, max=1e3, help="tau"),
+            Param(name="offset", type=float, default=2.0, min=0.0, max=1e3, help="xi, subtracted from the true logit"),
+            Param(name="gamma", type=float, default=5.0, min=0.0, max=MAX_GAMMA, help="annealing exponent"),
+            Param(name="eps", type=float, default=DEFAULT_EPS, min=0.0, max=64.0,
                   help="EMMA radius in input space (0: plain logits, any head)"),
-            Param(name="min_ratio", type=float, default=0.01, help="EMMA clip floor in (0, 1]"),
+            Param(name="min_ratio", type=float, default=0.01, min=0.0, min_open=True, max=1.0,
+                  help="EMMA clip floor"),
         ),
     )
 

@@ -11,6 +11,10 @@ from lipcli.sdk.specs import ConvSpec, Param
 
 from .lot import INITS, LOTConv
 
+#: the most Newton-Schulz iterations (10 times the authors' 10; each one is two batched
+#: matrix products per frequency, kept for the backward pass in training)
+MAX_ITERATIONS = 100
+
 
 def lot_spec() -> ConvSpec:
     """The ``lot`` conv spec: no promise (orthogonal only when the Newton–Schulz iteration has
@@ -22,9 +26,9 @@ def lot_spec() -> ConvSpec:
         factory=LOTConv,
         description="LOT: per-frequency polar factor by Newton-Schulz iterations (Xu et al., NeurIPS 2022)",
         params=(
-            Param(name="iterations", type=int, default=10,
+            Param(name="iterations", type=int, default=10, min=1, max=MAX_ITERATIONS,
                   help="Newton-Schulz iterations for (V^H V)^(-1/2), in training and eval (10: the authors')"),
-            Param(name="eps", type=float, default=1e-4,
+            Param(name="eps", type=float, default=1e-4, min=0.0, max=1.0,
                   help="regulariser added to V^H V and its norm (the authors' 1e-4)"),
             Param(name="init", type=str, default="identity", choices=INITS,
                   help="identity: centre tap [I 0] (the authors' default); random"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Param, PoolSpec
 
-from .polygon import MAX_VERTICES, MIN_VERTICES, PolygonPool
+from .polygon import MAX_RADIUS, MAX_VERTICES, MIN_RADIUS, MIN_VERTICES, PolygonPool
 
 
 def factory(
@@ -32,7 +32,7 @@ def polygon_spec() -> PoolSpec:
                 help=f"polygon vertices per output channel ({MIN_VERTICES}-{MAX_VERTICES})",
                 choices=tuple(range(MIN_VERTICES, MAX_VERTICES + 1)),
             ),
-            Param(name="radius", type=float, default=1.0,
+            Param(name="radius", type=float, default=1.0, min=MIN_RADIUS, min_open=True, max=MAX_RADIUS,
                   help="initial circumradius of the regular polygon"),
             Param(name="learn_center", type=bool, default=True,
                   help="learn each polygon's centre (else fixed at the origin)"),

@@ -11,6 +11,9 @@ from lipcli.sdk.specs import ConvSpec, Param
 
 from .conv import SLLConv
 
+#: the largest residual-branch filter and hidden-units factor
+MAX_KERNEL, MAX_INNER_FACTOR = 15, 16
+
 
 def factory(in_channels: int, out_channels: int, kernel_size: int, stride: int, *,
             kernel: int = 0, inner_factor: int = 1) -> SLLConv:
@@ -27,9 +30,9 @@ def sll_spec() -> ConvSpec:
         factory=factory,
         description="SLL: SDP-based 1-Lipschitz residual layer x - 2W T^-1 relu(W^T x + b) (Araujo et al., ICLR 2023)",
         params=(
-            Param(name="kernel", type=int, default=0,
+            Param(name="kernel", type=int, default=0, min=1, max=MAX_KERNEL, odd=True, auto=0,
                   help="filter size of the residual branch (odd); 0: the architecture's"),
-            Param(name="inner_factor", type=int, default=1,
+            Param(name="inner_factor", type=int, default=1, min=1, max=MAX_INNER_FACTOR,
                   help="hidden units per channel of the residual branch"),
         ),
         promises=(),
