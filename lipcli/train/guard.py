@@ -52,12 +52,14 @@ class DivergenceGuard:
         #: what stopped the run, for the message: "gradient not finite", "loss nan" ...
         self.reason = ""
 
-    def before_step(self, params: list[torch.Tensor], loss: torch.Tensor, run: Any) -> None:
+    def before_step(self, params: list[torch.Tensor], loss: torch.Tensor, run: Any,
+                    norm: torch.Tensor | None = None) -> None:
         """Call between backward (and clipping) and the optimiser step of ``run`` (``loss``:
-        the step's loss); raises :class:`TrainingDiverged` on the host path."""
+        the step's loss; ``norm``: the gradients' total norm when clipping computed it, so
+        it is not reduced twice); raises :class:`TrainingDiverged` on the host path."""
         if not self.check_grads:
             return
-        ok = grads_finite(params)
+        ok = grads_finite(params) if norm is None else torch.isfinite(norm)
         if self.host:
             if not bool(ok):
                 self.reason = f"loss {float(loss.detach()):.3g}, gradient not finite"

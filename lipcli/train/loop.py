@@ -222,10 +222,11 @@ class TrainingLoop:
         with torch.autocast(self.device.type, dtype=self.optim.amp_dtype, enabled=cfg.amp):
             loss, logits, parts = forward(images, labels)
         scaler.scale(loss).backward()
+        norm = None  # the clipping's total norm: non-finite exactly when some gradient is
         if cfg.grad_clip:
             scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        self.guard.before_step(params, loss, self.run)
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        self.guard.before_step(params, loss, self.run, norm=norm)
         scaler.step(optimizer)
         scaler.update()
         # detached: a returned graph would keep the step's autograd graph (and, when it is

@@ -130,6 +130,12 @@ def test_the_host_guard_stops_before_the_optimiser_step():
         guard.before_step(list(layer.parameters()), loss, fake_run(epoch=1, step=6))
     assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters()))
     assert not opt.state  # the optimiser never stepped
+    # with clipping, the clip's total norm decides (no second reduction): a NaN norm stops it
+    params = list(layer.parameters())
+    norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    with pytest.raises(TrainingDiverged, match="gradient not finite"):
+        guard.before_step(params, loss, fake_run(epoch=1, step=6), norm=norm)
+    guard.before_step(params, loss, fake_run(epoch=1, step=6), norm=torch.tensor(3.0))  # finite: passes
 
 
 def test_the_device_guard_flags_and_reports_at_the_next_read():
