@@ -9,10 +9,9 @@ import pytest
 import torch
 
 import lipcli_sll.plugin as plugin
-from lipcli.host.models import create_model
-from lipcli.lipschitz.bound import guaranteed_upper_bound
+from lipcli.testing import create_model, guaranteed_upper_bound
 from lipcli_sll import SLLConv
-from lipcli_sll.network import SumPool4
+from lipcli_sll.network import PoolToVector
 
 #: (name, depth, dense, width, dense_hidden) as read from the authors' main.py `override_args`
 AUTHORS = [("sll-small", 20, 7, 45, 2048), ("sll-medium", 30, 10, 60, 2048),
@@ -36,7 +35,7 @@ def tiny(**params):
 def test_layout():
     model = tiny()
     names = [n for n, _ in model.body.named_children()]
-    assert names == ["normalize", "conv1", "conv2", "conv3", "pool", "to_vector", "dense1", "dense2", "flatten"]
+    assert names == ["normalize", "conv1", "conv2", "conv3", "pool", "dense1", "dense2", "flatten"]
     assert tuple(model.body.conv1.weight.shape) == (3, 4, 3, 3)  # 3 -> 4 channels: padded, 3 hidden
     dense = model.body.dense1
     assert isinstance(dense, SLLConv) and tuple(dense.weight.shape) == (6, 16, 1, 1)
@@ -48,10 +47,11 @@ def test_layout():
 
 def test_sum_pool_is_one_lipschitz_and_tight():
     x = torch.randn(1, 2, 8, 8, dtype=torch.float64)
-    jac = torch.autograd.functional.jacobian(SumPool4(), x).reshape(2 * 4, 2 * 64)
+    jac = torch.autograd.functional.jacobian(PoolToVector(), x).reshape(2 * 4, 2 * 64)
     s = torch.linalg.svdvals(jac)
     torch.testing.assert_close(s, torch.ones_like(s), rtol=0, atol=1e-12)
-    torch.testing.assert_close(SumPool4()(x), torch.nn.AvgPool2d(4, divisor_override=4)(x), rtol=0, atol=1e-12)
+    authors = torch.nn.AvgPool2d(4, divisor_override=4)(x).reshape(1, -1, 1, 1)
+    torch.testing.assert_close(PoolToVector()(x), authors, rtol=0, atol=1e-12)
 
 
 def test_bound_covers_the_dense_jacobian():

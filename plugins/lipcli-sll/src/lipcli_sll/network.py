@@ -9,14 +9,15 @@ Layout for an ``S × S`` input (``S`` a multiple of 4), width ``w``, ``depth`` c
 ============  ==============================================================  ============
 stage         layers (body children, in order)                                output
 ============  ==============================================================  ============
-normalise     ``normalize``: ``(x − mean) / std``                             in @ S²
+normalise     ``normalize``: ``(x − mean)·(1/std)``                           in @ S²
 convolutions  ``conv1`` conv(in → w, 3×3) — with ``--conv sll``: zero         w @ S²
               channels up to ``w`` then an SLL layer, the authors'
               ``PaddingChannels`` + first layer — then ``conv2 .. conv{depth}``
               conv(w → w, 3×3); no activation (SLL has its own ReLU)
-pool          ``pool``: 4×4 window sums divided by 4 (the authors'            w @ (S/4)²
-              ``AvgPool2d(4, divisor_override=4)``)
-dense         ``to_vector``, then ``dense`` × ``dense{j}``: the SLL dense       D @ 1²
+pool          ``pool``: 4×4 window sums divided by 4 (the authors'            D @ 1²
+              ``AvgPool2d(4, divisor_override=4)``), as a ``(N, D, 1, 1)``
+              vector
+dense         ``dense`` × ``dense{j}``: the SLL dense                         D @ 1²
               layer on ``D`` features with ``dense_hidden`` hidden units
               (an :class:`~lipcli_sll.conv.SLLConv` with a 1×1 filter on a
               1×1 image is exactly the dense layer)
@@ -29,9 +30,9 @@ The authors' sizes (``depth, dense, w, dense_hidden``): small 20, 7, 45, 2048; m
 channels (``conv_inner_dim = 5``) and ``log_q ~ N(0, 1)``: ``--conv sll:hidden=5,q_init=normal``
 (the convolution is the ``--conv`` component; the dense layers take ``q_init`` here).
 
-Guaranteed bound: ``Lip(features) ≤ Π U_child``: ``1/min std``, the convolutions' and dense
-layers' verified bounds (:func:`lipcli_sll.core.sll_bound`), and 1 for the pool and the
-reshapes.  The pool is 1-Lipschitz: each output is ``(1/4)·Σ`` of 16 inputs of its own window,
+Guaranteed bound: ``Lip(features) ≤ Π U_child``: ``max 1/std`` (as stored), the
+convolutions' and dense layers' verified bounds (:func:`lipcli_sll.core.sll_bound`), and 1 for
+the pool and the flatten.  The pool is 1-Lipschitz: each output is ``(1/4)·Σ`` of 16 inputs of its own window,
 ``|Σ_{16} x_i| ≤ 4‖x_window‖`` (Cauchy–Schwarz), and the windows are disjoint.
 """
 
@@ -45,7 +46,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
-from lipcli.sdk.weight_decay import no_weight_decay_names
 
 from .conv import SLLConv
 
@@ -59,59 +59,39 @@ MAX_DEPTH, MAX_DENSE, MAX_WIDTH, MAX_DENSE_HIDDEN = 200, 64, 512, 65536
 WINDOW = 4
 
 
-class Normalize(nn.Module):
-    """``(x − mean)/std`` per channel, bound ``1/min std``."""
+class InputScale(nn.Module):
+    """The input normalisation as ``(x − mean)·s`` per channel with the stored float32
+    ``s ≈ 1/std``: a diagonal map whose norm is exactly ``max |s|`` for the numbers used."""
 
     lip_promises: tuple[str, ...] = ()
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
-        self.register_buffer("mean", torch.tensor(tuple(mean), dtype=torch.get_default_dtype()))
-        self.register_buffer("std", torch.tensor(tuple(std), dtype=torch.get_default_dtype()))
-        if not bool((self.std > 0).all()):
+        std64 = torch.tensor(tuple(std), dtype=torch.float64)
+        if not bool((std64 > 0).all()):
             raise ValueError(f"std must be positive, got {tuple(std)}")
+        self.register_buffer("shift", torch.tensor(tuple(mean), dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("scale", (1.0 / std64).to(torch.float32).view(1, -1, 1, 1))
 
     def forward(self, x: Tensor) -> Tensor:
-        view = (1, -1, 1, 1)
-        return (x - self.mean.to(x.dtype).view(view)) / self.std.to(x.dtype).view(view)
+        return (x - self.shift.to(x.dtype)) * self.scale.to(x.dtype)
 
     def lipschitz_upper_bound(self) -> float:
-        return 1.0 / float(self.std.detach().double().min())
+        return float(self.scale.detach().double().abs().max())
 
     def export_module(self) -> nn.Module:
         return self
 
 
-class SumPool4(nn.Module):
-    """4×4 window sums divided by 4 (1-Lipschitz, module docstring), as
-    ``4·avg_pool2d(x, 4)`` (the factor 4 and the averaging's 1/16 are exact scalings)."""
+class PoolToVector(nn.Module):
+    """4×4 window sums divided by 4 (1-Lipschitz, module docstring), as ``4·avg_pool2d(x, 4)``
+    (the factor 4 and the averaging's 1/16 are exact scalings), reshaped to ``(N, D, 1, 1)``."""
 
     lip_promises = (ONE_LIPSCHITZ,)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.avg_pool2d(x, WINDOW) * float(WINDOW)
-
-    def export_module(self) -> nn.Module:
-        return self
-
-
-class ToVector(nn.Module):
-    """``(N, C, H, W) → (N, C·H·W, 1, 1)``: a reshape."""
-
-    lip_promises = (ONE_LIPSCHITZ,)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x.reshape(x.shape[0], -1, 1, 1)
-
-    def export_module(self) -> nn.Module:
-        return self
-
-
-class Flatten(nn.Flatten):
-    lip_promises = (ONE_LIPSCHITZ,)
-
-    def __init__(self) -> None:
-        super().__init__(1)
+        pooled = F.avg_pool2d(x, WINDOW) * float(WINDOW)
+        return pooled.reshape(pooled.shape[0], -1, 1, 1)
 
     def export_module(self) -> nn.Module:
         return self
@@ -148,35 +128,36 @@ class SLLNetwork(nn.Module):
         self.num_classes, self.in_channels, self.image_size = num_classes, in_channels, size
         D = width * (size[0] // WINDOW) * (size[1] // WINDOW)
         layers: OrderedDict[str, nn.Module] = OrderedDict()
-        layers["normalize"] = Normalize(mean, std)
+        layers["normalize"] = InputScale(mean, std)
         layers["conv1"] = conv.build(in_channels, width, 3, 1)
         for i in range(2, depth + 1):
             layers[f"conv{i}"] = conv.build(width, width, 3, 1)
-        layers["pool"] = SumPool4()
-        layers["to_vector"] = ToVector()
+        layers["pool"] = PoolToVector()
         for j in range(1, dense + 1):
             layers[f"dense{j}"] = SLLConv(D, D, 1, 1, hidden=int(dense_hidden) or D, q_init=q_init)
-        layers["flatten"] = Flatten()
+        layers["flatten"] = flatten = nn.Flatten(1)
+        flatten.lip_promises = (ONE_LIPSCHITZ,)  # a reshape (plain torch: exported as it is)
         self.body = nn.Sequential(layers)
         self.feature_dim = D
         self.head = head.build(D, num_classes)
 
+    @torch.no_grad()
+    def refresh_power_iteration(self, steps: int = 50) -> None:
+        """Refresh the power-iteration state of layers that keep one (a ``--conv soc`` in this
+        layout; SLL layers have none).  Weight decay: the default exclusions
+        (:func:`lipcli.sdk.weight_decay.no_weight_decay_names`)."""
+        for refresh in (getattr(m, "refresh", None) for m in self.modules() if m is not self):
+            if callable(refresh):
+                refresh(steps)
+
     def features(self, x: Tensor) -> Tensor:
-        """Penultimate features ``(N, D)`` (normalisation included)."""
-        if x.dim() != 4 or tuple(x.shape[1:]) != (self.in_channels, *self.image_size):
-            raise ValueError(f"the SLL network expects inputs (N, {self.in_channels}, "
-                             f"{self.image_size[0]}, {self.image_size[1]}); got {tuple(x.shape)}")
+        """Penultimate features ``(N, D)`` (normalisation included); inputs of one shape only,
+        ``(N, in, S, S)``, the size the dense layers are built for."""
+        expected = (self.in_channels, *self.image_size)
+        if tuple(x.shape[1:]) != expected or x.dim() != 4:
+            raise ValueError(f"the SLL network expects inputs (N, {', '.join(map(str, expected))}); "
+                             f"got {tuple(x.shape)}")
         return self.body(x)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.features(x))
-
-    @torch.no_grad()
-    def refresh_power_iteration(self, steps: int = 50) -> None:
-        for module in self.modules():
-            refresh = getattr(module, "refresh", None)
-            if module is not self and callable(refresh):
-                refresh(steps)
-
-    def no_weight_decay_parameters(self) -> set[str]:
-        return no_weight_decay_names(self)

@@ -1,4 +1,5 @@
-"""``lipresnet-<n>``: LipConvnet-n with the LOT authors' convex-combination residuals
+"""``lipresnet-<n>`` (built in, beside ``lipconvnet-<n>``): LipConvnet-n with the LOT authors'
+convex-combination residuals
 (Xu et al., NeurIPS 2022; ``AI-secure/Layerwise-Orthogonal-Training``, ``lip_convnets.py``:
 ``ResLayer`` and ``LipResNet``, selected by ``train_robust.py --residual``).
 
@@ -32,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lipcli.builtins.lipconvnet import LipConvnet
+from lipcli.builtins.lipconvnet.network import LipConvnet
 from lipcli.sdk.errors import LipError
 from lipcli.sdk.specs import ONE_LIPSCHITZ
 
