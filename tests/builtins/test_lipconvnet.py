@@ -84,7 +84,10 @@ def expected_count(depth: int, *, head: str, pool: str, w: int = 32, classes: in
 
 def test_registered_architectures() -> None:
     assert DEPTHS == (5, 10, 15, 20, 25, 30, 35, 40)
-    assert sorted(ARCHS, key=lambda n: int(n.split("-")[1])) == [f"lipconvnet-{n}" for n in DEPTHS]
+    for family in ("lipconvnet", "lipresnet"):  # lipresnet-<n>: tests/builtins/test_lipresnet.py
+        names = [n for n in ARCHS if n.startswith(f"{family}-")]
+        assert sorted(names, key=lambda n: int(n.split("-")[1])) == [f"{family}-{n}" for n in DEPTHS]
+    assert len(ARCHS) == 2 * len(DEPTHS)
     for spec in ARCHS.values():
         assert isinstance(spec, ArchSpec)
         assert spec.param("width").default == 32 and spec.param("width").type is int

@@ -1,12 +1,14 @@
 """The architecture built-in plugin (registered as ``lipcli.lipconvnet``): ``lipconvnet-<n>``
 for every depth in :data:`~lipcli.builtins.lipconvnet.network.DEPTHS` (SPEC §3), built by
-:class:`~lipcli.builtins.lipconvnet.network.LipConvnet`."""
+:class:`~lipcli.builtins.lipconvnet.network.LipConvnet`, and ``lipresnet-<n>``, the same with
+the LOT authors' convex-combination residuals (:mod:`lipcli.builtins.lipconvnet.residual`)."""
 
 from __future__ import annotations
 
 from functools import partial
 
 from lipcli.builtins.lipconvnet.network import DEPTHS, LipConvnet
+from lipcli.builtins.lipconvnet.residual import AUTHORS_MIX, LipResNet
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ArchSpec, Param
 
@@ -25,6 +27,18 @@ def lip_architectures() -> list[ArchSpec]:
             description=f"LipConvnet-{n}: {n + 1} convolutions in 5 blocks of {n // 5} (paper §7)",
             params=(Param(name="width", type=int, default=32, min=1, max=MAX_WIDTH,
                           help="channels after the stem"),),
+        )
+        for n in DEPTHS
+    ] + [
+        ArchSpec(
+            name=f"lipresnet-{n}",
+            factory=partial(LipResNet, depth=n),
+            description=f"LipConvnet-{n} with the LOT authors' convex-combination residuals "
+                        "(Xu et al. 2022, train_robust.py --residual)",
+            params=(Param(name="width", type=int, default=32, min=1, max=MAX_WIDTH,
+                          help="channels after the stem"),
+                    Param(name="mix", type=float, default=AUTHORS_MIX, min=0.0, max=1.0,
+                          help="skip weight: x <- mix*x + (1-mix)*block(x) (the authors' sigmoid(0) = 0.5)")),
         )
         for n in DEPTHS
     ]
