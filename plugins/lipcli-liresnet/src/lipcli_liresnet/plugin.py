@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.losses import eps_schedule_params
 from lipcli.sdk.specs import ArchSpec, LossSpec, Param
 
 from .emma import DEFAULT_EPS, emma_factory
@@ -55,6 +56,7 @@ def emma_spec() -> LossSpec:
                   help="target l2 radius in input space (default 36/255)"),
             Param(name="min_ratio", type=float, default=0.01, min=0.0, min_open=True, max=1.0,
                   help="smallest fraction of eps a margin is raised by (in (0, 1])"),
+            *eps_schedule_params(),
         ),
     )
 
