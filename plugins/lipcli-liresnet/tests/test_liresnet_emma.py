@@ -5,6 +5,7 @@ refusing bad parameters with one line."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -176,14 +177,26 @@ def test_eps_schedule_is_the_authors_formula(epochs):
 
 
 def test_train_loop_gives_the_loss_its_epoch(liresnet_registered, tmp_path):
-    """``lip train`` calls ``begin_epoch``: the logged ``train_eps`` of each epoch is the formula's."""
+    """``lip train`` calls ``begin_epoch``: the logged ``train_eps`` of each epoch is the
+    formula's; the authors' block and shapes train, save, load and certify (no attack below a
+    certified radius)."""
     out = tmp_path / "m.safetensors"
-    result = run_lip(["train", "--dataset", "digits", "--arch", "liresnet:depth=1,width=2,dense=1",
+    arch = ("liresnet:depth=2,width=2,dense=1,gamma=true,depth_scale=true,centering=true,"
+            "stem_kernel=5,neck=patch,dense_width=16,features=act")
+    result = run_lip(["train", "--dataset", "digits", "--arch", arch,
                       "--loss", "emma:min_eps=0.1,max_eps=3,ramp=0.5", "--epochs", "3",
+                      "--optimizer", "nadam", "--lr", "0.001", "--weight-decay", "0", "--grad-clip", "3",
                       "--batch-size", "16", "--limit-train", "32", "--limit-test", "8",
                       "--no-lipschitz-estimate", "-q", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    history = read_model_metadata(out)["training"]["history"]
+    meta = read_model_metadata(out)
+    assert meta["config"]["arch"]["params"]["centering"] is True
+    history = meta["training"]["history"]
+    assert len(history) == 3
     for epoch, record in enumerate(history):
         assert math.isclose(record["train_eps"], authors_eps(epoch, 3, 36 / 255, 0.1, 3.0), rel_tol=1e-12)
         assert math.isfinite(record["train_loss"])
+    cert = run_lip(["certify", str(out), "--limit", "8", "--attack", "--json", "--no-write", "-q"])
+    assert cert.exit_code == 0, cert.output
+    summary = json.loads(cert.stdout)
+    assert summary["sound"] is True and summary["violations"] == 0
