@@ -20,6 +20,11 @@ under DDP, broadcast with the model) whose forward pass is one training step's o
 
 Optional members:
 
+* ``begin_epoch(progress)``: called once before every epoch with a :class:`TrainProgress`
+  (the 0-based epoch, the number of epochs, the global step, the steps per epoch), e.g. for a
+  schedule of the loss's parameters (:class:`EpsSchedule`); a value that a step reads must
+  be updated in place in a buffer (a CUDA graph replays the step with the buffers it
+  captured);
 * ``end_epoch(model)``: called once after every epoch (after the model's power-iteration
   refresh, before evaluation and the checkpoint), e.g. to advance a power iteration;
 * ``resolved_params() -> dict``: the parameter values actually used when the factory derived
@@ -71,6 +76,88 @@ class LossContext:
         1-Lipschitz (up to the SOC series' truncation, SPEC §5), so this is also the training
         losses' value of ``Lip(g)``; certificates use the guaranteed bound instead."""
         return 1.0 / min(float(s) for s in self.std)
+
+
+@dataclass(frozen=True)
+class TrainProgress:
+    """Where training stands when an epoch begins (``begin_epoch``): ``epoch`` (0-based) of
+    ``epochs``, ``step`` (optimiser steps done so far) and ``steps_per_epoch``."""
+
+    epoch: int
+    epochs: int
+    step: int = 0
+    steps_per_epoch: int = 0
+
+
+@dataclass(frozen=True)
+class EpsSchedule:
+    """The radius ramp of LiResNet's EMMA and BRONet's Logit Annealing: in epoch ``e`` (0-based)
+    of ``E``, ``ε(e) = ε · (min + (max − min) · min(e / E / ramp, 1))``, i.e. from ``min·ε`` to
+    ``max·ε`` linearly over the first ``ramp`` fraction of the epochs, then ``max·ε``
+    (``ramp = 0``: ``max·ε`` from the start).  ``min = max = 1`` is the constant ``ε``."""
+
+    eps: float
+    min: float = 1.0
+    max: float = 1.0
+    ramp: float = 0.5
+
+    @property
+    def constant(self) -> bool:
+        return self.min == 1.0 and self.max == 1.0
+
+    def at(self, epoch: int, epochs: int) -> float:
+        """``ε`` in epoch ``epoch`` (0-based) of ``epochs``."""
+        ratio = 1.0 if self.ramp <= 0 or epochs <= 0 else min(epoch / epochs / self.ramp, 1.0)
+        return self.eps * (self.min + (self.max - self.min) * ratio)
+
+
+def eps_schedule_params() -> tuple[Any, ...]:
+    """The ``Param`` declarations of an :class:`EpsSchedule` (``min_eps``, ``max_eps``, ``ramp``)
+    for a loss spec; the defaults keep ``ε`` fixed."""
+    from lipcli.sdk.specs import Param
+
+    return (
+        Param(name="min_eps", type=float, default=1.0, min=0.0, max=1e3,
+              help="eps multiple at the start of the ramp (1 with max_eps=1: fixed eps)"),
+        Param(name="max_eps", type=float, default=1.0, min=0.0, max=1e3,
+              help="eps multiple at the end of the ramp and after it"),
+        Param(name="ramp", type=float, default=0.5, min=0.0, max=1.0,
+              help="fraction of the epochs over which eps ramps from min_eps to max_eps"),
+    )
+
+
+def check_eps_schedule(eps: float, min_eps: float, max_eps: float, ramp: float) -> EpsSchedule:
+    """An :class:`EpsSchedule`, or ``ValueError`` naming the bad value."""
+    for name, value in (("min_eps", min_eps), ("max_eps", max_eps)):
+        if not value >= 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    if not 0 <= ramp <= 1:
+        raise ValueError(f"ramp must be in [0, 1], got {ramp}")
+    return EpsSchedule(float(eps), float(min_eps), float(max_eps), float(ramp))
+
+
+class EpsRamp(nn.Module):
+    """The ``ε`` a margin loss uses now, following an :class:`EpsSchedule` (call
+    :meth:`begin_epoch` from the loss's ``begin_epoch``).  :meth:`value` is the float ``ε``
+    when the schedule is constant, else a 0-dim float64 buffer (not persistent: it is a
+    function of the epoch) updated in place, so that a step replayed from a CUDA graph reads
+    the current value.  Before the first ``begin_epoch`` it holds epoch 0's value."""
+
+    def __init__(self, schedule: EpsSchedule) -> None:
+        super().__init__()
+        self.schedule = schedule
+        self.register_buffer("current", torch.tensor(schedule.at(0, 1), dtype=torch.float64),
+                             persistent=False)
+
+    def begin_epoch(self, progress: TrainProgress) -> None:
+        self.current.fill_(self.schedule.at(progress.epoch, progress.epochs))
+
+    def value(self) -> float | torch.Tensor:
+        return self.schedule.eps if self.schedule.constant else self.current
+
+    def params(self) -> dict[str, float]:
+        s = self.schedule
+        return {"eps": s.eps, "min_eps": s.min, "max_eps": s.max, "ramp": s.ramp}
 
 
 @dataclass
@@ -169,13 +256,14 @@ def logit_difference_lipschitz(model: nn.Module, features: torch.Tensor, context
 
 
 def emma_logits(logits: torch.Tensor, labels: torch.Tensor, pair_lipschitz: torch.Tensor,
-                eps: float, min_ratio: float) -> torch.Tensor:
+                eps: float | torch.Tensor, min_ratio: float) -> torch.Tensor:
     """The EMMA logits of Hu et al. (NeurIPS 2023): ``f_j − f_l + ρ_j · ε · K_lj`` with
     ``ρ_j = clip((f_l − f_j) / (K_lj ε), min_ratio, 1)`` computed without gradient (``K``: the
     ``(c, c)`` :func:`logit_difference_lipschitz`; the entry of the label ``l`` is 0).  Every
     competing logit is raised by the margin that certification at the radius
     ``ρ_j ε`` needs, i.e. the current certified radius against ``j`` clipped to
-    ``[min_ratio·ε, ε]``; the cross-entropy of these logits is the EMMA loss."""
+    ``[min_ratio·ε, ε]``; the cross-entropy of these logits is the EMMA loss.  ``eps``: a
+    float or a 0-dim tensor (:meth:`EpsRamp.value`)."""
     shifted = logits - logits.gather(1, labels[:, None])
     margin = pair_lipschitz[labels]  # (N, c): K_lj
     with torch.no_grad():

@@ -22,6 +22,7 @@ from lipcli.train.config import INTERRUPT_ENV, TrainConfig
 from lipcli.train.distributed import DistContext
 from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
 from lipcli.sdk.errors import LipError, is_allocation_failure
+from lipcli.sdk.losses import TrainProgress
 from lipcli.train.errors import TrainingInterrupted, TrainingOutOfMemory, WorkerLost, literal
 from lipcli.train.evaluation import evaluate
 from lipcli.train.guard import DivergenceGuard
@@ -161,6 +162,8 @@ class TrainingLoop:
         self.loaders.sampler.set_epoch(epoch)
         self.run.model.train()
         self.optim.step_module.train()
+        self.optim.step_module.begin_epoch(TrainProgress(epoch, cfg.epochs, self.run.state.step,
+                                                         self.loaders.steps_per_epoch))
         self.reporter.epoch(epoch + 1, cfg.epochs, self.loaders.steps_per_epoch)
         params = [p for p in self.run.model.parameters() if p.requires_grad]
         check_every = 1 if device.type == "cpu" else 25

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from lipcli.sdk.errors import LipUsageError
-from lipcli.sdk.losses import LossContext, LossOutput, has_trainable_parameters, resolved_loss_params
+from lipcli.sdk.losses import LossContext, LossOutput, TrainProgress, has_trainable_parameters, resolved_loss_params
 from lipcli.sdk.specs import Component, LossSpec
 from lipcli.train.config import TrainConfig
 from lipcli.train.errors import TrainUsageError, literal
@@ -114,6 +114,12 @@ class TrainStep(nn.Module):
             raise TypeError(f"loss {type(self.loss).__name__} returned {type(out).__name__}, "
                             "not a LossOutput")
         return out.loss, out.logits, out.parts
+
+    def begin_epoch(self, progress: TrainProgress) -> None:
+        """The loss's ``begin_epoch(progress)`` where it has one."""
+        hook = getattr(self.loss, "begin_epoch", None)
+        if callable(hook):
+            hook(progress)
 
     def end_epoch(self) -> None:
         """The loss's ``end_epoch(model)`` where it has one."""

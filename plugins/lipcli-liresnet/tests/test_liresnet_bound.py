@@ -141,3 +141,155 @@ def test_layout_sizes_and_heads():
         create_model("liresnet", depth=0, registry=reg)
     with pytest.raises(ValueError):
         model(torch.rand(1, 3, 64, 64))
+
+
+def authors_block(width=3, size=(5, 5), seed=0):
+    """A block with the authors' options, large weights and γ of mixed signs and sizes."""
+    torch.manual_seed(seed)
+    block = ResidualConv(width, size, init_scale=30.0, gamma=True, scale=2 ** -0.5 * 1.1,
+                         centering=True).double()
+    with torch.no_grad():
+        block.gamma.copy_(torch.tensor([1.5, -0.7, 3.0, 0.2][:width], dtype=torch.float64))
+        block.running_mean.copy_(torch.randn(width, dtype=torch.float64))
+    return block
+
+
+def test_block_with_gamma_scale_and_centring_train_and_eval_bounds():
+    block = authors_block()
+    # evaluation: the running mean is a constant shift; the bound is ‖I + W_eff‖ on one image
+    block.eval()
+    exact_eval = dense_norm(block, (1, 3, 5, 5))
+    eval_bound = block.lipschitz_upper_bound()
+    assert exact_eval <= eval_bound <= exact_eval * 1.5
+    x = torch.rand(2, 3, 5, 5, dtype=torch.float64)
+    w_eff = block.weight * block.gamma.view(-1, 1, 1, 1) * block.scale
+    torch.testing.assert_close(block(x), x + F.conv2d(x, w_eff, block.bias - block.running_mean, padding=1))
+    # training: a map of the whole batch (the mean couples the images); dense Jacobian over batches
+    block.train()
+    for n in (1, 3):
+        exact_train = dense_norm(block, (n, 3, 5, 5))
+        assert exact_train <= block.lipschitz_upper_bound()
+    assert block.lipschitz_upper_bound() >= eval_bound  # √(L² + 1) or 1 + ‖W_eff‖
+    # the training map centres per channel over batch and pixels: the branch's mean is b
+    y = block(x) - x
+    torch.testing.assert_close(y.mean(dim=(0, 2, 3)), block.bias.detach(), rtol=0, atol=1e-12)
+
+
+def test_centring_can_exceed_the_eval_norm_and_the_bound_still_holds():
+    """The train-mode batch map of a 1-channel block on 2 pixels with the antisymmetric branch
+    [[0, t], [−t, 0]] has norm² (3 + √5)/2 > 2 = ‖I + W‖² at t = 1 (worked out in the module
+    docstring's terms): the train-mode bound must be above the eval one."""
+    block = ResidualConv(1, (1, 2), centering=True).double()
+    with torch.no_grad():
+        block.weight.zero_()
+        block.weight[0, 0, 1, 2] = 1.0   # reads the right neighbour: +t
+        block.weight[0, 0, 1, 0] = -1.0  # reads the left neighbour: −t
+    block.train()
+    exact = dense_norm(block, (1, 1, 1, 2))
+    assert abs(exact ** 2 - (3 + 5 ** 0.5) / 2) < 1e-12
+    assert exact > 2 ** 0.5 and exact <= block.lipschitz_upper_bound()
+    block.eval()
+    assert abs(dense_norm(block, (1, 1, 1, 2)) - 2 ** 0.5) < 1e-12
+    assert 2 ** 0.5 <= block.lipschitz_upper_bound()
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_centring_of_a_nearly_cancelling_branch(n):
+    """``W = −0.9·I``: evaluation is ``0.1·x`` (norm 0.1), training is ``0.1·X + 0.9·P X``
+    (norm 1: the batch mean passes whole), so the train-mode bound must be about 1, not ``L``;
+    ``√(L² + 1)`` is within 1 % of it."""
+    block = ResidualConv(2, (3, 3), centering=True).double()
+    with torch.no_grad():
+        block.weight.zero_()
+        block.weight[:, :, 1, 1] = -0.9 * torch.eye(2, dtype=torch.float64)
+    block.eval()
+    L = block.lipschitz_upper_bound()
+    assert abs(dense_norm(block, (1, 2, 3, 3)) - 0.1) < 1e-12 and L < 0.11
+    block.train()
+    exact = dense_norm(block, (n, 2, 3, 3))
+    assert abs(exact - 1.0) < 1e-12
+    assert exact <= block.lipschitz_upper_bound() <= 1.01
+
+
+def test_bound_follows_gamma():
+    block = authors_block().eval()
+    before = block.lipschitz_upper_bound()
+    with torch.no_grad():
+        block.gamma.mul_(3.0)  # in place: the cache must notice
+    after = block.lipschitz_upper_bound()
+    assert after != before and after >= dense_norm(block, (1, 3, 5, 5))
+    # an optimiser step on γ alone
+    block.weight.requires_grad_(False)
+    opt = torch.optim.SGD([block.gamma], lr=1.0)
+    block(torch.rand(2, 3, 5, 5, dtype=torch.float64)).pow(2).sum().backward()
+    opt.step()
+    assert block.lipschitz_upper_bound() != after
+    assert block.lipschitz_upper_bound() >= dense_norm(block, (1, 3, 5, 5))
+    block.train()  # the mode is part of the cache key
+    assert block.lipschitz_upper_bound() >= dense_norm(block, (2, 3, 5, 5))
+
+
+def test_default_block_is_the_plain_residual():
+    """Defaults: no γ, no scale, no centring: the same parameters and buffers and exactly
+    ``x + W ∗ x + b`` in both modes (bit-identical)."""
+    torch.manual_seed(4)
+    block = ResidualConv(3, (5, 5), init_scale=5.0)
+    assert set(block.state_dict()) == {"weight", "bias", "power_v"}
+    assert block.effective_weight() is block.weight
+    x = torch.rand(2, 3, 5, 5)
+    with torch.no_grad():
+        block.bias.normal_()
+    plain = x + F.conv2d(x, block.weight, block.bias, padding=1)
+    assert torch.equal(block.train()(x), plain) and torch.equal(block.eval()(x), plain)
+
+
+def batch_features_norm(model, n) -> float:
+    x = torch.rand(n, model.in_channels, *model.image_size, dtype=torch.float64,
+                   generator=torch.Generator().manual_seed(8))
+    J = torch.autograd.functional.jacobian(lambda v: model.body(v.view_as(x)).flatten(), x.flatten())
+    return float(torch.linalg.matrix_norm(J, 2))
+
+
+@pytest.mark.parametrize("conv", ["aol", "soc-fast"])
+def test_network_with_the_authors_block_train_and_eval(conv):
+    reg = registry()
+    if conv not in reg.names("conv"):
+        pytest.skip(f"{conv} not available")
+    torch.manual_seed(1)
+    model = create_model("liresnet", conv=conv, depth=2, width=2, dense=1, num_classes=4, registry=reg,
+                         gamma=True, depth_scale=True, centering=True)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, ResidualConv):
+                module.weight.mul_(40.0)
+                module.gamma.copy_(torch.tensor([2.0, -0.5]))
+    model = model.double()
+    if conv == "aol":  # exactly 1-Lipschitz in both modes: the train-mode product is a bound
+        model.train()
+        assert batch_features_norm(model, 2) <= guaranteed_upper_bound(model)[0]
+    model.train()(torch.rand(4, 3, 32, 32, dtype=torch.float64))  # running means move
+    model.eval()
+    assert any(float(m.running_mean.abs().max()) > 0 for m in model.modules() if isinstance(m, ResidualConv))
+    assert features_norm(model) <= guaranteed_upper_bound(model)[0]
+
+
+def test_authors_shapes_layout_and_bound():
+    reg = registry()
+    torch.manual_seed(2)
+    model = create_model("liresnet", depth=2, width=2, dense=2, num_classes=4, registry=reg, stem_kernel=5,
+                         neck="patch", dense_width=12, features="act")
+    names = [n for n, _ in model.body.named_children()]
+    assert names[names.index("block2_act") + 1:] == [
+        "neck_patch", "neck_conv", "to_vector", "neck_dense", "neck_act",
+        "dense1", "dense1_act", "dense2", "features_act", "flatten"]
+    assert model.feature_dim == 12 and model.body.stem_conv.kernel_size == 5
+    assert model(torch.rand(2, 3, 32, 32)).shape == (2, 4)
+    # the patch neck is a 4x4 stride-4 convolution: pixel_unshuffle then 1x1
+    x = torch.rand(1, 2, 16, 16)
+    assert model.body.neck_patch(x).shape == (1, 32, 4, 4)
+    model = model.double().eval()
+    assert features_norm(model) <= guaranteed_upper_bound(model)[0]
+    wide = create_model("liresnet", depth=1, width=2, dense=1, dense_width=20, num_classes=4, registry=reg)
+    assert wide.feature_dim == 10 and wide(torch.rand(1, 3, 32, 32)).shape == (1, 4)
+    with pytest.raises(ValueError, match="dense_width"):
+        create_model("liresnet", depth=1, width=2, dense=0, dense_width=20, registry=reg)

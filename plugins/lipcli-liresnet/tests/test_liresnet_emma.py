@@ -5,6 +5,7 @@ refusing bad parameters with one line."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -12,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from lipcli.sdk.errors import LipUsageError
-from lipcli.sdk.losses import LossContext, emma_logits, logit_difference_lipschitz
-from lipcli.testing import check_component_spec, create_model, plugin_registry, registered, run_lip
+from lipcli.sdk.losses import LossContext, TrainProgress, emma_logits, logit_difference_lipschitz
+from lipcli.testing import check_component_spec, create_model, plugin_registry, read_model_metadata, registered, run_lip
 from lipcli_liresnet import plugin as liresnet_plugin
 from lipcli_liresnet.emma import emma_factory
 
@@ -136,3 +137,66 @@ def test_cli_refuses_bad_parameters_in_one_line(liresnet_registered, tmp_path, s
 def test_specs_conform():
     check_component_spec(liresnet_plugin.liresnet_spec())
     check_component_spec(liresnet_plugin.emma_spec())
+
+
+def authors_eps(epoch, epochs, eps, min_eps, max_eps):
+    """hukkai/liresnet ``train.py`` lines 115-119 (``eps_fn``), written out:
+    ratio = min(epoch / epochs * 2, 1); ratio = min_eps + (max_eps - min_eps) * ratio; eps * ratio."""
+    ratio = min(epoch / epochs * 2, 1)
+    ratio = min_eps + (max_eps - min_eps) * ratio
+    return eps * ratio
+
+
+@pytest.mark.parametrize("epochs", [800, 7, 2])
+def test_eps_schedule_is_the_authors_formula(epochs):
+    torch.manual_seed(0)
+    model = create_model("liresnet", depth=1, width=2, dense=1, num_classes=10, registry=registry())
+    base = 36 / 255
+    # the authors' CIFAR-10 values (configs/cifar10.yaml: eps, min_eps 0.1, max_eps 3.0)
+    loss = emma_factory(context(model), eps=base, min_eps=0.1, max_eps=3.0, ramp=0.5)
+    x, y = torch.rand(4, 3, 32, 32), torch.arange(4)
+    assert float(loss.ramp.current) == authors_eps(0, epochs, base, 0.1, 3.0)  # before any epoch
+    for epoch in sorted({0, 1, epochs // 4, epochs // 2 - 1, epochs // 2, epochs - 1}):
+        loss.begin_epoch(TrainProgress(epoch, epochs))
+        expected = authors_eps(epoch, epochs, base, 0.1, 3.0)
+        assert float(loss.ramp.current) == expected
+        out = loss(model.eval(), x, y)
+        assert float(out.parts["eps"]) == expected
+        K = logit_difference_lipschitz(model, model.features(x), context(model))
+        reference = F.cross_entropy(emma_logits(model(x), y, K, expected, 0.01), y)
+        torch.testing.assert_close(out.loss, reference, rtol=1e-6, atol=1e-7)
+    assert loss.resolved_params() == {"eps": base, "min_eps": 0.1, "max_eps": 3.0, "ramp": 0.5, "min_ratio": 0.01}
+    # the default: a fixed eps (the same float as before the schedule existed), nothing extra logged
+    fixed = emma_factory(context(model), eps=0.3)
+    fixed.begin_epoch(TrainProgress(5, 10))
+    assert fixed.ramp.value() == 0.3 and isinstance(fixed.ramp.value(), float)
+    assert set(fixed(model, x, y).parts) == {"pair_lipschitz"}
+    for bad in ({"min_eps": -1.0}, {"ramp": 1.5}):
+        with pytest.raises(ValueError):
+            emma_factory(context(model), **bad)
+
+
+def test_train_loop_gives_the_loss_its_epoch(liresnet_registered, tmp_path):
+    """``lip train`` calls ``begin_epoch``: the logged ``train_eps`` of each epoch is the
+    formula's; the authors' block and shapes train, save, load and certify (no attack below a
+    certified radius)."""
+    out = tmp_path / "m.safetensors"
+    arch = ("liresnet:depth=2,width=2,dense=1,gamma=true,depth_scale=true,centering=true,"
+            "stem_kernel=5,neck=patch,dense_width=16,features=act")
+    result = run_lip(["train", "--dataset", "digits", "--arch", arch,
+                      "--loss", "emma:min_eps=0.1,max_eps=3,ramp=0.5", "--epochs", "3",
+                      "--optimizer", "nadam", "--lr", "0.001", "--weight-decay", "0", "--grad-clip", "3",
+                      "--batch-size", "16", "--limit-train", "32", "--limit-test", "8",
+                      "--no-lipschitz-estimate", "-q", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    meta = read_model_metadata(out)
+    assert meta["config"]["arch"]["params"]["centering"] is True
+    history = meta["training"]["history"]
+    assert len(history) == 3
+    for epoch, record in enumerate(history):
+        assert math.isclose(record["train_eps"], authors_eps(epoch, 3, 36 / 255, 0.1, 3.0), rel_tol=1e-12)
+        assert math.isfinite(record["train_loss"])
+    cert = run_lip(["certify", str(out), "--limit", "8", "--attack", "--json", "--no-write", "-q"])
+    assert cert.exit_code == 0, cert.output
+    summary = json.loads(cert.stdout)
+    assert summary["sound"] is True and summary["violations"] == 0

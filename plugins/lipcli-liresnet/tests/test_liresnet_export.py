@@ -36,6 +36,18 @@ def test_residual_stand_in():
     checks.check_aten_program(block.export_module().float(), x.float())
 
 
+def test_authors_block_stand_in():
+    """With γ, the depth factor and centring the stand-in is the evaluation map
+    ``x + W_eff ∗ x + (b − running_mean)`` and follows changes of γ."""
+    block = ResidualConv(3, (5, 5), gamma=True, scale=0.5, centering=True).double()
+    block = checks.randomise_parameters(block, seed=2).eval()
+    with torch.no_grad():
+        block.running_mean.normal_()
+    x = torch.randn(2, 3, 5, 5, dtype=torch.float64)
+    checks.check_export_module(block, type(block.export_module()), x)
+    checks.check_export_follows(block, lambda: block.gamma.mul_(2.0), x)
+
+
 def make_model(path: Path) -> Path:
     torch.manual_seed(0)
     model = create_model("liresnet", depth=2, width=4, dense=1, num_classes=10)

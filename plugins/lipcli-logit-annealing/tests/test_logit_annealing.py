@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from lipcli.sdk.errors import LipUsageError
-from lipcli.sdk.losses import LossContext, emma_logits, logit_difference_lipschitz
+from lipcli.sdk.losses import LossContext, TrainProgress, emma_logits, logit_difference_lipschitz
 from lipcli.testing import check_component_spec, create_model, registered, run_lip
 from lipcli_logit_annealing import plugin as la_plugin
 from lipcli_logit_annealing.loss import la_factory, logit_annealing
@@ -91,3 +91,40 @@ def test_cli_refuses_bad_parameters_in_one_line(la_registered, tmp_path, spec, m
 
 def test_spec_conforms():
     check_component_spec(la_plugin.la_spec())
+
+
+def authors_eps(epoch, epochs, eps, min_eps_ratio, max_eps_ratio):
+    """ntuaislab/BRONet ``bronet/train.py`` lines 174-177 (``eps_fn``), written out:
+    ratio = min(epoch / epochs * 2, 1); ratio = min_eps_ratio + (max_eps_ratio - min_eps_ratio) * ratio;
+    eps * ratio."""
+    ratio = min(epoch / epochs * 2, 1)
+    ratio = min_eps_ratio + (max_eps_ratio - min_eps_ratio) * ratio
+    return eps * ratio
+
+
+@pytest.mark.parametrize("epochs", [800, 9])
+def test_eps_schedule_is_the_authors_formula(epochs):
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", width=4, num_classes=10).eval()
+    x, y = torch.rand(6, 3, 32, 32), torch.tensor([0, 1, 2, 3, 4, 5])
+    base = 36 / 255
+    # bronet/configs/benchmark_reproduce/cifar10.yaml: eps, min_eps_ratio 0.1, max_eps_ratio 3.0
+    loss = la_factory(context(model), eps=base, min_eps=0.1, max_eps=3.0, ramp=0.5)
+    for epoch in sorted({0, 3, epochs // 2 - 1, epochs // 2, epochs - 1}):
+        loss.begin_epoch(TrainProgress(epoch, epochs))
+        expected = authors_eps(epoch, epochs, base, 0.1, 3.0)
+        out = loss(model, x, y)
+        assert float(loss.ramp.current) == expected and float(out.parts["eps"]) == expected
+        feats = model.features(x)
+        K = logit_difference_lipschitz(model, feats, context(model))
+        reference = logit_annealing(emma_logits(model.head(feats), y, K, expected, 0.01), y,
+                                    offset=2.0, temperature=0.75, gamma=5.0)
+        torch.testing.assert_close(out.loss, reference)
+    # ramp = 0: max_eps from the first epoch; the default: fixed eps, nothing extra logged
+    at_once = la_factory(context(model), eps=0.2, min_eps=0.5, max_eps=2.0, ramp=0.0)
+    at_once.begin_epoch(TrainProgress(0, 10))
+    assert float(at_once.ramp.current) == 0.4
+    fixed = la_factory(context(model), eps=0.3)
+    fixed.begin_epoch(TrainProgress(3, 10))
+    assert fixed.ramp.value() == 0.3 and fixed(model, x, y).parts == {}
+    assert fixed.resolved_params()["min_eps"] == 1.0

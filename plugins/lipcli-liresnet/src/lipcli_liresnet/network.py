@@ -25,6 +25,22 @@ features        ``features_pool`` pool (head features ``"pool"``: D/2) or    D/2
 head            the ``--head`` component on ``(N, D/2)`` or ``(N, D)``       classes
 ==============  ===========================================================  ==============
 
+Options (``--arch liresnet:...``; the defaults give the layout above):
+
+* ``gamma``, ``depth_scale``, ``centering``: the authors' residual block options
+  (:class:`~lipcli_liresnet.residual.ResidualConv`: per-channel ``γ``, the factor
+  ``depth^-1/2``, batch centring of the branch);
+* ``stem_kernel``: the stem convolution's kernel (the authors': 5);
+* ``neck``: ``conv`` (above) or ``patch``, the authors' neck: a 4×4 stride-4 patch
+  convolution ``w → w`` (16 → 4) as ``neck_patch`` (``pixel_unshuffle`` by 4, a
+  permutation) + ``neck_conv`` conv(16w → w, 1×1), ``to_vector``, then ``neck_dense``
+  conv(16w → D, 1×1) + ``neck_act``;
+* ``dense_width``: ``D`` (0: ``16·w``; the authors': 2048); with ``neck=conv`` the first
+  dense layer maps ``16w → D``;
+* ``features``: ``head`` (above: what the head asks for) or ``act``, the authors' dense
+  stack: the activation after every dense layer (``features_act`` after the last) and the
+  head on all ``D`` features.
+
 Guaranteed bound (SPEC §5): ``Lip(features) ≤ Π_children U_child`` with ``U = 1/min std``
 for the normalisation, the residual block's proven ``‖I + W‖₂`` bound
 (:class:`~lipcli_liresnet.residual.ResidualConv`), the component's own
@@ -57,6 +73,11 @@ BACKBONE_SIZE = 16
 #: stride-2 convolutions of the neck (16 → 4)
 NECK_DOWNS = 2
 BLOCKS = ("residual", "conv")
+STEM_KERNELS = (3, 5)
+NECKS = ("conv", "patch")
+FEATURES = ("head", "act")
+#: the ``patch`` neck's stride (the authors' 4×4 stride-4 convolution)
+PATCH = 4
 MAX_DEPTH, MAX_WIDTH, MAX_DENSE = 256, 4096, 64
 
 
@@ -99,6 +120,18 @@ class ToVector(nn.Module):
         return self
 
 
+class PatchRearrange(nn.Module):
+    """``pixel_unshuffle(x, 4)``: a permutation of the coordinates (norm 1)."""
+
+    lip_promises = (ONE_LIPSCHITZ,)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.nn.functional.pixel_unshuffle(x, PATCH)
+
+    def export_module(self) -> nn.Module:
+        return self
+
+
 class Flatten(nn.Flatten):
     lip_promises = (ONE_LIPSCHITZ,)
 
@@ -116,7 +149,10 @@ class LiResNet(nn.Module):
     def __init__(self, *, conv: Component, activation: Component, pool: Component, head: Component,
                  num_classes: int, in_channels: int = 3, mean: Sequence[float] = (0.5,),
                  std: Sequence[float] = (1.0,), image_size: Sequence[int] = (32, 32),
-                 depth: int = 12, width: int = 128, block: str = "residual", dense: int = 8) -> None:
+                 depth: int = 12, width: int = 128, block: str = "residual", dense: int = 8,
+                 gamma: bool = False, depth_scale: bool = False, centering: bool = False,
+                 stem_kernel: int = 3, neck: str = "conv", dense_width: int = 0,
+                 features: str = "head") -> None:
         super().__init__()
         if not 1 <= depth <= MAX_DEPTH:
             raise ValueError(f"depth must be in 1..{MAX_DEPTH}, got {depth}")
@@ -126,6 +162,11 @@ class LiResNet(nn.Module):
             raise ValueError(f"dense must be in 0..{MAX_DENSE}, got {dense}")
         if block not in BLOCKS:
             raise ValueError(f"block must be one of {', '.join(BLOCKS)}, got {block!r}")
+        if stem_kernel not in STEM_KERNELS or neck not in NECKS or features not in FEATURES:
+            raise ValueError(f"stem_kernel must be one of {STEM_KERNELS}, neck one of {', '.join(NECKS)}, "
+                             f"features one of {', '.join(FEATURES)}; got {stem_kernel}, {neck!r}, {features!r}")
+        if not 0 <= dense_width <= MAX_WIDTH * 16:
+            raise ValueError(f"dense_width must be in 0..{MAX_WIDTH * 16}, got {dense_width}")
         if num_classes < 2:
             raise ValueError(f"num_classes must be at least 2, got {num_classes}")
         k = extra_downs(image_size)
@@ -134,12 +175,14 @@ class LiResNet(nn.Module):
         std = std * in_channels if len(std) == 1 else std
         if len(mean) != in_channels or len(std) != in_channels:
             raise ValueError(f"mean/std need {in_channels} entries, got {len(mean)} and {len(std)}")
-        features = getattr(head.spec, "features", "pool")
+        head_features = "activation" if features == "act" else getattr(head.spec, "features", "pool")
         self.depth, self.width, self.block, self.dense = depth, width, block, dense
         self.num_classes, self.in_channels = num_classes, in_channels
         self.image_size = (int(image_size[0]), int(image_size[1]))
-        self.head_features = features
-        D = width * (BACKBONE_SIZE >> NECK_DOWNS) ** 2
+        self.head_features = head_features
+        flat = width * (BACKBONE_SIZE >> NECK_DOWNS) ** 2
+        D = dense_width or flat
+        residual = {"gamma": gamma, "scale": depth ** -0.5 if depth_scale else 1.0, "centering": centering}
 
         layers: OrderedDict[str, nn.Module] = OrderedDict()
         size = (BACKBONE_SIZE, BACKBONE_SIZE)
@@ -148,25 +191,35 @@ class LiResNet(nn.Module):
             layers[name] = component.build(*args)  # stamped with its promises by lipcli
 
         layers["normalize"] = Normalize(mean, std)
-        add("stem_conv", conv, in_channels, width, 3, 2)
+        add("stem_conv", conv, in_channels, width, stem_kernel, 2)
         add("stem_act", activation, width)
         for j in range(1, k + 1):
             add(f"stem_down{j}", conv, width, width, 3, 2)
             add(f"stem_down{j}_act", activation, width)
         for i in range(1, depth + 1):
             if block == "residual":
-                layers[f"block{i}_res"] = ResidualConv(width, size)
+                layers[f"block{i}_res"] = ResidualConv(width, size, **residual)
             else:
                 add(f"block{i}_conv", conv, width, width, 3, 1)
             add(f"block{i}_act", activation, width)
-        for j in range(1, NECK_DOWNS + 1):
-            add(f"neck_down{j}", conv, width, width, 3, 2)
-        layers["to_vector"] = ToVector()
+        if neck == "conv":
+            for j in range(1, NECK_DOWNS + 1):
+                add(f"neck_down{j}", conv, width, width, 3, 2)
+            layers["to_vector"] = ToVector()
+        else:
+            layers["neck_patch"] = PatchRearrange()
+            add("neck_conv", conv, width * PATCH * PATCH, width, 1, 1)
+            layers["to_vector"] = ToVector()
+            add("neck_dense", conv, flat, D, 1, 1)
+            add("neck_act", activation, D)
+            flat = D
         for j in range(1, dense + 1):
-            add(f"dense{j}", conv, D, D, 1, 1)
+            add(f"dense{j}", conv, flat if j == 1 else D, D, 1, 1)
             if j < dense:
                 add(f"dense{j}_act", activation, D)
-        if features == "pool":
+        if dense == 0 and flat != D:
+            raise ValueError(f"dense_width={D} needs dense >= 1 (the neck gives {flat} features)")
+        if head_features == "pool":
             add("features_pool", pool, D)
             D //= 2
         else:

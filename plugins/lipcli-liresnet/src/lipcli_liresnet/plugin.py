@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.losses import eps_schedule_params
 from lipcli.sdk.specs import ArchSpec, LossSpec, Param
 
 from .emma import DEFAULT_EPS, emma_factory
-from .network import BLOCKS, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, LiResNet
+from .network import BLOCKS, FEATURES, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, NECKS, STEM_KERNELS, LiResNet
 
 
 def liresnet_spec() -> ArchSpec:
@@ -21,7 +22,25 @@ def liresnet_spec() -> ArchSpec:
             Param(name="width", type=int, default=128, min=1, max=MAX_WIDTH, help="backbone channels"),
             Param(name="block", type=str, default="residual", choices=BLOCKS,
                   help="residual: x + W*x with a free 3x3 W (LiResNet); conv: the --conv layer"),
-            Param(name="dense", type=int, default=8, min=0, max=MAX_DENSE, help="dense layers of width 16*width"),
+            Param(name="dense", type=int, default=8, min=0, max=MAX_DENSE,
+                  help="dense layers (of width dense_width)"),
+            Param(name="gamma", type=bool, default=False,
+                  help="residual blocks: learnable per-channel scale of the branch (authors: true)"),
+            Param(name="depth_scale", type=bool, default=False,
+                  help="residual blocks: branch times depth^-1/2 (authors: true)"),
+            Param(name="centering", type=bool, default=False,
+                  help="residual blocks: subtract the branch's batch mean in training, its running "
+                       "mean in evaluation (authors: true)"),
+            Param(name="stem_kernel", type=int, default=3, choices=STEM_KERNELS,
+                  help="kernel of the stride-2 stem convolution (authors: 5)"),
+            Param(name="neck", type=str, default="conv", choices=NECKS,
+                  help="conv: two 3x3 stride-2 convolutions; patch: 4x4 stride-4 convolution + "
+                       "dense layer (authors)"),
+            Param(name="dense_width", type=int, default=0, min=0, max=16 * MAX_WIDTH,
+                  help="width of the dense layers (0: 16*width; authors: 2048)"),
+            Param(name="features", type=str, default="head", choices=FEATURES,
+                  help="head: pool or activation as the head asks; act: activation after every "
+                       "dense layer, head on all of them (authors)"),
         ),
     )
 
@@ -37,6 +56,7 @@ def emma_spec() -> LossSpec:
                   help="target l2 radius in input space (default 36/255)"),
             Param(name="min_ratio", type=float, default=0.01, min=0.0, min_open=True, max=1.0,
                   help="smallest fraction of eps a margin is raised by (in (0, 1])"),
+            *eps_schedule_params(),
         ),
     )
 

@@ -22,8 +22,15 @@ non-target logit is raised by its clipped certified-radius margin
 ``K_lj = ‖a_l − a_j‖ · Lip(g)`` from :func:`lipcli.sdk.losses.logit_difference_lipschitz`
 (affine heads only); ``eps = 0``: the plain logits (any head).
 
-Defaults: the authors' CIFAR-10/100 configuration (``γ = 5``, ``τ = 0.75``, ``ξ = 2``,
-``ε = 36/255``, ``min_ratio = 0.01``).
+``ε`` schedule (:class:`lipcli.sdk.losses.EpsSchedule`): in epoch ``e`` of ``E``,
+``ε(e) = eps · (min_eps + (max_eps − min_eps) · min(e / E / ramp, 1))``, the formula of the
+authors' ``eps_fn`` (ntuaislab/BRONet ``bronet/train.py``, lines 174-177, with their
+``min_eps_ratio``/``max_eps_ratio``; CIFAR-10: 0.1 and 3, ramp over the first half:
+``bronet/configs/benchmark_reproduce/cifar10.yaml``).  lipcli's defaults
+(``min_eps = max_eps = 1``) keep ``ε = eps`` fixed.
+
+Defaults: the authors' CIFAR-10/100 values of ``γ = 5``, ``τ = 0.75``, ``ξ = 2``,
+``ε = 36/255``, ``min_ratio = 0.01``.
 """
 
 from __future__ import annotations
@@ -35,9 +42,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from lipcli.sdk.losses import (
+    EpsRamp,
     LossContext,
     LossOutput,
+    TrainProgress,
     at_least_float32,
+    check_eps_schedule,
     check_affine_head,
     emma_logits,
     logit_difference_lipschitz,
@@ -61,12 +71,17 @@ class LogitAnnealingLoss(nn.Module):
     """``la`` (module docstring)."""
 
     def __init__(self, context: LossContext, *, temperature: float, offset: float, gamma: float,
-                 eps: float, min_ratio: float) -> None:
+                 eps: float, min_ratio: float, min_eps: float = 1.0, max_eps: float = 1.0,
+                 ramp: float = 0.5) -> None:
         super().__init__()
         self.context = context
         self.temperature, self.offset, self.gamma = float(temperature), float(offset), float(gamma)
         self.eps, self.min_ratio = float(eps), float(min_ratio)
+        self.ramp = EpsRamp(check_eps_schedule(eps, min_eps, max_eps, ramp))
         self._checked = False
+
+    def begin_epoch(self, progress: TrainProgress) -> None:
+        self.ramp.begin_epoch(progress)
 
     def forward(self, model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> LossOutput:
         features = model.features(images)
@@ -79,18 +94,20 @@ class LogitAnnealingLoss(nn.Module):
             z = logits
             if self.eps > 0:
                 K = logit_difference_lipschitz(model, feats, self.context)
-                z = emma_logits(logits, labels, K, self.eps, self.min_ratio)
+                z = emma_logits(logits, labels, K, self.ramp.value(), self.min_ratio)
             loss = logit_annealing(z, labels, offset=self.offset, temperature=self.temperature,
                                    gamma=self.gamma)
-        return LossOutput(loss, logits.detach(), {})
+        parts = {} if self.ramp.schedule.constant else {"eps": self.ramp.current.detach().clone()}
+        return LossOutput(loss, logits.detach(), parts)
 
     def resolved_params(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "offset": self.offset, "gamma": self.gamma,
-                "eps": self.eps, "min_ratio": self.min_ratio}
+                **self.ramp.params(), "min_ratio": self.min_ratio}
 
 
 def la_factory(context: LossContext, *, temperature: float = 0.75, offset: float = 2.0,
-               gamma: float = 5.0, eps: float = DEFAULT_EPS, min_ratio: float = 0.01) -> LogitAnnealingLoss:
+               gamma: float = 5.0, eps: float = DEFAULT_EPS, min_ratio: float = 0.01,
+               min_eps: float = 1.0, max_eps: float = 1.0, ramp: float = 0.5) -> LogitAnnealingLoss:
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if not offset >= 0:
@@ -102,4 +119,4 @@ def la_factory(context: LossContext, *, temperature: float = 0.75, offset: float
     if not 0 < min_ratio <= 1:
         raise ValueError(f"min_ratio must be in (0, 1], got {min_ratio}")
     return LogitAnnealingLoss(context, temperature=temperature, offset=offset, gamma=gamma,
-                              eps=eps, min_ratio=min_ratio)
+                              eps=eps, min_ratio=min_ratio, min_eps=min_eps, max_eps=max_eps, ramp=ramp)

@@ -4,6 +4,7 @@ training loss ``la`` (Lai et al., ICLR 2025)."""
 from __future__ import annotations
 
 from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.losses import eps_schedule_params
 from lipcli.sdk.specs import LossSpec, Param
 
 from .loss import DEFAULT_EPS, MAX_GAMMA, la_factory
@@ -23,6 +24,7 @@ def la_spec() -> LossSpec:
                   help="EMMA radius in input space (0: plain logits, any head)"),
             Param(name="min_ratio", type=float, default=0.01, min=0.0, min_open=True, max=1.0,
                   help="EMMA clip floor"),
+            *eps_schedule_params(),
         ),
     )
 
