@@ -1,6 +1,7 @@
 """The architecture built-in plugin (registered as ``lipcli.lipconvnet``): ``lipconvnet-<n>``
 for every depth in :data:`~lipcli.builtins.lipconvnet.network.DEPTHS` (SPEC §3), built by
-:class:`~lipcli.builtins.lipconvnet.network.LipConvnet`."""
+:class:`~lipcli.builtins.lipconvnet.network.LipConvnet`, and the paper's recipe ``lipconvnet``
+(:mod:`~lipcli.builtins.lipconvnet.recipes`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from functools import partial
 
 from lipcli.builtins.lipconvnet.network import DEPTHS, LipConvnet
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ArchSpec, Param
+from lipcli.builtins.lipconvnet.recipes import lipconvnet_recipe
+from lipcli.sdk.specs import ArchSpec, Param, RecipeSpec
 
 #: the widest stem a LipConvnet takes (its last block has 16 times as many channels: 4096)
 MAX_WIDTH = 256
 
-__all__ = ["lip_architectures"]
+__all__ = ["lip_architectures", "lip_recipes"]
 
 
 @hookimpl
@@ -29,3 +31,8 @@ def lip_architectures() -> list[ArchSpec]:
         for n in DEPTHS
     ]
 
+
+
+@hookimpl
+def lip_recipes() -> list[RecipeSpec]:
+    return [lipconvnet_recipe()]
