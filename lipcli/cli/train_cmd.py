@@ -311,8 +311,11 @@ def _new_config(recipe: str | None, file_data: dict[str, Any] | None, file_name:
         cfg = _without_file_width(cfg.updated(data, source=file_name), given)
     cfg = cfg.updated(given, source="command line")
     if spec is not None:
-        cfg = dataclasses.replace(cfg, recipe=spec.label,
-                                  recipe_overrides=overrides(spec, cfg.to_json(), set(data) | set(given)))
+        explicit = set(data) | set(given)
+        if "warmup_epochs" not in explicit and cfg.warmup_epochs > cfg.epochs:  # e.g. a short trial run
+            raise LipUsageError(f"recipe {spec.label} warms up for {cfg.warmup_epochs:g} epochs, more than "
+                                f"--epochs {cfg.epochs}; give --warmup-epochs too")
+        cfg = dataclasses.replace(cfg, recipe=spec.label, recipe_overrides=overrides(spec, cfg.to_json(), explicit))
     return cfg
 
 

@@ -86,7 +86,10 @@ class MissingComponentRecipe:
     def lip_recipes(self):
         source = RecipeSource(repo="o/r", commit="d" * 40, path="cfg.yaml", key="model")
         return [RecipeSpec(name="t-needs-plugin", version="1", paper="P", description="needs a plugin",
-                           values={"conv": "no-such-conv"}, sources={"conv": source})]
+                           values={"conv": "no-such-conv"}, sources={"conv": source}),
+                RecipeSpec(name="t-warm", version="1", paper="P", description="warms up",
+                           values={"warmup_epochs": 5.0, "epochs": 10},
+                           sources={"warmup_epochs": source, "epochs": source})]
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -95,6 +98,8 @@ class MissingComponentRecipe:
     (["--recipe", "t-needs-plugin"], "recipe t-needs-plugin@1 (distribution (in-process)) cannot be used "
                                      "here: conv 'no-such-conv': unknown conv 'no-such-conv'"),
     (["--recipe", RECIPE, "--resume", "somewhere"], "--resume keeps the run's recipe and settings; drop --recipe"),
+    (["--recipe", "t-warm", "--epochs", "2"], "recipe t-warm@1 warms up for 5 epochs, more than --epochs 2; "
+                                              "give --warmup-epochs too"),
 ])
 def test_bad_recipes_are_one_line_exit_2(args, words):
     with registered(("missing-component-recipe", MissingComponentRecipe())):

@@ -1,15 +1,17 @@
 """The lipcli plugin module (entry point ``bro`` in the ``lipcli`` group).
 
 Provides one convolution component, ``bro``: ``lip train --conv bro`` (parameters inline,
-e.g. ``--conv bro:rank_ratio=0.25``).
+e.g. ``--conv bro:rank_ratio=0.25``), and the BRONet paper's recipes ``bronet`` and
+``bronet-lipconvnet`` (:mod:`lipcli_bro.recipes`).
 """
 
 from __future__ import annotations
 
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param
+from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param, RecipeSpec
 
 from .bro import FACTORS, INITS, BROConv
+from .recipes import bronet_lipconvnet_recipe, bronet_recipe
 
 #: the largest rank a ``bro`` layer is given (each layer also refuses one above its channels)
 MAX_RANK = 4096
@@ -52,3 +54,8 @@ def bro_spec() -> ConvSpec:
 @hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [bro_spec()]
+
+
+@hookimpl
+def lip_recipes() -> list[RecipeSpec]:
+    return [bronet_recipe(), bronet_lipconvnet_recipe()]

@@ -1,15 +1,17 @@
 """The lipcli plugin module (entry point ``lot`` in the ``lipcli`` group).
 
 Provides one convolution component, ``lot``: ``lip train --conv lot`` (parameters inline,
-e.g. ``--conv lot:iterations=20``).
+e.g. ``--conv lot:iterations=20``), and the recipes ``lot`` and ``lot-residual``
+(:mod:`lipcli_lot.recipes`).
 """
 
 from __future__ import annotations
 
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ConvSpec, Param
+from lipcli.sdk.specs import ConvSpec, Param, RecipeSpec
 
 from .lot import INITS, LOTConv
+from .recipes import lot_recipe, lot_residual_recipe
 
 #: the most Newton-Schulz iterations (10 times the authors' 10; each one is two batched
 #: matrix products per frequency, kept for the backward pass in training)
@@ -40,3 +42,8 @@ def lot_spec() -> ConvSpec:
 @hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [lot_spec()]
+
+
+@hookimpl
+def lip_recipes() -> list[RecipeSpec]:
+    return [lot_recipe(), lot_residual_recipe()]

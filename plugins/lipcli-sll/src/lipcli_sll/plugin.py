@@ -1,15 +1,16 @@
 """The lipcli plugin module (entry point ``sll`` in the ``lipcli`` group).
 
 Provides one convolution component, ``sll``: ``lip train --conv sll`` (options
-``--conv sll:kernel=3,inner_factor=2``).
+``--conv sll:kernel=3,inner_factor=2``), and the recipe ``sll-small`` (:mod:`lipcli_sll.recipes`).
 """
 
 from __future__ import annotations
 
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ConvSpec, Param
+from lipcli.sdk.specs import ConvSpec, Param, RecipeSpec
 
 from .conv import SLLConv
+from .recipes import sll_small_recipe
 
 #: the largest residual-branch filter and hidden-units factor
 MAX_KERNEL, MAX_INNER_FACTOR = 15, 16
@@ -42,3 +43,8 @@ def sll_spec() -> ConvSpec:
 @hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [sll_spec()]
+
+
+@hookimpl
+def lip_recipes() -> list[RecipeSpec]:
+    return [sll_small_recipe()]
