@@ -37,6 +37,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from lipcli.sdk.recipes import RecipeResult, RecipeSource  # noqa: F401 - the recipe spec's parts
+
 #: Promise: the component is 1-Lipschitz in the l2 norm (exactly, by construction).
 ONE_LIPSCHITZ = "1-lipschitz"
 #: Promise: the component is orthogonal (norm preserving) up to a bounded series truncation.
@@ -290,33 +292,6 @@ class LossSpec(ComponentSpec):
             raise TypeError(f"loss {self.name!r}: recipe is not callable")
         if not self.grad_clip >= 0:
             raise ValueError(f"loss {self.name!r}: grad_clip must be >= 0")
-
-
-@dataclass(frozen=True, kw_only=True)
-class RecipeSource:
-    """Where one value of a recipe was read: the file of the authors' code (``repo`` as
-    ``owner/name``, the full ``commit``, ``path``) and the ``key`` (a settings key, an
-    option, or ``"line N"``) in it; ``note``: how the value maps onto lipcli's setting."""
-
-    repo: str
-    commit: str
-    path: str
-    key: str
-    note: str = ""
-
-    def text(self) -> str:
-        return f"{self.repo}@{self.commit[:7]}:{self.path} ({self.key})" + (f"; {self.note}" if self.note else "")
-
-
-@dataclass(frozen=True, kw_only=True)
-class RecipeResult:
-    """An accuracy the paper reports for the recipe: ``clean`` and ``certified`` (radius in
-    words, e.g. ``"36/255"``, -> accuracy) in percent on ``dataset``; ``source``: where."""
-
-    dataset: str
-    clean: float
-    certified: dict[str, float]
-    source: str
 
 
 @dataclass(frozen=True, kw_only=True)
