@@ -37,8 +37,9 @@ naturally inside pytest) and returns a small report of what it measured.
 * :func:`check_eval_linear_map`, :func:`check_eval_error_covers`, :func:`check_dense_bound`,
   :func:`check_export_choice`, :func:`check_fourier_layer` and exact reference maps in 80-bit
   precision -- a convolution's eval lowering (``eval_linear_map``, :mod:`.lowering`).
-* :func:`check_recipe`, :func:`recipe_table` -- a recipe: valid settings and sources, and it
-  resolves against the installed components as ``lip train --recipe`` resolves it (:mod:`.recipes`).
+* :func:`check_recipe`, :func:`check_recipes`, :func:`recipe_table` -- recipes: valid settings
+  and sources, equal to a table written from the authors' files, and resolving against the
+  installed components as ``lip train --recipe`` resolves them (:mod:`.recipes`).
 * :func:`run_lip` -- ``lip ARGS`` in-process or as a subprocess, returning a
   :class:`LipResult`; :func:`install_distributions` installs source trees into a private folder
   for such subprocesses (:mod:`.cli`).
@@ -133,7 +134,7 @@ from lipcli.testing.modules import (
     check_state_roundtrip,
 )
 from lipcli.testing.ranges import RangeEdge, check_param_ranges, range_edges
-from lipcli.testing.recipes import check_recipe, recipe_table
+from lipcli.testing.recipes import check_recipe, check_recipes, recipe_table
 from lipcli.testing.specs import check_component_spec
 
 __all__ = [
@@ -174,6 +175,7 @@ __all__ = [
     "check_one_lipschitz",
     "check_pool_spec",
     "check_recipe",
+    "check_recipes",
     "check_reference_is_the_layer",
     "check_state_roundtrip",
     "circular_conv_reference",

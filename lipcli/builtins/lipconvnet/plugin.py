@@ -1,15 +1,17 @@
 """The architecture built-in plugin (registered as ``lipcli.lipconvnet``): ``lipconvnet-<n>``
 for every depth in :data:`~lipcli.builtins.lipconvnet.network.DEPTHS` (SPEC §3), built by
 :class:`~lipcli.builtins.lipconvnet.network.LipConvnet`, and the paper's recipe ``lipconvnet``
-(:mod:`~lipcli.builtins.lipconvnet.recipes`)."""
+(``recipes.toml`` beside this module)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from functools import partial
 
 from lipcli.builtins.lipconvnet.network import DEPTHS, LipConvnet
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.builtins.lipconvnet.recipes import lipconvnet_recipe
+from lipcli.sdk.recipe_files import load_recipes
 from lipcli.sdk.specs import ArchSpec, Param, RecipeSpec
 
 #: the widest stem a LipConvnet takes (its last block has 16 times as many channels: 4096)
@@ -35,4 +37,4 @@ def lip_architectures() -> list[ArchSpec]:
 
 @hookimpl
 def lip_recipes() -> list[RecipeSpec]:
-    return [lipconvnet_recipe()]
+    return load_recipes(Path(__file__).with_name("recipes.toml"))

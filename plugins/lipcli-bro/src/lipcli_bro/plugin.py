@@ -2,16 +2,18 @@
 
 Provides one convolution component, ``bro``: ``lip train --conv bro`` (parameters inline,
 e.g. ``--conv bro:rank_ratio=0.25``), and the BRONet paper's recipes ``bronet`` and
-``bronet-lipconvnet`` (:mod:`lipcli_bro.recipes`).
+``bronet-lipconvnet`` (``recipes.toml`` beside this module).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.recipe_files import load_recipes
 from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param, RecipeSpec
 
 from .bro import FACTORS, INITS, BROConv
-from .recipes import bronet_lipconvnet_recipe, bronet_recipe
 
 #: the largest rank a ``bro`` layer is given (each layer also refuses one above its channels)
 MAX_RANK = 4096
@@ -58,4 +60,4 @@ def lip_convolutions() -> list[ConvSpec]:
 
 @hookimpl
 def lip_recipes() -> list[RecipeSpec]:
-    return [bronet_recipe(), bronet_lipconvnet_recipe()]
+    return load_recipes(Path(__file__).with_name("recipes.toml"))

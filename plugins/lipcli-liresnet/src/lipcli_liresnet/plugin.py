@@ -4,12 +4,14 @@ CIFAR-10 recipe ``liresnet``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.recipe_files import load_recipes
 from lipcli.sdk.specs import ArchSpec, LossSpec, Param, RecipeSpec
 
 from .emma import DEFAULT_EPS, emma_factory
 from .network import BLOCKS, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, LiResNet
-from .recipes import liresnet_recipe
 
 
 def liresnet_spec() -> ArchSpec:
@@ -55,4 +57,4 @@ def lip_losses() -> list[LossSpec]:
 
 @hookimpl
 def lip_recipes() -> list[RecipeSpec]:
-    return [liresnet_recipe()]
+    return load_recipes(Path(__file__).with_name("recipes.toml"))

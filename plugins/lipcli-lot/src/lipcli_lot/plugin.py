@@ -2,16 +2,18 @@
 
 Provides one convolution component, ``lot``: ``lip train --conv lot`` (parameters inline,
 e.g. ``--conv lot:iterations=20``), and the recipes ``lot`` and ``lot-residual``
-(:mod:`lipcli_lot.recipes`).
+(``recipes.toml`` beside this module).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.recipe_files import load_recipes
 from lipcli.sdk.specs import ConvSpec, Param, RecipeSpec
 
 from .lot import INITS, LOTConv
-from .recipes import lot_recipe, lot_residual_recipe
 
 #: the most Newton-Schulz iterations (10 times the authors' 10; each one is two batched
 #: matrix products per frequency, kept for the backward pass in training)
@@ -46,4 +48,4 @@ def lip_convolutions() -> list[ConvSpec]:
 
 @hookimpl
 def lip_recipes() -> list[RecipeSpec]:
-    return [lot_recipe(), lot_residual_recipe()]
+    return load_recipes(Path(__file__).with_name("recipes.toml"))

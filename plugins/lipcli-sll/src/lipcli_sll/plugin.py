@@ -1,16 +1,18 @@
 """The lipcli plugin module (entry point ``sll`` in the ``lipcli`` group).
 
 Provides one convolution component, ``sll``: ``lip train --conv sll`` (options
-``--conv sll:kernel=3,inner_factor=2``), and the recipe ``sll-small`` (:mod:`lipcli_sll.recipes`).
+``--conv sll:kernel=3,inner_factor=2``), and the recipe ``sll-small`` (``recipes.toml`` beside this module).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lipcli.sdk.hookspecs import hookimpl
+from lipcli.sdk.recipe_files import load_recipes
 from lipcli.sdk.specs import ConvSpec, Param, RecipeSpec
 
 from .conv import SLLConv
-from .recipes import sll_small_recipe
 
 #: the largest residual-branch filter and hidden-units factor
 MAX_KERNEL, MAX_INNER_FACTOR = 15, 16
@@ -47,4 +49,4 @@ def lip_convolutions() -> list[ConvSpec]:
 
 @hookimpl
 def lip_recipes() -> list[RecipeSpec]:
-    return [sll_small_recipe()]
+    return load_recipes(Path(__file__).with_name("recipes.toml"))
