@@ -93,6 +93,9 @@ class ModelCard:
     results: dict[str, Any] | None  # the stored results; "certify" as a StoredCertification
     training: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
+    #: the recipe the model was trained from (``lip train --recipe``): ``name`` (``name@version``)
+    #: and ``overrides`` (setting -> {"recipe": its value, "value": the one used}); None: none
+    recipe: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -222,6 +225,17 @@ def _training(meta: dict[str, Any]) -> dict[str, Any] | None:
     return {k: tr.get(k) for k in keys if k in tr}
 
 
+def _recipe(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The recipe recorded in the training settings (``None`` for a model trained without one,
+    and for files from before recipes)."""
+    tr = meta.get("training")
+    cfg = tr.get("config") if isinstance(tr, dict) else None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("recipe"), str):
+        return None
+    overrides = cfg.get("recipe_overrides")
+    return {"name": cfg["recipe"], "overrides": dict(overrides) if isinstance(overrides, dict) else {}}
+
+
 def model_card(path: str | os.PathLike) -> ModelCard:
     """Read the card of the model file at ``path`` (:class:`ModelFileError` when it is not one)."""
     p = Path(path)
@@ -245,4 +259,5 @@ def model_card(path: str | os.PathLike) -> ModelCard:
         num_classes=config.get("num_classes"), input_shape=[config.get("in_channels"), *image],
         parameters=params, dataset=meta.get("dataset"), normalization=meta.get("normalization"),
         lipschitz=_lipschitz(meta, weights), results=_results(meta, weights), training=_training(meta), notes=notes,
+        recipe=_recipe(meta),
     )

@@ -108,5 +108,11 @@ def print_card(card: Any) -> None:
     tr = card.training
     if tr:
         say("training: " + ", ".join(f"{k} {_fmt(v)}" for k, v in tr.items()))
+    if card.recipe:
+        given = card.recipe["overrides"]
+        say(f"recipe: {card.recipe['name']}; " + ("settings given over it: " + ", ".join(
+            f"{k} {_fmt(v.get('value') if isinstance(v, dict) else v)} (recipe "
+            f"{_fmt(v.get('recipe') if isinstance(v, dict) else None)})" for k, v in given.items())
+            if given else "no setting given over it"))
     for note in card.notes:
         say(f"note: {note}")

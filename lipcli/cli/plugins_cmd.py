@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -42,6 +42,7 @@ def plugins(
                     ],
                     **({"certificate": spec.certificate, "features": spec.features}
                        if kind == "head" else {}),
+                    **(_recipe_json(registry, spec) if kind == "recipe" else {}),
                 }
                 for spec in registry.specs(kind)
             ]
@@ -92,3 +93,39 @@ def _print_tables(host: PluginHost, registry: Registry, verbose: bool) -> None:
                          Text(registry.provided(kind, spec.name).plugin.name),
                          Text(", ".join(spec.promises)), Text(desc))
     console.print(comp)
+    if verbose:
+        for spec in registry.specs("recipe"):
+            _print_recipe(console, registry, spec)
+
+
+def _recipe_json(registry: Registry, spec: Any) -> dict[str, Any]:
+    """A recipe's own fields for ``lip plugins --json`` (``problems``: what keeps it from
+    being used with the installed components)."""
+    import dataclasses
+
+    from lipcli.host.recipes import problems
+
+    return {"version": spec.version, "paper": spec.paper, "values": dict(spec.values),
+            "sources": {k: dataclasses.asdict(v) for k, v in spec.sources.items()},
+            "reported": [dataclasses.asdict(r) for r in spec.reported], "pending": list(spec.pending),
+            "problems": problems(registry, spec)}
+
+
+def _print_recipe(console: Any, registry: Registry, spec: Any) -> None:
+    """One recipe: each value with where it was read, then what the paper reports, what
+    lipcli cannot express yet, and what is missing here (plain lines, never markup)."""
+    from lipcli.host.recipes import problems
+
+    def say(text: str) -> None:
+        console.print(text, soft_wrap=True, highlight=False, markup=False)
+
+    say(f"recipe {spec.label}: {spec.paper}")
+    for key, value in spec.values.items():
+        say(f"  {key} = {value if isinstance(value, str) else repr(value)}   read from {spec.sources[key].text()}")
+    for result in spec.reported:
+        certified = ", ".join(f"{r}: {a:g}%" for r, a in result.certified.items())
+        say(f"  reported on {result.dataset}: clean {result.clean:g}%, certified {certified} ({result.source})")
+    for item in spec.pending:
+        say(f"  not yet expressible in lipcli: {item}")
+    for item in problems(registry, spec):
+        say(f"  cannot be used here: {item}")

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from lipcli.cli.common import cli_errors, print_json
+from lipcli.sdk.errors import LipUsageError
 from lipcli.cli.registry_options import RegistryCommand, given_shortcuts
 from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption,
                                 ThreadsOption)
@@ -28,6 +29,10 @@ _LRS = ", ".join(f"{name} {lr:g}" for name, lr in OPTIMIZER_LR.items())
 @cli_errors
 def train(
     ctx: typer.Context,
+    recipe: Annotated[Optional[str], typer.Option("--recipe", help="Start from a published recipe (NAME or "
+        "NAME@VERSION; `lip plugins -v` lists them with their values and sources): its settings "
+        "become the defaults and the options given here win; the model file records the recipe "
+        "and every setting given over it.")] = None,
     arch: Annotated[str, typer.Option("--arch", help=f"Architecture ({_COMPONENT}); {_D.arch} is the "
         "CPU-friendly baseline, the paper's best CIFAR models are lipconvnet-10..40.")] = _D.arch,
     conv: Annotated[str, typer.Option("--conv", help=f"Convolution ({_COMPONENT}).")] = _D.conv,
@@ -126,10 +131,11 @@ def train(
     """
     from lipcli.cli.dataroot import default_root as in_default_root, for_training
     from lipcli.sdk.errors import LipUsageError
-    from lipcli.train import TrainConfig, load_config_file
+    from lipcli.train import load_config_file
     from lipcli.train import train as run_training
 
     given = _given_settings(ctx)
+    given.pop("recipe", None)  # the --recipe option: applied below, recorded as "name@version"
     plan: dict[str, Any]
     positional: list[Any] = []  # the config of a new run
     default_root: str | None = None  # the default data root, when the run's data set lives there
@@ -138,14 +144,12 @@ def train(
             raise LipUsageError("--resume uses the run's stored settings; drop --config")
         if run_dir is not None:
             raise LipUsageError("--resume RUN_DIR already names the run directory; drop --run-dir")
+        if recipe is not None:
+            raise LipUsageError("--resume keeps the run's recipe and settings; drop --recipe")
         plan = {"resume": str(resume), "resume_overrides": given}
     else:
-        cfg = TrainConfig()
-        if config is not None:
-            cfg = _without_file_width(
-                cfg.updated(load_config_file(config), source=str(config)), given
-            )
-        cfg, default_root = for_training(cfg.updated(given, source="command line"), "download" in given)
+        cfg = _new_config(recipe, None if config is None else load_config_file(config), str(config), given)
+        cfg, default_root = for_training(cfg, "download" in given)
         positional = [cfg]
         plan = {"run_dir": None if run_dir is None else str(run_dir)}
     plan.update(out=None if out is None else str(out), overwrite=overwrite)
@@ -280,6 +284,39 @@ def _given_settings(ctx: typer.Context) -> dict[str, Any]:
             value = value.strip().lower()
         given[name] = value
     return given
+
+
+def _new_config(recipe: str | None, file_data: dict[str, Any] | None, file_name: str,
+                given: dict[str, Any]) -> TrainConfig:
+    """A new run's settings: lipcli's defaults, then the recipe's values (``--recipe``, or a
+    settings file's ``recipe`` key), then the settings file, then the command line; with a
+    recipe, its ``name@version`` and the settings given over it are recorded."""
+    import dataclasses
+
+    from lipcli.host.plugins import get_registry
+    from lipcli.host.recipes import overrides, resolve_recipe
+
+    data = {str(k).replace("-", "_"): v for k, v in (file_data or {}).items()}
+    named = data.pop("recipe", None)
+    data.pop("recipe_overrides", None)  # recomputed: a stored config may be read back as a file
+    recipe = recipe if recipe is not None else named
+    if recipe is not None and not isinstance(recipe, str):
+        raise LipUsageError(f"{file_name}: setting 'recipe' must be a string, got {recipe!r}")
+    cfg, spec = TrainConfig(), None
+    if recipe is not None:
+        spec = resolve_recipe(get_registry(), recipe)
+        cfg = _without_file_width(cfg.updated(dict(spec.values), source=f"recipe {spec.label}"),
+                                  {**data, **given})
+    if file_data is not None:
+        cfg = _without_file_width(cfg.updated(data, source=file_name), given)
+    cfg = cfg.updated(given, source="command line")
+    if spec is not None:
+        explicit = set(data) | set(given)
+        if "warmup_epochs" not in explicit and cfg.warmup_epochs > cfg.epochs:  # e.g. a short trial run
+            raise LipUsageError(f"recipe {spec.label} warms up for {cfg.warmup_epochs:g} epochs, more than "
+                                f"--epochs {cfg.epochs}; give --warmup-epochs too")
+        cfg = dataclasses.replace(cfg, recipe=spec.label, recipe_overrides=overrides(spec, cfg.to_json(), explicit))
+    return cfg
 
 
 def _without_file_width(cfg, given: dict):

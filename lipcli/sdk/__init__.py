@@ -4,6 +4,7 @@
 
 * :mod:`~lipcli.sdk.hookspecs`: the ``lip_*`` hooks and ``hookimpl``;
 * :mod:`~lipcli.sdk.specs`: spec objects (``ConvSpec``, ``HeadSpec``, ...), ``Param``, promises;
+* :mod:`~lipcli.sdk.recipes`: the parts of a ``RecipeSpec`` (``RecipeSource``, ``RecipeResult``);
 * :mod:`~lipcli.sdk.losses`: the training-loss protocol;
 * :mod:`~lipcli.sdk.certificates`: the certifier protocol and its result type;
 * :mod:`~lipcli.sdk.errors`: the error classes;

@@ -18,6 +18,7 @@ from lipcli.sdk.specs import (
     HeadSpec,
     LossSpec,
     PoolSpec,
+    RecipeSpec,
 )
 
 PROJECT_NAME = "lipcli"
@@ -65,6 +66,12 @@ def lip_losses() -> list[LossSpec]:
     """Training losses, e.g. ``ce``, ``crc-lip``, ``cr``, ``margin-offset``."""
 
 
+@hookspec
+def lip_recipes() -> list[RecipeSpec]:
+    """Training recipes: named, versioned ``lip train`` settings from a paper, each value
+    with the file of the authors' code it was read from (``lip train --recipe NAME``)."""
+
+
 #: hook name -> spec kind it returns
 HOOK_KINDS: dict[str, str] = {
     "lip_convolutions": ConvSpec.kind,
@@ -75,4 +82,5 @@ HOOK_KINDS: dict[str, str] = {
     "lip_architectures": ArchSpec.kind,
     "lip_datasets": DatasetSpec.kind,
     "lip_losses": LossSpec.kind,
+    "lip_recipes": RecipeSpec.kind,
 }

@@ -24,15 +24,20 @@ kind             factory call
                  a ``torch.utils.data.Dataset`` yielding ``(image in [0, 1], label)``
 ``loss``         ``factory(context, **params)`` -> a training loss ``nn.Module``:
                  ``loss(model, images, labels) -> LossOutput`` (see :mod:`lipcli.sdk.losses`)
+``recipe``       ``factory()`` -> a copy of the recipe's ``values`` (set by
+                 :class:`RecipeSpec` itself; a recipe is data, see :mod:`lipcli.sdk.recipes`)
 ===============  ===========================================================================
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
+
+from lipcli.sdk.recipes import RecipeResult, RecipeSource  # noqa: F401 - the recipe spec's parts
 
 #: Promise: the component is 1-Lipschitz in the l2 norm (exactly, by construction).
 ONE_LIPSCHITZ = "1-lipschitz"
@@ -289,10 +294,48 @@ class LossSpec(ComponentSpec):
             raise ValueError(f"loss {self.name!r}: grad_clip must be >= 0")
 
 
+@dataclass(frozen=True, kw_only=True)
+class RecipeSpec(ComponentSpec):
+    """A named, versioned set of ``lip train`` settings (``values``: settings keys ->
+    values, component choices as ``"name:key=value,..."``) from ``paper``, each value with
+    the :class:`RecipeSource` it was read from (``sources``, one per value), the paper's
+    ``reported`` accuracies and the authors' settings lipcli cannot express yet
+    (``pending``, in words).  ``--recipe NAME`` makes ``values`` the defaults."""
+
+    kind: ClassVar[str] = "recipe"
+    factory: Callable[..., Any] = field(default=dict, compare=False)  # set to: a copy of ``values``
+    version: str
+    paper: str
+    values: dict[str, Any]
+    sources: dict[str, RecipeSource]
+    reported: tuple[RecipeResult, ...] = ()
+    pending: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "factory", functools.partial(dict, self.values))
+        super().__post_init__()
+        if self.params:
+            raise ValueError(f"recipe {self.name!r}: a recipe has values, not params")
+        if not self.version.strip() or "@" in self.version or not self.paper.strip():
+            raise ValueError(f"recipe {self.name!r}: needs a version (no '@') and a paper")
+        for key, value in self.values.items():
+            if not all(isinstance(v, _PARAM_TYPES) for v in (value if isinstance(value, list) else [value])):
+                raise TypeError(f"recipe {self.name!r}: value {key!r} must be int, float, str, bool or a list")
+        unsourced = sorted(set(self.values) ^ set(self.sources))
+        if unsourced:
+            raise ValueError(f"recipe {self.name!r}: every value needs one source, and every source "
+                             f"a value: {', '.join(unsourced)}")
+
+    @property
+    def label(self) -> str:
+        """``name@version``, as model files record it."""
+        return f"{self.name}@{self.version}"
+
+
 SPEC_KINDS: dict[str, type[ComponentSpec]] = {
     cls.kind: cls
     for cls in (ConvSpec, ActivationSpec, PoolSpec, HeadSpec, CertificateSpec, ArchSpec,
-                DatasetSpec, LossSpec)
+                DatasetSpec, LossSpec, RecipeSpec)
 }
 
 

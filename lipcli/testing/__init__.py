@@ -37,6 +37,9 @@ naturally inside pytest) and returns a small report of what it measured.
 * :func:`check_eval_linear_map`, :func:`check_eval_error_covers`, :func:`check_dense_bound`,
   :func:`check_export_choice`, :func:`check_fourier_layer` and exact reference maps in 80-bit
   precision -- a convolution's eval lowering (``eval_linear_map``, :mod:`.lowering`).
+* :func:`check_recipe`, :func:`check_recipes`, :func:`recipe_table` -- recipes: valid settings
+  and sources, equal to a table written from the authors' files, and resolving against the
+  installed components as ``lip train --recipe`` resolves them (:mod:`.recipes`).
 * :func:`run_lip` -- ``lip ARGS`` in-process or as a subprocess, returning a
   :class:`LipResult`; :func:`install_distributions` installs source trees into a private folder
   for such subprocesses (:mod:`.cli`).
@@ -131,6 +134,7 @@ from lipcli.testing.modules import (
     check_state_roundtrip,
 )
 from lipcli.testing.ranges import RangeEdge, check_param_ranges, range_edges
+from lipcli.testing.recipes import check_recipe, check_recipes, recipe_table
 from lipcli.testing.specs import check_component_spec
 
 __all__ = [
@@ -170,6 +174,8 @@ __all__ = [
     "check_model_roundtrip",
     "check_one_lipschitz",
     "check_pool_spec",
+    "check_recipe",
+    "check_recipes",
     "check_reference_is_the_layer",
     "check_state_roundtrip",
     "circular_conv_reference",
@@ -187,6 +193,7 @@ __all__ = [
     "plugin_registry",
     "randomise_parameters",
     "read_model_metadata",
+    "recipe_table",
     "reference_on_input",
     "registered",
     "relative_error",

@@ -113,6 +113,10 @@ class TrainConfig:
     #: replay each training step from a CUDA graph: "auto" (on CUDA where the configuration
     #: allows), "on" (the same, and say why where it cannot), "off"
     cuda_graphs: str = "auto"
+    # the recipe the run started from (``lip train --recipe``; ``"name@version"``) and the
+    # settings given over it: key -> {"recipe": its value, "value": the one used}
+    recipe: str | None = None
+    recipe_overrides: dict[str, Any] = field(default_factory=dict)
 
     # -- (de)serialisation ---------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -222,7 +226,7 @@ class TrainConfig:
 
 _OPTIONAL_INT = {"width", "limit_train", "limit_test", "workers"}
 _OPTIONAL_FLOAT = {"grad_clip", "lr", "extra_ratio"}
-_OPTIONAL_STR = {"data_dir", "loss", "extra_data"}
+_OPTIONAL_STR = {"data_dir", "loss", "extra_data", "recipe"}
 
 
 def _coerce(key: str, value: Any, source: str) -> Any:
@@ -239,6 +243,10 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad("a table of loss parameter shortcuts")
         return TrainConfig().updated(value, source=source).loss_shortcuts
+    if key == "recipe_overrides":
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise bad("a table of settings")
+        return dict(value)
     if key == "lr_milestones":
         if not isinstance(value, (list, tuple)) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in value

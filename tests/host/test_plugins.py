@@ -20,6 +20,8 @@ from lipcli.host import plugins
 from lipcli.cli import app
 from lipcli.sdk.errors import DuplicateComponentError, LipUsageError, PluginError, UnknownComponentError
 from lipcli.sdk.specs import (
+    RecipeSource,
+    RecipeSpec,
     ActivationSpec,
     ArchSpec,
     CertificateSpec,
@@ -77,6 +79,12 @@ class AllHooksPlugin:
     def lip_losses(self):
         return [LossSpec(name="t-loss", factory=_factory, description="test loss")]
 
+    @hookimpl
+    def lip_recipes(self):
+        source = RecipeSource(repo="o/r", commit="0" * 40, path="train.py", key="--lr")
+        return [RecipeSpec(name="t-recipe", version="1", paper="test paper", description="test recipe",
+                           values={"lr": 0.5}, sources={"lr": source})]
+
 
 @pytest.fixture()
 def host():
@@ -103,7 +111,7 @@ def test_every_hook_is_exercised(host):
     assert host.plugins["all-hooks"].components == {
         "conv": ["t-conv"], "activation": ["t-act"], "pool": ["t-pool"], "head": ["t-head"],
         "certificate": ["t-cert"], "arch": ["t-arch"], "dataset": ["t-data"],
-        "loss": ["t-loss"],
+        "loss": ["t-loss"], "recipe": ["t-recipe"],
     }
     comp = reg.component("conv", "t-conv:k=5")
     assert comp.params == {"k": 5}

@@ -1,21 +1,25 @@
 """The architecture built-in plugin (registered as ``lipcli.lipconvnet``): ``lipconvnet-<n>``
 for every depth in :data:`~lipcli.builtins.lipconvnet.network.DEPTHS` (SPEC §3), built by
 :class:`~lipcli.builtins.lipconvnet.network.LipConvnet`, and ``lipresnet-<n>``, the same with
-the LOT authors' convex-combination residuals (:mod:`lipcli.builtins.lipconvnet.residual`)."""
+the LOT authors' convex-combination residuals (:mod:`lipcli.builtins.lipconvnet.residual`), and the paper's recipe
+``lipconvnet`` (``recipes.toml`` beside this module)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from functools import partial
 
 from lipcli.builtins.lipconvnet.network import DEPTHS, LipConvnet
 from lipcli.builtins.lipconvnet.residual import AUTHORS_MIX, LipResNet
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ArchSpec, Param
+from lipcli.sdk.recipe_files import load_recipes
+from lipcli.sdk.specs import ArchSpec, Param, RecipeSpec
 
 #: the widest stem a LipConvnet takes (its last block has 16 times as many channels: 4096)
 MAX_WIDTH = 256
 
-__all__ = ["lip_architectures"]
+__all__ = ["lip_architectures", "lip_recipes"]
 
 
 @hookimpl
@@ -43,3 +47,8 @@ def lip_architectures() -> list[ArchSpec]:
         for n in DEPTHS
     ]
 
+
+
+@hookimpl
+def lip_recipes() -> list[RecipeSpec]:
+    return load_recipes(Path(__file__).with_name("recipes.toml"))

@@ -1,13 +1,17 @@
 """The lipcli plugin module (entry point ``bro`` in the ``lipcli`` group).
 
 Provides one convolution component, ``bro``: ``lip train --conv bro`` (parameters inline,
-e.g. ``--conv bro:rank_ratio=0.25``).
+e.g. ``--conv bro:rank_ratio=0.25``), and the BRONet paper's recipes ``bronet`` and
+``bronet-lipconvnet`` (``recipes.toml`` beside this module).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param
+from lipcli.sdk.recipe_files import load_recipes
+from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param, RecipeSpec
 
 from .border import BORDERS, RANK_RULES
 from .bro import FACTORS, INITS, BROConv
@@ -62,3 +66,8 @@ def bro_spec() -> ConvSpec:
 @hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [bro_spec()]
+
+
+@hookimpl
+def lip_recipes() -> list[RecipeSpec]:
+    return load_recipes(Path(__file__).with_name("recipes.toml"))

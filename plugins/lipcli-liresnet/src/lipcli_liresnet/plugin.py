@@ -1,11 +1,15 @@
 """The lipcli plugin module of lipcli-liresnet (entry point ``liresnet``): the architecture
-``liresnet`` and the training loss ``emma`` (both Hu et al., NeurIPS 2023)."""
+``liresnet``, the training loss ``emma`` (both Hu et al., NeurIPS 2023) and the authors'
+CIFAR-10 recipe ``liresnet``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.losses import eps_schedule_params
-from lipcli.sdk.specs import ArchSpec, LossSpec, Param
+from lipcli.sdk.recipe_files import load_recipes
+from lipcli.sdk.specs import ArchSpec, LossSpec, Param, RecipeSpec
 
 from .emma import DEFAULT_EPS, emma_factory
 from .network import BLOCKS, FEATURES, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, NECKS, STEM_KERNELS, LiResNet
@@ -69,3 +73,8 @@ def lip_architectures() -> list[ArchSpec]:
 @hookimpl
 def lip_losses() -> list[LossSpec]:
     return [emma_spec()]
+
+
+@hookimpl
+def lip_recipes() -> list[RecipeSpec]:
+    return load_recipes(Path(__file__).with_name("recipes.toml"))

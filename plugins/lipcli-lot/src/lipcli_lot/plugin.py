@@ -1,13 +1,17 @@
 """The lipcli plugin module (entry point ``lot`` in the ``lipcli`` group).
 
 Provides one convolution component, ``lot``: ``lip train --conv lot`` (parameters inline,
-e.g. ``--conv lot:iterations=20``).
+e.g. ``--conv lot:iterations=20``), and the recipes ``lot`` and ``lot-residual``
+(``recipes.toml`` beside this module).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ConvSpec, Param
+from lipcli.sdk.recipe_files import load_recipes
+from lipcli.sdk.specs import ConvSpec, Param, RecipeSpec
 
 from .lot import INITS, LOTConv
 
@@ -40,3 +44,8 @@ def lot_spec() -> ConvSpec:
 @hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [lot_spec()]
+
+
+@hookimpl
+def lip_recipes() -> list[RecipeSpec]:
+    return load_recipes(Path(__file__).with_name("recipes.toml"))

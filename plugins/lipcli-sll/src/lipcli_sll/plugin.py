@@ -3,13 +3,17 @@
 Provides the convolution ``sll`` (``lip train --conv sll``, options e.g.
 ``--conv sll:kernel=3,inner_factor=2`` or ``--conv sll:hidden=5,q_init=normal``) and the
 architectures ``sll-small`` .. ``sll-xlarge``, the SLL authors' networks
-(:mod:`lipcli_sll.network`).
+(:mod:`lipcli_sll.network`), and the
+recipe ``sll-small`` (``recipes.toml`` beside this module).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ArchSpec, ConvSpec, Param
+from lipcli.sdk.recipe_files import load_recipes
+from lipcli.sdk.specs import ArchSpec, ConvSpec, Param, RecipeSpec
 
 from .conv import SLLConv
 from .core import Q_INITS
@@ -80,3 +84,8 @@ def lip_convolutions() -> list[ConvSpec]:
 @hookimpl
 def lip_architectures() -> list[ArchSpec]:
     return network_specs()
+
+
+@hookimpl
+def lip_recipes() -> list[RecipeSpec]:
+    return load_recipes(Path(__file__).with_name("recipes.toml"))
