@@ -16,6 +16,7 @@ from lipcli.sdk.specs import (
     ConvSpec,
     DatasetSpec,
     HeadSpec,
+    ImporterSpec,
     LossSpec,
     PoolSpec,
 )
@@ -65,6 +66,11 @@ def lip_losses() -> list[LossSpec]:
     """Training losses, e.g. ``ce``, ``crc-lip``, ``cr``, ``margin-offset``."""
 
 
+@hookspec
+def lip_importers() -> list[ImporterSpec]:
+    """Checkpoint importers for ``lip import --from NAME``, e.g. ``improved-l2`` (the paper's code)."""
+
+
 #: hook name -> spec kind it returns
 HOOK_KINDS: dict[str, str] = {
     "lip_convolutions": ConvSpec.kind,
@@ -75,4 +81,5 @@ HOOK_KINDS: dict[str, str] = {
     "lip_architectures": ArchSpec.kind,
     "lip_datasets": DatasetSpec.kind,
     "lip_losses": LossSpec.kind,
+    "lip_importers": ImporterSpec.kind,
 }
