@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from lipcli.cli.common import cli_errors, print_json, stdout_console
-from lipcli.cli.options import JsonOption, ThreadsOption
+from lipcli.cli.options import DataDirOption, DownloadOption, JsonOption, ThreadsOption
 
 
 @cli_errors
@@ -25,6 +25,20 @@ def import_(
         "--arch", help="The source's architecture, when the checkpoint's shapes do not decide it "
         "(the importer's words, e.g. lipconvnet-10).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing model file.")] = False,
+    compare: Annotated[bool, typer.Option(
+        "--compare", help="Then certify the imported model on its data set both ways: the source's "
+        "own rule (its Lipschitz estimate, head formula, top-k) and lipcli's (guaranteed bound, all "
+        "classes), per radius, with the number of points only the source certifies.")] = False,
+    radii: Annotated[str, typer.Option(
+        "--radii", help="--compare: comma-separated l2 radii in 1/255 units (36 -> 36/255), "
+        "or a/b absolute.")] = "36,72,108",
+    dataset: Annotated[Optional[str], typer.Option(
+        "--dataset", help="--compare: data set NAME (default: the source's, recorded in the "
+        "model file).")] = None,
+    data_dir: DataDirOption = None,
+    download: DownloadOption = None,
+    limit: Annotated[Optional[int], typer.Option(
+        "--limit", min=1, help="--compare: only N points of the test split (seeded, stratified).")] = None,
     json_out: JsonOption = False,
     threads: ThreadsOption = None,
 ) -> None:
@@ -36,9 +50,17 @@ def import_(
     GUARANTEED Lipschitz bound, the data set and the provenance (source, checkpoint
     SHA-256).  Certify it with `lip certify OUT`.
     """
-    from lipcli.importing import import_checkpoint
+    from lipcli.certify import CertifyOptions, parse_radii
+    from lipcli.importing import compare_imported, import_checkpoint
 
+    radii_list = parse_radii(radii) if compare else []
     report = import_checkpoint(checkpoint, source, out, arch=arch, overwrite=overwrite)
+    if compare:
+        from lipcli.cli.dataroot import for_certification
+
+        root, fetch = for_certification(out, dataset, data_dir, download)
+        compare_imported(report, CertifyOptions(radii=radii_list, dataset=dataset, data_dir=root,
+                                                download=fetch, limit=limit))
     if json_out:
         print_json(report.to_json())
     else:
@@ -56,3 +78,22 @@ def print_report(report: Any) -> None:
         + ("none (see `lip lipschitz`)" if bound is None else f"{bound:.8g}"))
     if report.ignored:
         say(f"not imported (estimator state lipcli does not use): {len(report.ignored)} tensors")
+    if report.compare is not None:
+        print_comparison(report.compare)
+
+
+def print_comparison(cmp: Any) -> None:
+    """``--compare``: one row per radius (stdout)."""
+    console = stdout_console()
+    say = lambda text: console.print(text, soft_wrap=True, highlight=False)  # noqa: E731
+    src = ("not reproduced" if cmp.source_lipschitz is None
+           else f"{cmp.source_lipschitz:.8g} ({cmp.source_label}, NOT guaranteed)")
+    say(f"compare on {cmp.points} points (clean accuracy {cmp.clean_accuracy:.4f}): lipcli divides "
+        f"by the GUARANTEED bound {cmp.lipcli_lipschitz:.8g} over all classes; the source by {src}")
+    say("radius   source rule   lipcli   certified by the source only")
+    for row in cmp.rows:
+        theirs = "-" if row.source_certified_accuracy is None else f"{row.source_certified_accuracy:.4f}"
+        only = "-" if row.source_only is None else str(row.source_only)
+        say(f"{row.radius_units:>6g}   {theirs:>11}   {row.lipcli_certified_accuracy:.4f}   {only}")
+    if cmp.note:
+        say(f"note: {cmp.note}")

@@ -3,6 +3,6 @@ code, read without running code, mapped onto lipcli components by an ``importer`
 :mod:`lipcli.sdk.importers`).  :func:`import_checkpoint` writes the model file and returns an
 :class:`ImportReport`."""
 
-from lipcli.importing.driver import ImportReport, check_against_plan, import_checkpoint, prepare
+from lipcli.importing.driver import ImportReport, check_against_plan, compare_imported, import_checkpoint, prepare
 
-__all__ = ["ImportReport", "check_against_plan", "import_checkpoint", "prepare"]
+__all__ = ["ImportReport", "check_against_plan", "compare_imported", "import_checkpoint", "prepare"]

@@ -29,7 +29,7 @@ from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.sdk.importers import ImportPlan, SourceImporter
 from lipcli.sdk.specs import Component
 
-__all__ = ["ImportReport", "check_against_plan", "import_checkpoint"]
+__all__ = ["ImportReport", "check_against_plan", "compare_imported", "import_checkpoint", "prepare"]
 
 #: how many names a missing/unexpected-key message lists
 _SHOWN = 3
@@ -173,3 +173,15 @@ def import_checkpoint(
         config=dict(model.lipcli_config), lipschitz_upper_bound=lipschitz.get("upper_bound"),
         ignored=sorted(plan.ignored),
     )
+
+
+def compare_imported(report: ImportReport, options: Any, registry: Registry | None = None) -> Any:
+    """``lip import --compare``: the written model certified by the source's rule and by
+    lipcli's (:func:`lipcli.importing.compare.compare_certificates`; ``options`` a
+    :class:`~lipcli.certify.CertifyOptions`); stored in ``report.compare`` and returned."""
+    from lipcli.importing.compare import compare_certificates
+
+    reg = registry or get_registry()
+    importer = reg.component("importer", report.importer).build()
+    report.compare = compare_certificates(report.out, importer, options, reg)
+    return report.compare

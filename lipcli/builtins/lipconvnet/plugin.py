@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from functools import partial
 
+from lipcli.builtins.lipconvnet.importer import SOURCE, ImprovedL2Importer
 from lipcli.builtins.lipconvnet.network import DEPTHS, LipConvnet
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ArchSpec, Param
+from lipcli.sdk.specs import ArchSpec, ImporterSpec, Param
 
 #: the widest stem a LipConvnet takes (its last block has 16 times as many channels: 4096)
 MAX_WIDTH = 256
 
-__all__ = ["lip_architectures"]
+__all__ = ["lip_architectures", "lip_importers"]
 
 
 @hookimpl
@@ -29,3 +30,14 @@ def lip_architectures() -> list[ArchSpec]:
         for n in DEPTHS
     ]
 
+
+
+@hookimpl
+def lip_importers() -> list[ImporterSpec]:
+    return [
+        ImporterSpec(
+            name="improved-l2", factory=ImprovedL2Importer, source=SOURCE,
+            description="LipConvNet (SOC, MaxMin, max pool; LLN or CRC head) saved by the paper's "
+                        "train_robust.py",
+        ),
+    ]
