@@ -7,7 +7,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from lipcli.cli.common import cli_errors, print_json, stdout_console
+from lipcli._util.safetext import clean
+from lipcli.cli.common import cli_errors, print_json
 from lipcli.cli.options import DataDirOption, DownloadOption, JsonOption, ThreadsOption
 
 
@@ -61,39 +62,38 @@ def import_(
         root, fetch = for_certification(out, dataset, data_dir, download)
         compare_imported(report, CertifyOptions(radii=radii_list, dataset=dataset, data_dir=root,
                                                 download=fetch, limit=limit))
+    lines = [] if json_out else report_lines(report)
+    if report.compare is not None and not json_out:
+        lines += comparison_lines(report.compare)
+    for line in lines:
+        typer.echo(clean(line))
     if json_out:
         print_json(report.to_json())
-    else:
-        print_report(report)
 
 
-def print_report(report: Any) -> None:
-    """An :class:`~lipcli.importing.ImportReport` for people (stdout)."""
-    console = stdout_console()
-    say = lambda text: console.print(text, soft_wrap=True, highlight=False)  # noqa: E731
+def report_lines(report: Any) -> list[str]:
+    """An :class:`~lipcli.importing.ImportReport` for people."""
     bound = report.lipschitz_upper_bound
-    say(f"wrote {report.out}: {report.description or report.importer} from {report.source}")
-    say(f"checkpoint {report.checkpoint} ({report.format}, sha256 {report.sha256})")
-    say("GUARANTEED Lipschitz bound of the features: "
-        + ("none (see `lip lipschitz`)" if bound is None else f"{bound:.8g}"))
+    lines = [f"wrote {report.out}: {report.description or report.importer} from {report.source}",
+             f"checkpoint {report.checkpoint} ({report.format}, sha256 {report.sha256})",
+             "GUARANTEED Lipschitz bound of the features: "
+             + ("none (see `lip lipschitz`)" if bound is None else f"{bound:.8g}")]
     if report.ignored:
-        say(f"not imported (estimator state lipcli does not use): {len(report.ignored)} tensors")
-    if report.compare is not None:
-        print_comparison(report.compare)
+        lines.append(f"not imported (estimator state lipcli does not use): {len(report.ignored)} tensors")
+    return lines
 
 
-def print_comparison(cmp: Any) -> None:
-    """``--compare``: one row per radius (stdout)."""
-    console = stdout_console()
-    say = lambda text: console.print(text, soft_wrap=True, highlight=False)  # noqa: E731
-    src = ("not reproduced" if cmp.source_lipschitz is None
-           else f"{cmp.source_lipschitz:.8g} ({cmp.source_label}, NOT guaranteed)")
-    say(f"compare on {cmp.points} points (clean accuracy {cmp.clean_accuracy:.4f}): lipcli divides "
-        f"by the GUARANTEED bound {cmp.lipcli_lipschitz:.8g} over all classes; the source by {src}")
-    say("radius   source rule   lipcli   certified by the source only")
+def comparison_lines(cmp: Any) -> list[str]:
+    """``--compare``: one row per radius."""
+    src = ("the source's rule: not reproduced" if cmp.source_lipschitz is None
+           else f"the source by {cmp.source_lipschitz:.8g} ({cmp.source_label}, NOT guaranteed)")
+    lines = [f"compare on {cmp.points} points (clean accuracy {cmp.clean_accuracy:.4f}): lipcli divides "
+             f"by the GUARANTEED bound {cmp.lipcli_lipschitz:.8g} over all classes; {src}",
+             "radius   source rule   lipcli   certified by the source only"]
     for row in cmp.rows:
         theirs = "-" if row.source_certified_accuracy is None else f"{row.source_certified_accuracy:.4f}"
         only = "-" if row.source_only is None else str(row.source_only)
-        say(f"{row.radius_units:>6g}   {theirs:>11}   {row.lipcli_certified_accuracy:.4f}   {only}")
+        lines.append(f"{row.radius_units:>6g}   {theirs:>11}   {row.lipcli_certified_accuracy:.4f}   {only}")
     if cmp.note:
-        say(f"note: {cmp.note}")
+        lines.append(f"note: {cmp.note}")
+    return lines
