@@ -26,6 +26,7 @@ from lipcli.sdk.specs import (
     ConvSpec,
     DatasetSpec,
     HeadSpec,
+    ImporterSpec,
     LossSpec,
     Param,
     PoolSpec,
@@ -77,6 +78,11 @@ class AllHooksPlugin:
     def lip_losses(self):
         return [LossSpec(name="t-loss", factory=_factory, description="test loss")]
 
+    @hookimpl
+    def lip_importers(self):
+        return [ImporterSpec(name="t-import", factory=_factory, description="test importer",
+                             source="example.org/t")]
+
 
 @pytest.fixture()
 def host():
@@ -91,7 +97,8 @@ def test_builtins_register_like_external_plugins(host):
     for kind, name in [("conv", "soc-fast"), ("conv", "soc"), ("activation", "maxmin"),
                        ("pool", "max"), ("pool", "projection"), ("head", "lln"), ("head", "mlp"),
                        ("certificate", "lln"), ("certificate", "crc-lip"),
-                       ("arch", "lipconvnet-5"), ("arch", "lipconvnet-40"), ("dataset", "digits")]:
+                       ("arch", "lipconvnet-5"), ("arch", "lipconvnet-40"), ("dataset", "digits"),
+                       ("importer", "improved-l2")]:
         assert name in reg.names(kind), (kind, name)
 
 
@@ -103,7 +110,7 @@ def test_every_hook_is_exercised(host):
     assert host.plugins["all-hooks"].components == {
         "conv": ["t-conv"], "activation": ["t-act"], "pool": ["t-pool"], "head": ["t-head"],
         "certificate": ["t-cert"], "arch": ["t-arch"], "dataset": ["t-data"],
-        "loss": ["t-loss"],
+        "loss": ["t-loss"], "importer": ["t-import"],
     }
     comp = reg.component("conv", "t-conv:k=5")
     assert comp.params == {"k": 5}
