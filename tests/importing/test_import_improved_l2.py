@@ -163,3 +163,37 @@ def test_source_rule_is_lipclis_margin_over_the_estimate(imported, cifar10_root)
     theirs = src.radii.double() * src.lipschitz
     assert torch.allclose(theirs, ours, rtol=1e-5, atol=1e-7)
     assert src.lipschitz < outcome.summary.lipschitz.value
+
+
+def test_a_safetensors_copy_imports_to_the_same_model(tmp_path, imported):
+    from safetensors.torch import save_file
+
+    state = torch.load(DATA / f"{CASES[1]}.pt", weights_only=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "c.safetensors")
+    report = import_checkpoint(tmp_path / "c.safetensors", "improved-l2", tmp_path / "m.safetensors")
+    assert report.format == "safetensors" and report.ignored == ["logits_layer._u", "logits_layer._v"]
+    ours, _ = load_model(tmp_path / "m.safetensors")
+    ref, _ = load_model(imported[CASES[1]])
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), ref.state_dict().values()))
+    code, stdout, _err = _lip("info", str(tmp_path / "m.safetensors"))
+    assert code == 0 and "imported by lip import --from improved-l2" in stdout and report.sha256 in stdout
+
+
+def test_a_whole_pickled_module_is_refused(tmp_path):
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "module.pt")
+    code, _o, stderr = _lip("import", str(tmp_path / "module.pt"), "--from", "improved-l2",
+                            "--out", str(tmp_path / "m.safetensors"))
+    assert code == 1 and "torch.nn.modules.linear.Linear" in stderr and len(stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_unsupported_source_pieces_are_named(tmp_path):
+    path = _save_variant(tmp_path, lambda s: s.__setitem__("init_layer.act.theta", torch.ones(1, 1, 1, 1)))
+    code, _o, stderr = _lip("import", str(path), "--from", "improved-l2", "--out", str(tmp_path / "m.safetensors"))
+    assert code == 1 and "HouseHolder" in stderr and not (tmp_path / "m.safetensors").exists()
+
+
+def test_lippool_is_named(tmp_path):
+    path = _save_variant(tmp_path, lambda s: s.__setitem__("block1.1.act.theta", torch.ones(4)))
+    code, _o, stderr = _lip("import", str(path), "--from", "improved-l2", "--out", str(tmp_path / "m.safetensors"))
+    assert code == 1 and "LipPool" in stderr and not (tmp_path / "m.safetensors").exists()

@@ -64,10 +64,13 @@ def _layers(b: int, w: int) -> list[tuple[str, str, int, int, int, int]]:
     return out
 
 
-def _refuse_unsupported(names: set[str]) -> None:
-    if any(re.search(r"\.act\.theta\d?$", n) for n in names):
-        piece = ("the source's LipPool ('lip1' pooling)" if any(n.endswith(".act.theta") and "block" in n
-                                                               for n in names)
+def _refuse_unsupported(tensors: Mapping[str, Any]) -> None:
+    names = set(tensors)
+    thetas = [n for n in names if re.search(r"\.act\.theta\d?$", n)]
+    if thetas:  # LipPool's theta is one-dimensional, HouseHolder's (1, C/2, 1, 1) or per group
+        pool = any(n.endswith(".act.theta") and tensors[n].dim() == 1 and not n.startswith("init_layer")
+                   for n in thetas)
+        piece = ("the source's LipPool ('lip1' pooling)" if pool
                  else "the source's HouseHolder activations ('hh1'/'hh2')")
         raise ImportRefused(f"cannot import {piece}: improved-l2 maps no lipcli component to it yet")
     if any(n.startswith("logits_layer.ortho.") for n in names):
@@ -108,7 +111,7 @@ class ImprovedL2Importer:
 
     def plan(self, tensors: Mapping[str, Any], arch: str | None) -> ImportPlan:
         names = set(tensors)
-        _refuse_unsupported(names)
+        _refuse_unsupported(tensors)
         b = _block_size(names, arch)
         bias = tensors.get("init_layer.ortho.bias")
         if bias is None or bias.dim() != 1:
