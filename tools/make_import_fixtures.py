@@ -11,7 +11,9 @@ SGD steps on random images with the authors' own training-mode forward (power ve
 updated as in ``train_robust.py``), saves ``model.state_dict()`` with ``torch.save`` exactly
 as ``train_robust.py`` does, and records the authors' eval-mode logits on fixed inputs:
 ``tests/data/import/<case>.pt`` and ``tests/data/import/<case>.logits.json`` (inputs are
-``torch.rand`` with the recorded seed, shape ``(N, 3, 32, 32)``).
+``torch.rand`` with the recorded seed, shape ``(N, 3, 32, 32)``), with the authors' own
+certificate of the predicted class on the same inputs (``evaluate_certificates(exact=True)``:
+their power-iteration estimate ``source_lipschitz`` and the radii before the accuracy mask).
 
 Shims, outside the authors' code: ``apex`` (``utils.py`` imports ``amp``, unused here) and
 ``torch.utils.cpp_extension.load`` (``skew_ortho_conv.py`` compiles a cuDNN extension at import
@@ -81,9 +83,14 @@ def _improved_l2(src: Path) -> None:
         with torch.no_grad():
             logits = model(fixed_inputs())
         torch.save(model.state_dict(), OUT / f"{case}.pt")
+        # the authors' certificate rule (utils.evaluate_certificates, exact=True), predicted class
+        lip = model.lipschitz_constant(exact=True)
+        with torch.no_grad():
+            _logits, certs = model(fixed_inputs(), return_cert=True)
         record = {"source": "github.com/singlasahil14/improved_l2_robustness", "commit": commit,
                   "importer": "improved-l2", "lipconvnet_args": kwargs, "input_seed": INPUT_SEED,
-                  "inputs": [NUM_INPUTS, 3, 32, 32], "logits": logits.tolist()}
+                  "inputs": [NUM_INPUTS, 3, 32, 32], "logits": logits.tolist(),
+                  "source_lipschitz": lip, "source_radii": certs.min(dim=1).values.tolist()}
         (OUT / f"{case}.logits.json").write_text(json.dumps(record, indent=1) + "\n")
         print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
 

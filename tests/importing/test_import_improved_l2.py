@@ -197,3 +197,17 @@ def test_lippool_is_named(tmp_path):
     path = _save_variant(tmp_path, lambda s: s.__setitem__("block1.1.act.theta", torch.ones(4)))
     code, _o, stderr = _lip("import", str(path), "--from", "improved-l2", "--out", str(tmp_path / "m.safetensors"))
     assert code == 1 and "LipPool" in stderr and not (tmp_path / "m.safetensors").exists()
+
+
+def test_source_rule_reproduces_the_authors_certificates(imported):
+    """``source_certificates`` on the authors' fixed inputs gives the radii the authors' own
+    ``evaluate_certificates(exact=True)`` gave (recorded by the fixture script); both divide
+    by a power-iteration estimate from a random start, hence the tolerance."""
+    from lipcli.builtins.lipconvnet.importer import ImprovedL2Importer
+
+    record = json.loads((DATA / f"{CASES[0]}.logits.json").read_text())
+    model, _mf = load_model(imported[CASES[0]])
+    src = ImprovedL2Importer().source_certificates(model, _fixed_inputs(record))
+    assert src.lipschitz == pytest.approx(record["source_lipschitz"], rel=1e-4)
+    want = torch.tensor(record["source_radii"], dtype=torch.float64)
+    assert torch.allclose(src.radii.double(), want, rtol=1e-4, atol=1e-6), (src.radii, want)
