@@ -82,10 +82,9 @@ def compare_certificates(model_path: str | os.PathLike, importer: Any, options: 
         lipcli_lipschitz=float(summary.lipschitz.value),
         source_lipschitz=None if source is None else float(source.lipschitz),
         source_label="" if source is None else source.label,
-        note=None if source is None else None,
+        note=("the importer does not reproduce the source's certificate rule for this model"
+              if source is None else None),
     )
-    if source is None:
-        comparison.note = "the importer does not reproduce the source's certificate rule for this model"
     for eps in options.radii:
         ours = correct & (outcome.radius.cpu() >= eps)
         row = CompareRow(radius=eps, radius_units=eps * options.radius_unit,
