@@ -246,6 +246,11 @@ def model_card(path: str | os.PathLike) -> ModelCard:
     if missing:
         notes.append("not installed: " + "; ".join(missing) + " (the card is read from the file alone; "
                      "certify, lipschitz and export need them)")
+    prov = meta.get("provenance")
+    if isinstance(prov, dict):  # lip import
+        notes.append(f"imported by lip import --from {(prov.get('importer') or {}).get('name', '?')} from "
+                     f"{prov.get('source', '?')}: {prov.get('checkpoint', '?')} ({prov.get('format', '?')}, "
+                     f"sha256 {prov.get('sha256', '?')})")
     try:
         params = _parameter_counts(p)
     except (OSError, ValueError) as exc:

@@ -50,6 +50,7 @@ _COMMANDS = (
     ("lipschitz_cmd", "lipschitz", "lipschitz", "Lipschitz bound and estimates of a model."),
     ("info_cmd", "info", "info", "A model file's card: components, data, bounds, results."),
     ("export_cmd", "export", "export", "A standalone program (torch or onnxruntime) of a model."),
+    ("import_cmd", "import_", "import", "A model file from a checkpoint trained with another code."),
 )
 
 for _mod, _attr, _name, _summary in _COMMANDS:

@@ -225,13 +225,15 @@ def save_model(
     results: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
     cache: dict[str, Any] | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``model`` (built by :func:`build_model`) to a model file, atomically.
 
     The metadata slots are JSON objects (or ``None``); ``dataset`` is e.g.
-    ``{"name": "digits", "params": {}, "num_classes": 10, "classes": [...]}``."""
+    ``{"name": "digits", "params": {}, "num_classes": 10, "classes": [...]}``; ``provenance``
+    (written only when given) records where imported weights came from (``lip import``)."""
     for slot, value in (("dataset", dataset), ("lipschitz", lipschitz), ("results", results),
-                        ("training", training), ("cache", cache)):
+                        ("training", training), ("cache", cache), ("provenance", provenance)):
         if value is not None and not isinstance(value, dict):
             raise TypeError(
                 f"save_model: {slot} must be a dict or None, got {type(value).__name__} "
@@ -249,6 +251,8 @@ def save_model(
         "training": training,
         "cache": cache,
     }
+    if provenance is not None:
+        metadata["provenance"] = provenance
     return save_model_file(path, model_tensors(model), metadata)
 
 

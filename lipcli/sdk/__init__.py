@@ -10,6 +10,8 @@
 * :mod:`~lipcli.sdk.errors`: the error classes;
 * :mod:`~lipcli.sdk.convbase`: a base class for convolutions;
 * :mod:`~lipcli.sdk.loading`: the load-time contract;
+* :mod:`~lipcli.sdk.importers`: the ``lip import`` source-importer protocol (``ImportPlan``),
+  with :mod:`~lipcli.sdk.checkpoints` (reading a checkpoint without running code);
 * :mod:`~lipcli.sdk.export`: the ``lip export`` protocol (``export_module``,
   ``ExportedCertificate``, ``lower_module``);
 * :mod:`~lipcli.sdk.lowering`: the eval lowering protocol (``LoweringContext``, also named

@@ -16,6 +16,7 @@ from lipcli.sdk.specs import (
     ConvSpec,
     DatasetSpec,
     HeadSpec,
+    ImporterSpec,
     LossSpec,
     PoolSpec,
     RecipeSpec,
@@ -72,6 +73,11 @@ def lip_recipes() -> list[RecipeSpec]:
     with the file of the authors' code it was read from (``lip train --recipe NAME``)."""
 
 
+@hookspec
+def lip_importers() -> list[ImporterSpec]:
+    """Checkpoint importers for ``lip import --from NAME``, e.g. ``improved-l2`` (the paper's code)."""
+
+
 #: hook name -> spec kind it returns
 HOOK_KINDS: dict[str, str] = {
     "lip_convolutions": ConvSpec.kind,
@@ -83,4 +89,5 @@ HOOK_KINDS: dict[str, str] = {
     "lip_datasets": DatasetSpec.kind,
     "lip_losses": LossSpec.kind,
     "lip_recipes": RecipeSpec.kind,
+    "lip_importers": ImporterSpec.kind,
 }

@@ -26,6 +26,8 @@ kind             factory call
                  ``loss(model, images, labels) -> LossOutput`` (see :mod:`lipcli.sdk.losses`)
 ``recipe``       ``factory()`` -> a copy of the recipe's ``values`` (set by
                  :class:`RecipeSpec` itself; a recipe is data, see :mod:`lipcli.sdk.recipes`)
+``importer``     ``factory(**params)`` -> a source importer (``plan``, ``convert``, optional
+                 ``source_certificates``; see :mod:`lipcli.sdk.importers`)
 ===============  ===========================================================================
 """
 
@@ -332,10 +334,26 @@ class RecipeSpec(ComponentSpec):
         return f"{self.name}@{self.version}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class ImporterSpec(ComponentSpec):
+    """A checkpoint importer (``lip import CHECKPOINT --from NAME``): reads the state dict that
+    another project's code saved and maps it onto lipcli components (protocol in
+    :mod:`lipcli.sdk.importers`).  ``source`` names the code whose checkpoints it reads
+    (e.g. ``"github.com/singlasahil14/improved_l2_robustness"``)."""
+
+    kind: ClassVar[str] = "importer"
+    source: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.source or not isinstance(self.source, str):
+            raise ValueError(f"importer {self.name!r}: source must name the code it reads")
+
+
 SPEC_KINDS: dict[str, type[ComponentSpec]] = {
     cls.kind: cls
     for cls in (ConvSpec, ActivationSpec, PoolSpec, HeadSpec, CertificateSpec, ArchSpec,
-                DatasetSpec, LossSpec, RecipeSpec)
+                DatasetSpec, LossSpec, RecipeSpec, ImporterSpec)
 }
 
 

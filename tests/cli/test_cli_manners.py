@@ -15,7 +15,7 @@ from lipcli.cli import app, debug_first
 
 runner = CliRunner()
 
-COMMANDS = [[], ["train"], ["certify"], ["lipschitz"], ["info"], ["export"], ["plugins"], ["bench"],
+COMMANDS = [[], ["train"], ["certify"], ["lipschitz"], ["info"], ["export"], ["import"], ["plugins"], ["bench"],
             ["bench", "train"], ["bench", "certify"], ["bench", "profile"]]
 
 

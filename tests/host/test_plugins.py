@@ -28,6 +28,7 @@ from lipcli.sdk.specs import (
     ConvSpec,
     DatasetSpec,
     HeadSpec,
+    ImporterSpec,
     LossSpec,
     Param,
     PoolSpec,
@@ -85,6 +86,10 @@ class AllHooksPlugin:
         return [RecipeSpec(name="t-recipe", version="1", paper="test paper", description="test recipe",
                            values={"lr": 0.5}, sources={"lr": source})]
 
+    def lip_importers(self):
+        return [ImporterSpec(name="t-import", factory=_factory, description="test importer",
+                             source="example.org/t")]
+
 
 @pytest.fixture()
 def host():
@@ -99,7 +104,8 @@ def test_builtins_register_like_external_plugins(host):
     for kind, name in [("conv", "soc-fast"), ("conv", "soc"), ("activation", "maxmin"),
                        ("pool", "max"), ("pool", "projection"), ("head", "lln"), ("head", "mlp"),
                        ("certificate", "lln"), ("certificate", "crc-lip"),
-                       ("arch", "lipconvnet-5"), ("arch", "lipconvnet-40"), ("dataset", "digits")]:
+                       ("arch", "lipconvnet-5"), ("arch", "lipconvnet-40"), ("dataset", "digits"),
+                       ("importer", "improved-l2")]:
         assert name in reg.names(kind), (kind, name)
 
 
@@ -111,7 +117,7 @@ def test_every_hook_is_exercised(host):
     assert host.plugins["all-hooks"].components == {
         "conv": ["t-conv"], "activation": ["t-act"], "pool": ["t-pool"], "head": ["t-head"],
         "certificate": ["t-cert"], "arch": ["t-arch"], "dataset": ["t-data"],
-        "loss": ["t-loss"], "recipe": ["t-recipe"],
+        "loss": ["t-loss"], "recipe": ["t-recipe"], "importer": ["t-import"],
     }
     comp = reg.component("conv", "t-conv:k=5")
     assert comp.params == {"k": 5}

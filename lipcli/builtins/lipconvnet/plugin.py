@@ -10,16 +10,17 @@ from pathlib import Path
 
 from functools import partial
 
+from lipcli.builtins.lipconvnet.importer import SOURCE, ImprovedL2Importer
 from lipcli.builtins.lipconvnet.network import DEPTHS, LipConvnet
 from lipcli.builtins.lipconvnet.residual import AUTHORS_MIX, LipResNet
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.recipe_files import load_recipes
-from lipcli.sdk.specs import ArchSpec, Param, RecipeSpec
+from lipcli.sdk.specs import ArchSpec, ImporterSpec, Param, RecipeSpec
 
 #: the widest stem a LipConvnet takes (its last block has 16 times as many channels: 4096)
 MAX_WIDTH = 256
 
-__all__ = ["lip_architectures", "lip_recipes"]
+__all__ = ["lip_architectures", "lip_importers", "lip_recipes"]
 
 
 @hookimpl
@@ -52,3 +53,14 @@ def lip_architectures() -> list[ArchSpec]:
 @hookimpl
 def lip_recipes() -> list[RecipeSpec]:
     return load_recipes(Path(__file__).with_name("recipes.toml"))
+
+
+@hookimpl
+def lip_importers() -> list[ImporterSpec]:
+    return [
+        ImporterSpec(
+            name="improved-l2", factory=ImprovedL2Importer, source=SOURCE,
+            description="LipConvNet (SOC, MaxMin, max pool; LLN or CRC head) saved by the paper's "
+                        "train_robust.py",
+        ),
+    ]

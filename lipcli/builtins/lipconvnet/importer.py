@@ -1,0 +1,193 @@
+"""Importer ``improved-l2``: LipConvNet checkpoints saved by the paper's code
+(github.com/singlasahil14/improved_l2_robustness, ``train_robust.py``:
+``torch.save(model.state_dict(), ...)``).
+
+Source layout (``lip_convnets.LipConvNet``; block size ``b = depth/5``, stem width ``w``)::
+
+    shift, scale                       (3, 1, 1) input mean and std
+    init_layer.ortho.*                 SOC 3 -> w, k3              -> body.stem_conv
+    block{1..4}.{0..b-2}.ortho.*       SOC C -> C, k3              -> body.block{n}_conv{j+1}
+    block{1..4}.{b-1}.ortho.*          SOC C -> 4C, k3, stride 2   -> body.block{n}_down
+    block5.0.ortho.*                   SOC 16w -> 64w, k1, stride 2 -> body.block5_down
+    block5.{1..b-1}.ortho.*            SOC 64w -> 64w, k1          -> body.block5_conv{j}
+    logits_layer.weight, .bias         LLN head                    -> head.weight, head.bias
+    logits_layer.linear{1,2}.*         CRC head (``crc_full``)      -> head.fc1, head.fc2
+
+An SOC layer holds ``weight``, ``bias`` and the power vectors ``_u1 .. _v4`` of the four
+reshapes of its skew filter; they define the layer's ``σ`` (the smallest of the four
+quotients), so they are imported as lipcli's ``power_u{r}``/``power_v{r}`` (the row and
+column vectors of reshape ``r``: ``_v1/_u1``, ``_v2/_u2``, ``_v3/_u3``, ``_u4/_v4``).  The CRC head's ``_u``/``_v`` (its curvature power
+vectors) are estimator state lipcli does not use.  MaxMin and the pairwise max pool are
+lipcli's ``maxmin`` and ``max``; the source's HouseHolder activations, LipPool and orthogonal
+heads, and BCOP/Cayley convolutions, are refused naming the missing piece.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
+
+SOURCE = "github.com/singlasahil14/improved_l2_robustness"
+_SOC_KEYS = ("weight", "bias", "_u1", "_v1", "_u2", "_v2", "_u3", "_v3", "_u4", "_v4")
+#: the source's power vectors of lipcli's reshape r (rows, columns): the source's ``_u4`` is
+#: indexed (out, tap, tap) and ``_v4`` by the input channel; the other pairs the other way
+_POWER_VECTORS = (("_v1", "_u1"), ("_v2", "_u2"), ("_v3", "_u3"), ("_u4", "_v4"))
+_NUM_OTHER = 9  # the source's --num-other: classes its certificate compares with
+_DATASETS = {10: "cifar10", 100: "cifar100"}
+
+
+def _soc_shapes(c_in: int, c_out: int, k: int, stride: int) -> dict[str, tuple[int, ...]]:
+    C = max(c_out, c_in * stride * stride)
+    return {"weight": (C, C, k, k), "bias": (c_out,), "_u1": (1, C, 1, k), "_v1": (C, 1, k, 1),
+            "_u2": (1, C, k, 1), "_v2": (C, 1, 1, k), "_u3": (1, C, k, k), "_v3": (C, 1, 1, 1),
+            "_u4": (C, 1, k, k), "_v4": (1, C, 1, 1)}
+
+
+def _layers(b: int, w: int) -> list[tuple[str, str, int, int, int, int]]:
+    """``(source prefix, lipcli prefix, c_in, c_out, kernel, stride)`` of every SOC layer."""
+    out = [("init_layer.ortho", "body.stem_conv", 3, w, 3, 1)]
+    c = w
+    for n in range(1, 5):
+        for j in range(b - 1):
+            out.append((f"block{n}.{j}.ortho", f"body.block{n}_conv{j + 1}", c, c, 3, 1))
+        out.append((f"block{n}.{b - 1}.ortho", f"body.block{n}_down", c, 4 * c, 3, 2))
+        c *= 2
+    out.append(("block5.0.ortho", "body.block5_down", c, 4 * c, 1, 2))
+    for j in range(1, b):
+        out.append((f"block5.{j}.ortho", f"body.block5_conv{j}", 4 * c, 4 * c, 1, 1))
+    return out
+
+
+def _refuse_unsupported(tensors: Mapping[str, Any]) -> None:
+    names = set(tensors)
+    thetas = [n for n in names if re.search(r"\.act\.theta\d?$", n)]
+    if thetas:  # LipPool's theta is one-dimensional, HouseHolder's (1, C/2, 1, 1) or per group
+        pool = any(n.endswith(".act.theta") and tensors[n].dim() == 1 and not n.startswith("init_layer")
+                   for n in thetas)
+        piece = ("the source's LipPool ('lip1' pooling)" if pool
+                 else "the source's HouseHolder activations ('hh1'/'hh2')")
+        raise ImportRefused(f"cannot import {piece}: improved-l2 maps no lipcli component to it yet")
+    if any(n.startswith("logits_layer.ortho.") for n in names):
+        raise ImportRefused("cannot import the source's orthogonal head ('ortho' last layer): "
+                            "improved-l2 maps no lipcli head to it yet (use the lln or crc_full heads)")
+    if any(n.startswith("features_layer.") for n in names):
+        raise ImportRefused("cannot import the source's 'crc_ortho' features layer: no lipcli equivalent yet")
+    if "init_layer.ortho.weight" in names and "init_layer.ortho._u1" not in names:
+        raise ImportRefused("cannot import BCOP/Cayley convolutions from improved_l2_robustness "
+                            "checkpoints yet (improved-l2 maps SOC only)")
+
+
+def _block_size(names: set[str], arch: str | None) -> int:
+    found = {int(m.group(1)) for n in names if (m := re.match(r"block1\.(\d+)\.", n))}
+    b = max(found) + 1 if found else 0
+    if arch is not None:
+        m = re.fullmatch(r"(?:lipconvnet|LipConvNet)-?(\d+)", arch.strip())
+        if m is None or int(m.group(1)) % 5 or int(m.group(1)) < 5:
+            raise LipUsageError(f"--arch {arch!r}: improved-l2 takes lipconvnet-N with N a multiple of 5")
+        if b and int(m.group(1)) // 5 != b:
+            raise ImportRefused(f"--arch {arch} has {int(m.group(1)) // 5} layers per block but the "
+                                f"checkpoint has {b}")
+        b = int(m.group(1)) // 5
+    if not b:
+        raise ImportRefused("no LipConvNet blocks (block1.*): not a checkpoint of improved_l2_robustness")
+    return b
+
+
+def _values(tensors: Mapping[str, Any], key: str, shape: tuple[int, ...]) -> list[float] | None:
+    t = tensors.get(key)
+    if t is None or tuple(t.shape) != shape or not bool(torch.isfinite(t).all()):
+        return None  # the host refuses it with the shape check
+    return [float(v) for v in t.flatten().tolist()]
+
+
+class ImprovedL2Importer:
+    """The ``improved-l2`` importer (see the module)."""
+
+    def plan(self, tensors: Mapping[str, Any], arch: str | None) -> ImportPlan:
+        names = set(tensors)
+        _refuse_unsupported(tensors)
+        b = _block_size(names, arch)
+        bias = tensors.get("init_layer.ortho.bias")
+        if bias is None or bias.dim() != 1:
+            raise ImportRefused("no init_layer.ortho.bias of one dimension: cannot read the stem width")
+        w = int(bias.shape[0])
+        feat_pool, feat_act = 32 * w, 64 * w
+        expected: dict[str, tuple[int, ...]] = {"shift": (3, 1, 1), "scale": (3, 1, 1)}
+        for src, _dst, c_in, c_out, k, s in _layers(b, w):
+            expected.update({f"{src}.{key}": shape for key, shape in _soc_shapes(c_in, c_out, k, s).items()})
+        ignored: list[str] = []
+        if "logits_layer.linear1.weight" in names:
+            lw = tensors["logits_layer.linear1.weight"]
+            hidden = int(lw.shape[0]) if lw.dim() == 2 else 1
+            classes = tensors.get("logits_layer.linear2.bias")
+            k = int(classes.shape[0]) if classes is not None and classes.dim() == 1 else 10
+            expected.update({"logits_layer.linear1.weight": (hidden, feat_act),
+                             "logits_layer.linear1.bias": (hidden,),
+                             "logits_layer.linear2.weight": (k, hidden),
+                             "logits_layer.linear2.bias": (k,)})
+            ignored = ["logits_layer._u", "logits_layer._v"]
+            head, pool, what = f"mlp:hidden={hidden}", "max", "CRC-Lip head"
+        else:
+            classes = tensors.get("logits_layer.bias")
+            k = int(classes.shape[0]) if classes is not None and classes.dim() == 1 else 10
+            expected.update({"logits_layer.weight": (k, feat_pool), "logits_layer.bias": (k,)})
+            head, pool, what = "lln", "max", "LLN head"
+        model: dict[str, Any] = {
+            "arch": f"lipconvnet-{5 * b}:width={w}", "conv": "soc-fast", "activation": "maxmin",
+            "pool": pool, "head": head, "num_classes": k, "in_channels": 3, "image_size": (32, 32),
+        }
+        mean, std = _values(tensors, "shift", (3, 1, 1)), _values(tensors, "scale", (3, 1, 1))
+        if mean is not None and std is not None and min(std) > 0:
+            model.update(mean=tuple(mean), std=tuple(std))
+        return ImportPlan(model=model, expected=expected, ignored=tuple(ignored), dataset=_DATASETS.get(k),
+                          description=f"LipConvNet-{5 * b} (width {w}), SOC, MaxMin, {what}, {k} classes",
+                          source_state={"blocks": b, "width": w})
+
+    def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
+        b, w = plan.source_state["blocks"], plan.source_state["width"]
+        out: dict[str, Any] = {"body.normalize.mean": tensors["shift"].flatten(),
+                               "body.normalize.std": tensors["scale"].flatten()}
+        for src, dst, *_ in _layers(b, w):
+            out[f"{dst}.weight"] = tensors[f"{src}.weight"]
+            out[f"{dst}.bias"] = tensors[f"{src}.bias"]
+            for r, (rows, cols) in enumerate(_POWER_VECTORS):
+                out[f"{dst}.power_u{r}"] = tensors[f"{src}.{rows}"].flatten()
+                out[f"{dst}.power_v{r}"] = tensors[f"{src}.{cols}"].flatten()
+        if "logits_layer.linear1.weight" in tensors:
+            for i in (1, 2):
+                out[f"head.fc{i}.weight"] = tensors[f"logits_layer.linear{i}.weight"]
+                out[f"head.fc{i}.bias"] = tensors[f"logits_layer.linear{i}.bias"]
+        else:
+            out["head.weight"] = tensors["logits_layer.weight"]
+            out["head.bias"] = tensors["logits_layer.bias"]
+        return {k: v.contiguous() for k, v in out.items()}
+
+    def source_certificates(self, model: Any, images: torch.Tensor) -> SourceCertificates | None:
+        """The source's rule (``utils.evaluate_certificates``, ``exact=True``): the product of
+        per-layer power-iteration estimates (50 steps, as ``lipschitz_constant(exact=True)``)
+        and, for the LLN head, ``min`` over the top-9 other classes of
+        ``(f_y - f_j) / ||ŵ_y - ŵ_j||`` divided by it; certified when ``> r``.  ``None`` for
+        the CRC head (its certificate is not reproduced here)."""
+        from lipcli.lipschitz.report import lipschitz_report
+
+        if not hasattr(model.head, "normalized_weight"):
+            return None
+        estimate = float(lipschitz_report(model, estimate=True, iters=50).estimate)
+        with torch.no_grad():
+            logits = model(images)
+            preds = logits.argmax(1)
+            other = logits.clone()
+            other[torch.arange(len(preds)), preds] = -torch.inf
+            top = other.topk(min(_NUM_OTHER, logits.shape[1] - 1), dim=1).indices
+            wn = model.head.normalized_weight()
+            diff = logits.gather(1, preds[:, None]) - logits.gather(1, top)
+            dist = torch.sqrt(2 * (1 - wn @ wn.T))[preds[:, None], top]
+            radii = (diff / dist).min(1).values.clamp_min(0) / estimate
+        return SourceCertificates(predictions=preds, radii=radii, lipschitz=estimate,
+                                  label="power-iteration estimate (the source's lipschitz_constant(exact=True))")

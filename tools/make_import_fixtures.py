@@ -1,0 +1,105 @@
+"""Make the ``lip import`` test fixtures by running the authors' code, unmodified.
+
+Usage (development time only; the test suite never runs this or fetches anything)::
+
+    git -C <mirror of singlasahil14/improved_l2_robustness> archive 65dd5f244be8 | tar -x -C /tmp/il2
+    pip install --target /tmp/pydeps einops          # the authors' code imports it
+    PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures.py improved-l2 /tmp/il2
+
+For each case it builds the authors' ``LipConvNet`` (tiny: stem width 2), trains it a few
+SGD steps on random images with the authors' own training-mode forward (power vectors
+updated as in ``train_robust.py``), saves ``model.state_dict()`` with ``torch.save`` exactly
+as ``train_robust.py`` does, and records the authors' eval-mode logits on fixed inputs:
+``tests/data/import/<case>.pt`` and ``tests/data/import/<case>.logits.json`` (inputs are
+``torch.rand`` with the recorded seed, shape ``(N, 3, 32, 32)``), with the authors' own
+certificate of the predicted class on the same inputs (``evaluate_certificates(exact=True)``:
+their power-iteration estimate ``source_lipschitz`` and the radii before the accuracy mask).
+
+Shims, outside the authors' code: ``apex`` (``utils.py`` imports ``amp``, unused here) and
+``torch.utils.cpp_extension.load`` (``skew_ortho_conv.py`` compiles a cuDNN extension at import
+time; it is only used by the fast backward pass, and these cases train with the plain autograd
+forward, ``fast_train=False``).  Everything runs on the CPU in float32.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "import"
+#: the source commit the fixtures were made with (the archive given on the command line)
+COMMITS = {"improved-l2": "65dd5f244be8a7212b05268541d0abdce909bd81"}
+INPUT_SEED = 1234
+NUM_INPUTS = 4
+
+#: case -> LipConvNet arguments (the authors' names)
+IMPROVED_L2_CASES = {
+    "improved_l2_lln_d10_w2": dict(conv_name="soc", activation_name="maxmin", pooling_name="max",
+                                   last_name="lln", init_channels=2, block_size=2, num_classes=10,
+                                   fast_train=False),
+    "improved_l2_crc_d5_w2": dict(conv_name="soc", activation_name="maxmin", pooling_name="max",
+                                  last_name="crc_full", init_channels=2, block_size=1, num_classes=10,
+                                  num_hidden=16, fast_train=False),
+}
+
+
+def _shim_authors_imports() -> None:
+    sys.modules.setdefault("apex", types.SimpleNamespace(amp=None))  # type: ignore[arg-type]
+    import torch.utils.cpp_extension as cpp
+
+    cpp.load = lambda *a, **k: types.SimpleNamespace()  # the cuDNN extension: not used here
+
+
+def fixed_inputs() -> torch.Tensor:
+    gen = torch.Generator().manual_seed(INPUT_SEED)
+    return torch.rand(NUM_INPUTS, 3, 32, 32, generator=gen)
+
+
+def _improved_l2(src: Path) -> None:
+    sys.path.insert(0, str(src))
+    _shim_authors_imports()
+    from lip_convnets import LipConvNet  # the authors' module
+
+    commit = COMMITS["improved-l2"]
+    for case, kwargs in IMPROVED_L2_CASES.items():
+        torch.manual_seed(0)
+        model = LipConvNet(**kwargs)
+        model.update_sigma()  # as train_robust.py does before training
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        gen = torch.Generator().manual_seed(7)
+        model.train()
+        for _ in range(3):
+            x = torch.rand(8, 3, 32, 32, generator=gen)
+            y = torch.randint(0, kwargs["num_classes"], (8,), generator=gen)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            logits = model(fixed_inputs())
+        torch.save(model.state_dict(), OUT / f"{case}.pt")
+        # the authors' certificate rule (utils.evaluate_certificates, exact=True), predicted class
+        lip = model.lipschitz_constant(exact=True)
+        with torch.no_grad():
+            _logits, certs = model(fixed_inputs(), return_cert=True)
+        record = {"source": "github.com/singlasahil14/improved_l2_robustness", "commit": commit,
+                  "importer": "improved-l2", "lipconvnet_args": kwargs, "input_seed": INPUT_SEED,
+                  "inputs": [NUM_INPUTS, 3, 32, 32], "logits": logits.tolist(),
+                  "source_lipschitz": lip, "source_radii": certs.min(dim=1).values.tolist()}
+        (OUT / f"{case}.logits.json").write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
+
+
+def main() -> None:
+    which, src = sys.argv[1], Path(sys.argv[2])
+    OUT.mkdir(parents=True, exist_ok=True)
+    {"improved-l2": _improved_l2}[which](src)
+
+
+if __name__ == "__main__":
+    main()
