@@ -5,8 +5,9 @@ Loss*, ICML 2025 — "BRONet"; the BRO layer, their Eq. (2) and §3).
 Maths:
 
 * ``V`` is a learnable low-rank filter with ``c = max(in·s², out)`` output and ``r < c``
-  input channels (default ``r = ⌊c/2⌋``, as the authors' networks).  On the ``H × W`` torus
-  its matrix at frequency ``f`` is ``V̂(f) ∈ ℂ^{c×r}`` (:func:`lipcli.sdk.fourier.kernel_spectrum`).
+  input channels (default ``r = ⌊c/2⌋`` as the BRONet backbone; ``rank_rule="lipconvnet"``:
+  the authors' LipConvNet rule, :mod:`lipcli_bro.border`).  On the ``H × W`` torus its matrix
+  at frequency ``f`` is ``V̂(f) ∈ ℂ^{c×r}`` (:func:`lipcli.sdk.fourier.kernel_spectrum`).
 * ``W(f) = I − 2 V̂ (V̂ᴴV̂)⁻¹ V̂ᴴ`` is the reflection through the orthogonal complement of
   ``range V̂(f)``: with ``P = V̂(V̂ᴴV̂)⁻¹V̂ᴴ`` the orthogonal projector (``P = Pᴴ = P²``),
   ``WᴴW = I − 4P + 4P² = I``: unitary, in exact arithmetic, no series or iteration.
@@ -34,6 +35,9 @@ Maths:
   permutation) for stride 2, then the ``out × in·s²`` top-left block of the ``c × c`` unitary
   ``W(f)``: its columns (``in·s² ≤ out``) or rows (``in·s² > out``) are orthonormal, so the
   layer is semi-orthogonal.
+* ``border="zero"`` (the authors' form): zero-pad by ``k//2``, the reflector on the padded
+  torus, crop (:mod:`lipcli_bro.border`): 1-Lipschitz with the same verified bound, not
+  orthogonal.
 * ``1 × 1`` images: only the real DC bin, ``V̂ = Σ_taps V`` and ``W`` is a real orthogonal
   (Householder-type) matrix.
 
@@ -53,13 +57,17 @@ the orthogonal map that is certified.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
-
 from lipcli.sdk.fourier import FourierConvBase, kernel_spectrum
+from lipcli.sdk.lowering import LinearMap
+
+from .border import (BORDERS, RANK_RULES, ExportedZeroBorderBRO, crop_border, pad_border, rule_rank,
+                     zero_border_matrix)
 
 #: how the low-rank filter starts: the authors' default puts an identity on the centre tap
 #: (``V̂(f) = [I_r; 0]``, ``W = diag(−I_r, I)``); "random" is nn.Conv2d's initialisation
@@ -126,22 +134,29 @@ def block_reflector(V: Tensor, factor: str = "qr") -> Tensor:
     return eye - 2.0 * (Q @ Q.mH)
 
 
-def resolve_rank(channels: int, rank: int, rank_ratio: float) -> int:
-    """The rank ``r`` of ``V``: ``rank`` when positive, else ``⌊rank_ratio·c⌋``, clipped to
-    ``[1, c]`` (``r = c`` gives ``W = −I``)."""
+def resolve_rank(channels: int, rank: int, rank_ratio: float, rule: str = "ratio",
+                 shape: tuple[int, int] | None = None) -> int:
+    """The rank ``r`` of ``V``: ``rank`` when positive, else the ``rule``'s
+    (:func:`lipcli_bro.border.rule_rank`; ``"ratio"``: ``⌊rank_ratio·c⌋``; ``"lipconvnet"``
+    needs ``shape = (in·s², out)``), clipped to ``[1, c]`` (``r = c`` gives ``W = −I``)."""
     if rank < 0:
         raise ValueError(f"BRO rank must be >= 0 (0: use rank_ratio), got {rank}")
     if not 0.0 < rank_ratio <= 1.0:
         raise ValueError(f"BRO rank_ratio must be in (0, 1], got {rank_ratio}")
-    r = rank if rank > 0 else int(math.floor(rank_ratio * channels))
+    conv_in, out = shape if shape is not None else (channels, channels)
+    r = rank if rank > 0 else rule_rank(rule, conv_in, out, rank_ratio)
     return max(1, min(channels, r))
 
 
 class BROConv(FourierConvBase):
-    """BRO convolution ``(N, in, H, W) → (N, out, H/s, W/s)``, circular (FFT).
+    """BRO convolution ``(N, in, H, W) → (N, out, H/s, W/s)``, circular (FFT); with
+    ``border="zero"`` the reflector acts on the zero-padded image and the result is cropped
+    (:mod:`lipcli_bro.border`).
 
     Parameters ``weight`` (the low-rank filter ``V``, ``c × r × k × k`` with
-    ``c = max(in·s², out)``) and ``bias``; buffer ``spatial_size``.
+    ``c = max(in·s², out)``) and ``bias``; buffer ``spatial_size`` (the torus the matrices
+    are for: the rearranged image, plus ``2·(k//2)`` pixels per side length with
+    ``border="zero"``).
     """
 
     weight: Tensor
@@ -152,15 +167,23 @@ class BROConv(FourierConvBase):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
                  rank: int = 0, rank_ratio: float = 0.5, init: str = "identity",
-                 factor: str = "auto") -> None:
+                 factor: str = "auto", rank_rule: str = "ratio", border: str = "circular") -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride)
         if init not in INITS:
             raise ValueError(f"BRO init must be one of {', '.join(INITS)}, got {init!r}")
         if factor not in FACTORS:
             raise ValueError(f"BRO factor must be one of {', '.join(FACTORS)}, got {factor!r}")
+        if rank_rule not in RANK_RULES:
+            raise ValueError(f"BRO rank_rule must be one of {', '.join(RANK_RULES)}, got {rank_rule!r}")
+        if border not in BORDERS:
+            raise ValueError(f"BRO border must be one of {', '.join(BORDERS)}, got {border!r}")
         self.factor = factor
+        self.border = border
+        #: zeros added on each side before the reflector (``border="zero"``), cropped after
+        self.pad = self.kernel_size // 2 if border == "zero" else 0
         self.channels = max(self.conv_in_channels, self.out_channels)
-        self.rank = resolve_rank(self.channels, int(rank), float(rank_ratio))
+        self.rank = resolve_rank(self.channels, int(rank), float(rank_ratio), rank_rule,
+                                 (self.conv_in_channels, self.out_channels))
         k = self.kernel_size
         weight = torch.zeros(self.channels, self.rank, k, k)
         if init == "identity":
@@ -216,10 +239,78 @@ class BROConv(FourierConvBase):
         U = Qh[:, :, :C] @ X
         head = X[:, :out] if out <= C else torch.cat([X, X.new_zeros(X.shape[0], out - C, N)], 1)
         Y = head - 2.0 * (Qh[:, :, :out].mH @ U)
-        return Y[0].T.reshape(N, out, 1, 1) if H == 1 and W == 1 else self.from_spectrum(Y, (H, W))
+        y = Y[0].T.reshape(N, out, 1, 1) if H == 1 and W == 1 else self.from_spectrum(Y, (H, W))
+        return crop_border(y, self.pad)
+
+    # ------------------------------------------------------------------ the border
+    @property
+    def lip_promises(self) -> tuple[str, ...]:
+        """The spec's promises as stamped by the host, without ``"orthogonal"`` when
+        ``border="zero"`` (a crop of an orthogonal map is 1-Lipschitz, not orthogonal)."""
+        promises = self.__dict__.get("_lip_promises", ())
+        return tuple(p for p in promises if p != "orthogonal") if self.pad else promises
+
+    @lip_promises.setter
+    def lip_promises(self, value: tuple[str, ...]) -> None:
+        self.__dict__["_lip_promises"] = tuple(value)
+
+    def rearrange(self, x: Tensor) -> Tensor:
+        """``pixel_unshuffle`` for stride 2, then (``border="zero"``) the zero border ``E``."""
+        return pad_border(super().rearrange(x), self.pad)
+
+    def apply_operator(self, x: Tensor, op: Tensor) -> Tensor:
+        """The reflector map on the (padded) torus, then (``border="zero"``) the crop ``Π``."""
+        return crop_border(super().apply_operator(x, op), self.pad)
+
+    def eval_linear_map(self, input_shape: tuple[int, ...]) -> LinearMap | None:
+        """The base class's block-circulant matrix; with ``border="zero"`` its interior
+        submatrix on the padded torus (:func:`lipcli_bro.border.zero_border_matrix`, same
+        guaranteed error bound)."""
+        if not self.pad:
+            return super().eval_linear_map(input_shape)
+        shape = tuple(int(d) for d in input_shape)
+        s, p = self.stride, self.pad
+        if len(shape) != 3 or shape[0] != self.in_channels or shape[1] % s or shape[2] % s:
+            return None
+        size = (shape[1] // s, shape[2] // s)
+        padded = (size[0] + 2 * p, size[1] + 2 * p)
+        if self._recorded_size() != padded:
+            return None
+        with torch.no_grad():
+            matrix, error = zero_border_matrix(self.eval_operator(padded), padded, p, self.in_channels, s)
+        return LinearMap(matrix, self.bias.detach(), (self.out_channels, *size), error, self.bias.dtype)
+
+    def export_module(self, context: Any = None) -> nn.Module:
+        """The base class's stand-ins; with ``border="zero"`` the dense matrix of
+        :meth:`eval_linear_map` when it pays, else :class:`lipcli_bro.border.ExportedZeroBorderBRO`
+        around the circular stand-in on the padded torus."""
+        if not self.pad:
+            return super().export_module(context)
+        from lipcli.sdk.fourier_export import ExportedFourierConv
+        from lipcli.sdk.lowering_conv import dense_lowering_at_gain, literal_facts
+
+        padded = self.bound_size()  # LipError before the layer has seen an input
+        size = (padded[0] - 2 * self.pad, padded[1] - 2 * self.pad)
+        facts: dict[str, Any] = {}
+        if context is not None:
+            shape = tuple(int(d) for d in context.input_shape)
+            flops = self.literal_flops(padded)
+            dense = dense_lowering_at_gain(self, context, flops, (self.out_channels, *size))
+            if dense is not None:
+                return dense
+            facts = literal_facts("fourier", shape, (self.out_channels, *size), flops)
+        with torch.no_grad():
+            inner = ExportedFourierConv(self.eval_operator(padded), self.bias, size=padded, stride=1)
+        stand_in = ExportedZeroBorderBRO(inner, stride=self.stride, pad=self.pad)
+        if facts:
+            stand_in.export_lowering = facts
+        return stand_in
 
     def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
+        """The verified ``max_f ‖Ŵ(f)‖₂`` bound; with ``border="zero"`` it bounds ``Π C E``
+        too (``‖E‖ = ‖Π‖ = 1``, :mod:`lipcli_bro.border`)."""
         return isometry_norm_upper_bound(op)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, rank={self.rank} of {self.channels}"
+        border = f", border={self.border}" if self.pad else ""
+        return f"{super().extra_repr()}, rank={self.rank} of {self.channels}{border}"

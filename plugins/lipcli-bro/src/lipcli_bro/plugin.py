@@ -9,6 +9,7 @@ from __future__ import annotations
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param
 
+from .border import BORDERS, RANK_RULES
 from .bro import FACTORS, INITS, BROConv
 
 #: the largest rank a ``bro`` layer is given (each layer also refuses one above its channels)
@@ -29,7 +30,10 @@ def bro_factory(in_channels: int, out_channels: int, kernel_size: int = 3, strid
 
 def bro_spec() -> ConvSpec:
     """The ``bro`` conv spec: orthogonal (semi-orthogonal for ``in ≠ out``) in exact
-    arithmetic; ``lipschitz_upper_bound()`` is a verified bound for the float matrices used."""
+    arithmetic with ``border="circular"``, 1-Lipschitz with ``border="zero"`` (a crop of an
+    orthogonal map of the zero-padded input: the promise is then ``"1-lipschitz"``, not
+    ``"orthogonal"``); ``lipschitz_upper_bound()`` is a verified bound for the float matrices
+    used, in both forms."""
     return ConvSpec(
         name="bro",
         factory=bro_factory,
@@ -44,6 +48,12 @@ def bro_spec() -> ConvSpec:
             Param(name="factor", type=str, default="auto", choices=FACTORS,
                   help="basis of range V: qr (Householder), cholesky (Cholesky QR, unchecked), auto "
                        "(training: Cholesky QR, on CPU checked with a fallback to qr; eval: qr)"),
+            Param(name="rank_rule", type=str, default="ratio", choices=RANK_RULES,
+                  help="ratio: r = floor(rank_ratio * c); lipconvnet: the BRONet authors' LipConvNet "
+                       "rule, r = min(in*stride^2, out) where they differ (use with rank_ratio=0.125)"),
+            Param(name="border", type=str, default="circular", choices=BORDERS,
+                  help="circular: orthogonal on the torus; zero: the authors' zero pad and crop "
+                       "(1-Lipschitz, not orthogonal)"),
         ),
         promises=(ORTHOGONAL,),
     )

@@ -1,15 +1,20 @@
 """The lipcli plugin module (entry point ``lot`` in the ``lipcli`` group).
 
-Provides one convolution component, ``lot``: ``lip train --conv lot`` (parameters inline,
-e.g. ``--conv lot:iterations=20``).
+Provides the convolution ``lot`` (``lip train --conv lot``, parameters inline, e.g.
+``--conv lot:iterations=20``) and the architectures ``lipresnet-<n>``, LipConvnet-n with the
+LOT authors' convex-combination residuals (``--arch lipresnet-20``, :mod:`lipcli_lot.resnet`).
 """
 
 from __future__ import annotations
 
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ConvSpec, Param
+from functools import partial
+
+from lipcli.builtins.lipconvnet import DEPTHS
+from lipcli.sdk.specs import ArchSpec, ConvSpec, Param
 
 from .lot import INITS, LOTConv
+from .resnet import AUTHORS_MIX, LipResNet
 
 #: the most Newton-Schulz iterations (10 times the authors' 10; each one is two batched
 #: matrix products per frequency, kept for the backward pass in training)
@@ -37,6 +42,31 @@ def lot_spec() -> ConvSpec:
     )
 
 
+def lipresnet_specs() -> list[ArchSpec]:
+    """``lipresnet-<n>`` for every LipConvnet depth: LipConvnet-n with convex-combination
+    residuals ``λx + (1 − λ)f(x)`` on each block's pairs 2 .. n/5 − 1 (the LOT authors'
+    ``--residual`` network; ``lipresnet-5`` and ``-10`` have none)."""
+    return [
+        ArchSpec(
+            name=f"lipresnet-{n}",
+            factory=partial(LipResNet, depth=n),
+            description=f"LipConvnet-{n} with the LOT authors' convex-combination residuals "
+                        "(Xu et al. 2022, --residual)",
+            params=(
+                Param(name="width", type=int, default=32, min=1, max=256, help="channels after the stem"),
+                Param(name="mix", type=float, default=AUTHORS_MIX, min=0.0, max=1.0,
+                      help="weight of the skip path, x <- mix*x + (1-mix)*block(x) (the authors' sigmoid(0) = 0.5)"),
+            ),
+        )
+        for n in DEPTHS
+    ]
+
+
 @hookimpl
 def lip_convolutions() -> list[ConvSpec]:
     return [lot_spec()]
+
+
+@hookimpl
+def lip_architectures() -> list[ArchSpec]:
+    return lipresnet_specs()

@@ -8,7 +8,8 @@ channel handling LipConvnet needs.
 2. ``c < out``: zero channels appended up to ``out`` (an isometric embedding, the
    "padding channels" of the SLL authors' networks);
 3. the SLL residual ``z − 2 Cᵀ T⁻¹ ReLU(C z + b)`` on ``m = max(c, out)`` channels with a
-   ``hidden × m × k × k`` filter (``hidden = inner_factor · m``);
+   ``hidden × m × k × k`` filter (``hidden`` given as a count, else ``inner_factor · m``;
+   any count, smaller than ``m`` too: the proof does not depend on it);
 4. ``c > out``: the first ``out`` channels are kept (a coordinate projection, norm 1).  SLL
    itself keeps the number of channels and has no channel *reduction*; this fallback is
    sound but discards part of the signal.  LipConvnet needs it only for a stem with fewer
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import sll_bound, sll_residual, sll_scale
+from .core import Q_INITS, initial_log_q, sll_bound, sll_residual, sll_scale
 
 __all__ = ["SLLConv"]
 
@@ -39,16 +40,18 @@ class SLLConv(nn.Module):
     """SLL convolution ``(N, in, H, W) → (N, out, H/s, W/s)`` (module docstring).
 
     Parameters ``weight`` (``hidden × m × k × k``, ``m = max(in·s², out)``), ``bias``
-    (``hidden``) and ``log_q``
-    (``hidden``, ``q = exp(log_q)``, initialised to 0).  ``kernel`` overrides the
-    architecture's ``kernel_size`` when positive.
+    (``hidden``) and ``log_q`` (``hidden``, ``q = exp(log_q)``; ``q_init="ones"``: 0,
+    ``"normal"``: ``N(0, 1)`` as the SLL authors').  ``kernel`` overrides the architecture's
+    ``kernel_size`` when positive; ``hidden`` (a count) replaces ``inner_factor · m`` when
+    positive (the authors' networks use 5 hidden channels on 45 to 120).
     """
 
     #: not an affine map: Lipschitz checks must use Jacobians at several points
     lip_affine = False
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
-                 *, kernel: int = 0, inner_factor: int = 1) -> None:
+                 *, kernel: int = 0, inner_factor: int = 1, hidden: int = 0,
+                 q_init: str = "ones") -> None:
         super().__init__()
         k = int(kernel) if kernel > 0 else int(kernel_size)
         if stride not in (1, 2):
@@ -57,6 +60,12 @@ class SLLConv(nn.Module):
             raise ValueError(f"SLLConv needs an odd kernel size, got {k}")
         if int(inner_factor) < 1:
             raise ValueError(f"SLLConv needs inner_factor >= 1, got {inner_factor}")
+        if int(hidden) < 0:
+            raise ValueError(f"SLLConv needs hidden >= 0 (0: inner_factor times the channels), got {hidden}")
+        if int(hidden) > 0 and int(inner_factor) != 1:
+            raise ValueError("SLLConv: give hidden (a channel count) or inner_factor, not both")
+        if q_init not in Q_INITS:
+            raise ValueError(f"SLLConv q_init must be one of {', '.join(Q_INITS)}, got {q_init!r}")
         if int(in_channels) < 1 or int(out_channels) < 1:
             raise ValueError("SLLConv: channel counts must be positive")
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
@@ -64,13 +73,13 @@ class SLLConv(nn.Module):
         #: channels after the stride-2 rearrangement, and those the residual acts on
         self.conv_in_channels = self.in_channels * self.stride**2
         self.channels = max(self.conv_in_channels, self.out_channels)
-        hidden = int(inner_factor) * self.channels
+        hidden = int(hidden) if int(hidden) > 0 else int(inner_factor) * self.channels
         weight = torch.empty(hidden, self.channels, k, k)
         nn.init.xavier_normal_(weight)
         self.weight = nn.Parameter(weight)
         bound = 1.0 / (self.channels * k * k) ** 0.5
         self.bias = nn.Parameter(torch.empty(hidden).uniform_(-bound, bound))
-        self.log_q = nn.Parameter(torch.zeros(hidden))
+        self.log_q = nn.Parameter(initial_log_q(hidden, q_init))
         self._cache: tuple[tuple, Tensor, float | None] | None = None
 
     # ------------------------------------------------------------------ parameters in use

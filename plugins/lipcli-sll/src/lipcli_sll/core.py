@@ -54,7 +54,25 @@ from torch import Tensor
 from lipcli.numerics.gram_bounds import conv_gram_filter
 from lipcli.numerics.rounding import UNIT_ROUNDOFF, gamma, round_up
 
-__all__ = ["sll_gram", "sll_t", "sll_scale", "sll_residual", "verified_gram_sums", "sll_bound"]
+__all__ = ["sll_gram", "sll_t", "sll_scale", "sll_residual", "verified_gram_sums", "sll_bound",
+           "Q_INITS", "initial_log_q"]
+
+#: how ``log_q`` starts: ``"ones"``: ``q = 1`` (``log_q = 0``, AOL's rescaling); ``"normal"``:
+#: ``log_q ~ N(0, 1)``, the SLL authors' (``araujoalexandre/Lipschitz-SLL-Networks``,
+#: ``core/models/layers.py``: ``self.q = nn.Parameter(torch.randn(inner_dim))``, used as
+#: ``exp(self.q)``)
+Q_INITS = ("ones", "normal")
+
+
+def initial_log_q(hidden: int, q_init: str) -> Tensor:
+    """The initial ``log_q`` (``hidden`` entries) for ``q_init`` in :data:`Q_INITS`; only
+    ``"normal"`` draws from torch's random generator.  Any positive ``q`` is valid: ``T`` is
+    computed from it, so the bound holds whatever it starts at."""
+    if q_init == "ones":
+        return torch.zeros(hidden)
+    if q_init == "normal":
+        return torch.randn(hidden)
+    raise ValueError(f"SLL q_init must be one of {', '.join(Q_INITS)}, got {q_init!r}")
 
 #: smallest ``T_ii`` used: a larger ``T`` only shrinks the update (still sound); a hidden unit
 #: with an all-zero filter contributes nothing whatever its scale

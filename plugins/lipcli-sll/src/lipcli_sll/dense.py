@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import sll_bound, sll_scale
+from .core import initial_log_q, sll_bound, sll_scale
 
 __all__ = ["SLLDense", "ExportedSLLDense"]
 
@@ -27,12 +27,13 @@ class SLLDense(nn.Module):
     """Dense SLL layer on ``(N, features)``; ``hidden`` units (default ``features``).
 
     Parameters ``weight`` (``hidden × features``), ``bias`` (``hidden``), ``log_q``
-    (``hidden``, ``q = exp(log_q)``, initialised to 0).
+    (``hidden``, ``q = exp(log_q)``; ``q_init="ones"``: 0, ``"normal"``: ``N(0, 1)`` as the
+    SLL authors').
     """
 
     lip_affine = False
 
-    def __init__(self, features: int, hidden: int | None = None) -> None:
+    def __init__(self, features: int, hidden: int | None = None, *, q_init: str = "ones") -> None:
         super().__init__()
         hidden = int(hidden) if hidden else int(features)
         if features < 1 or hidden < 1:
@@ -43,7 +44,7 @@ class SLLDense(nn.Module):
         self.weight = nn.Parameter(weight)
         bound = 1.0 / self.features**0.5
         self.bias = nn.Parameter(torch.empty(hidden).uniform_(-bound, bound))
-        self.log_q = nn.Parameter(torch.zeros(hidden))
+        self.log_q = nn.Parameter(initial_log_q(hidden, q_init))
         self._cache: tuple[tuple, Tensor, float | None] | None = None
 
     def _kernel(self) -> Tensor:

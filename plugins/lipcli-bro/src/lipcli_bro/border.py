@@ -1,0 +1,110 @@
+"""BRO's border forms and rank rules.
+
+Borders (``border=`` of the ``bro`` convolution):
+
+* ``"circular"`` (the default): the layer is ``x ↦ irfft2(Ŵ · rfft2 x)`` on the ``H × W``
+  torus of its (rearranged) input, an orthogonal map in exact arithmetic.
+* ``"zero"`` (the BRONet authors' form, ``lipconvnet/models/layers/bro.py`` and
+  ``bronet/models/backbone.py``, ``zero_padding=True``): pad the rearranged input with
+  ``p = k//2`` zeros on every side, apply the orthogonal block reflector on the
+  ``(H+2p) × (W+2p)`` torus, crop the ``H × W`` interior: ``y = Π C E x`` with ``E`` the
+  zero embedding (an isometry, ``‖E‖ = 1``), ``C`` the circular reflector map (``‖C‖ ≤ U``,
+  the verified bound of its float matrices) and ``Π`` the crop (a coordinate projection,
+  ``‖Π‖ = 1``).  So ``‖Π C E‖ ≤ U``: the layer is 1-Lipschitz in exact arithmetic and its
+  guaranteed bound is the same verified ``U`` (computed for the padded size).  It is *not*
+  orthogonal: the crop discards the part of ``C E x`` that lands in the border, so its
+  singular values lie in ``[0, 1]`` and are not all 1 in general.
+
+Rank rules (``rank_rule=``): ``"ratio"`` (default): ``r = ⌊rank_ratio·c⌋``;
+``"lipconvnet"``: the rule of the authors' LipConvNet (``lipconvnet/models/layers/bro.py``,
+``BRO.__init__`` and ``mask_mapping``): where the channels differ (``in·s² ≠ out``) the
+filter has ``min(in·s², out)`` columns, otherwise ``mask_mapping(c, rank_ratio)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lipcli.sdk.lowering_conv import circulant_matrix, fourier_kernel, unshuffle_columns
+
+#: the border forms of the ``bro`` convolution
+BORDERS = ("circular", "zero")
+
+#: how the rank is chosen when ``rank`` is 0
+RANK_RULES = ("ratio", "lipconvnet")
+
+
+def mask_mapping(channels: int, level: float) -> int:
+    """The authors' LipConvNet rank of a square (``in·s² = out``) layer with ``c`` channels for
+    ``rank_ratio`` ``level`` in ``(0, 1]``: ``c − 1`` at 1, ``(c//4)·3`` at 0.75,
+    ``⌊level·c⌋`` otherwise (``c//4`` at 0.25 and ``c//2`` at 0.5 are the same floor)."""
+    if level == 1.0:
+        return channels - 1
+    if level == 0.75:
+        return channels // 4 * 3
+    return int(math.floor(level * channels))
+
+
+def rule_rank(rule: str, conv_in: int, out: int, rank_ratio: float) -> int:
+    """The rank ``rule`` gives a layer with ``conv_in = in·s²`` and ``out`` channels (not yet
+    clipped to ``[1, c]``)."""
+    channels = max(conv_in, out)
+    if rule == "ratio":
+        return int(math.floor(rank_ratio * channels))
+    if rule == "lipconvnet":
+        return min(conv_in, out) if conv_in != out else mask_mapping(channels, rank_ratio)
+    raise ValueError(f"BRO rank_rule must be one of {', '.join(RANK_RULES)}, got {rule!r}")
+
+
+def pad_border(z: Tensor, pad: int) -> Tensor:
+    """``E``: ``pad`` zeros on every side of the last two dimensions."""
+    return F.pad(z, (pad, pad, pad, pad)) if pad else z
+
+
+def crop_border(y: Tensor, pad: int) -> Tensor:
+    """``Π``: the interior of the last two dimensions, ``pad`` pixels dropped on every side."""
+    return y[..., pad:y.shape[-2] - pad, pad:y.shape[-1] - pad] if pad else y
+
+
+def zero_border_matrix(op: Tensor, padded: tuple[int, int], pad: int, in_channels: int,
+                       stride: int) -> tuple[Tensor, float]:
+    """``(M, e)``: the float64 matrix of ``Π C E`` (with the stride-2 column permutation) from
+    the half-plane matrices ``op`` on the ``padded`` torus.  ``M`` is a submatrix (interior
+    rows and columns) of the block-circulant matrix of ``C``, so ``e``, the guaranteed error
+    bound of that matrix (:func:`lipcli.sdk.lowering_conv.fourier_kernel`), bounds it too
+    (the norm of a submatrix of an error is at most the norm of the error)."""
+    Hp, Wp = padded
+    H, W = Hp - 2 * pad, Wp - 2 * pad
+    G, err = fourier_kernel(op, padded)
+    full = circulant_matrix(G)
+    out, cin = int(G.shape[0]), int(G.shape[1])
+    rows_y = torch.arange(pad, pad + H)[:, None] * Wp + torch.arange(pad, pad + W)[None, :]
+    inner = rows_y.reshape(-1)
+    rows = (torch.arange(out)[:, None] * (Hp * Wp) + inner[None, :]).reshape(-1)
+    cols = (torch.arange(cin)[:, None] * (Hp * Wp) + inner[None, :]).reshape(-1)
+    M = full.index_select(0, rows.to(full.device)).index_select(1, cols.to(full.device))
+    return unshuffle_columns(M, in_channels, stride, (H, W)), err
+
+
+class ExportedZeroBorderBRO(nn.Module):
+    """``lip export`` of a ``border="zero"`` BRO layer: ``pixel_unshuffle`` (stride 2), ``E``,
+    the circular stand-in on the padded torus (``inner``, stride 1, bias included: a constant
+    per channel, the same inside the crop), ``Π``.  Plain torch operations."""
+
+    def __init__(self, inner: nn.Module, *, stride: int, pad: int) -> None:
+        super().__init__()
+        self.inner = inner
+        self.stride = int(stride)
+        self.pad = int(pad)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.stride == 2:
+            x = F.pixel_unshuffle(x, 2)
+        return crop_border(self.inner(pad_border(x, self.pad)), self.pad)
+
+    def extra_repr(self) -> str:
+        return f"zero border, pad={self.pad}, stride={self.stride}"
