@@ -3,16 +3,18 @@
 Provides the convolution ``sll`` (``lip train --conv sll``, options e.g.
 ``--conv sll:kernel=3,inner_factor=2`` or ``--conv sll:hidden=5,q_init=normal``) and the
 architectures ``sll-small`` .. ``sll-xlarge``, the SLL authors' networks
-(:mod:`lipcli_sll.network`).
+(:mod:`lipcli_sll.network`), and the importer ``sll`` (``lip import CKPT --from sll``:
+checkpoints of the SLL authors' code, :mod:`lipcli_sll.importer`).
 """
 
 from __future__ import annotations
 
 from lipcli.sdk.hookspecs import hookimpl
-from lipcli.sdk.specs import ArchSpec, ConvSpec, Param
+from lipcli.sdk.specs import ArchSpec, ConvSpec, ImporterSpec, Param
 
 from .conv import SLLConv
 from .core import Q_INITS
+from .importer import DESCRIPTION, SOURCE, SLLImporter
 from .network import MAX_DENSE, MAX_DENSE_HIDDEN, MAX_DEPTH, MAX_WIDTH, SIZES, SLLNetwork
 
 #: the largest residual-branch filter, hidden-units factor and hidden-channel count
@@ -80,3 +82,8 @@ def lip_convolutions() -> list[ConvSpec]:
 @hookimpl
 def lip_architectures() -> list[ArchSpec]:
     return network_specs()
+
+
+@hookimpl
+def lip_importers() -> list[ImporterSpec]:
+    return [ImporterSpec(name="sll", factory=SLLImporter, source=SOURCE, description=DESCRIPTION)]
