@@ -170,4 +170,4 @@ class SLLImporter:
             ratio[torch.arange(len(preds)), preds] = torch.inf
             radii = ratio.min(1).values.clamp_min(0)
         return SourceCertificates(predictions=preds, radii=radii, lipschitz=1.0,
-                                  label="1 (the source's lip_cst: every layer taken as exactly 1-Lipschitz)")
+                                  label="the source's lip_cst = 1: every layer taken as exactly 1-Lipschitz")
