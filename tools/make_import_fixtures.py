@@ -6,6 +6,9 @@ Usage (development time only; the test suite never runs this or fetches anything
     pip install --target /tmp/pydeps einops          # the authors' code imports it
     PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures.py improved-l2 /tmp/il2
 
+    git -C <mirror of araujoalexandre/Lipschitz-SLL-Networks> archive 87865dbf74f0 | tar -x -C /tmp/sll
+    .venv/bin/python tools/make_import_fixtures.py sll /tmp/sll      # numpy, torch, torchvision only
+
 For each case it builds the authors' ``LipConvNet`` (tiny: stem width 2), trains it a few
 SGD steps on random images with the authors' own training-mode forward (power vectors
 updated as in ``train_robust.py``), saves ``model.state_dict()`` with ``torch.save`` exactly
@@ -32,7 +35,8 @@ import torch
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "import"
 #: the source commit the fixtures were made with (the archive given on the command line)
-COMMITS = {"improved-l2": "65dd5f244be8a7212b05268541d0abdce909bd81"}
+COMMITS = {"improved-l2": "65dd5f244be8a7212b05268541d0abdce909bd81",
+           "sll": "87865dbf74f07b443b595ea777edbb1d4596faf0"}
 INPUT_SEED = 1234
 NUM_INPUTS = 4
 
@@ -59,6 +63,23 @@ def fixed_inputs() -> torch.Tensor:
     return torch.rand(NUM_INPUTS, 3, 32, 32, generator=gen)
 
 
+def _train_a_little(model: torch.nn.Module, opt: torch.optim.Optimizer, classes: int) -> torch.Tensor:
+    """Three steps of ``opt`` on random images (the model's own training-mode forward), then
+    the eval-mode logits on :func:`fixed_inputs`."""
+    gen = torch.Generator().manual_seed(7)
+    model.train()
+    for _ in range(3):
+        x = torch.rand(8, 3, 32, 32, generator=gen)
+        y = torch.randint(0, classes, (8,), generator=gen)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        return model(fixed_inputs())
+
+
 def _improved_l2(src: Path) -> None:
     sys.path.insert(0, str(src))
     _shim_authors_imports()
@@ -70,18 +91,7 @@ def _improved_l2(src: Path) -> None:
         model = LipConvNet(**kwargs)
         model.update_sigma()  # as train_robust.py does before training
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        gen = torch.Generator().manual_seed(7)
-        model.train()
-        for _ in range(3):
-            x = torch.rand(8, 3, 32, 32, generator=gen)
-            y = torch.randint(0, kwargs["num_classes"], (8,), generator=gen)
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        model.eval()
-        with torch.no_grad():
-            logits = model(fixed_inputs())
+        logits = _train_a_little(model, opt, kwargs["num_classes"])
         torch.save(model.state_dict(), OUT / f"{case}.pt")
         # the authors' certificate rule (utils.evaluate_certificates, exact=True), predicted class
         lip = model.lipschitz_constant(exact=True)
@@ -95,10 +105,51 @@ def _improved_l2(src: Path) -> None:
         print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
 
 
+#: SLL cases (araujoalexandre/Lipschitz-SLL-Networks, ``core/models/model.py``): the authors'
+#: config fields; written to plugins/lipcli-sll/tests/data/
+SLL_OUT = OUT.parent.parent.parent / "plugins" / "lipcli-sll" / "tests" / "data"
+SLL_CASES = {
+    "sll_cifar10_c2_d1_w4": dict(dataset="cifar10", n_conv=2, n_dense=1, w=4, conv_inner_dim=3,
+                                 dense_inner_dim=32),
+    "sll_cifar100_c3_d0_w3": dict(dataset="cifar100", n_conv=3, n_dense=0, w=3, conv_inner_dim=-1,
+                                  dense_inner_dim=-1),
+}
+#: the authors' readers' means (``core/data/readers.py``, ``shift_data=True``; stds are 1)
+SLL_MEANS = {"cifar10": (0.4913, 0.4821, 0.4465), "cifar100": (0.5071, 0.4865, 0.4409)}
+
+
+def _sll(src: Path) -> None:
+    """The authors' ``LipschitzNetwork`` wrapped as ``core/trainer.py`` wraps it
+    (``NormalizedModel``, then ``nn.DataParallel``, which on a machine without GPUs only adds
+    the ``module.`` prefix), a few Adam steps (the authors' default optimizer) on random
+    images, and the checkpoint dictionary ``Trainer._save_ckpt`` writes."""
+    import argparse
+
+    sys.path.insert(0, str(src))
+    from core.models.model import LipschitzNetwork, NormalizedModel  # the authors' modules
+
+    SLL_OUT.mkdir(parents=True, exist_ok=True)
+    for case, fields in SLL_CASES.items():
+        torch.manual_seed(0)
+        classes = {"cifar10": 10, "cifar100": 100}[fields["dataset"]]
+        net = LipschitzNetwork(argparse.Namespace(**fields), classes)
+        model = torch.nn.DataParallel(NormalizedModel(net, SLL_MEANS[fields["dataset"]], (1.0, 1.0, 1.0)))
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, betas=(0.5, 0.9))
+        logits = _train_a_little(model, opt, classes)
+        state = {"epoch": 1, "global_step": 3, "model_state_dict": model.state_dict(),
+                 "optimizer_state_dict": opt.state_dict()}
+        torch.save(state, SLL_OUT / f"{case}.pth")
+        record = {"source": "github.com/araujoalexandre/Lipschitz-SLL-Networks", "commit": COMMITS["sll"],
+                  "importer": "sll", "config": fields, "input_seed": INPUT_SEED,
+                  "inputs": [NUM_INPUTS, 3, 32, 32], "logits": logits.tolist()}
+        (SLL_OUT / f"{case}.logits.json").write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
+
+
 def main() -> None:
     which, src = sys.argv[1], Path(sys.argv[2])
     OUT.mkdir(parents=True, exist_ok=True)
-    {"improved-l2": _improved_l2}[which](src)
+    {"improved-l2": _improved_l2, "sll": _sll}[which](src)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,9 @@ naturally inside pytest) and returns a small report of what it measured.
   driver functions a plugin's tests drive (:func:`create_model`, :func:`save_model`,
   :func:`load_model`, :func:`read_model_metadata`, :func:`guaranteed_upper_bound`,
   :func:`perturbed_copies`, :func:`certify_model_file`; :mod:`.host`).
+* :func:`check_import_fixture`, :func:`check_import_refused` -- an importer (``lip import``):
+  a checkpoint made by the source's code imports to the recorded logits, provenance and a
+  bound above the features' Jacobian norm; a bad one is one line (:mod:`.importing`).
 
 A plugin's tests import lipcli through :mod:`lipcli.sdk`, :mod:`lipcli.numerics` and
 :mod:`lipcli.testing` only.
@@ -66,7 +69,7 @@ Example (a plugin's ``tests/test_conformance.py``)::
 Everything is imported from here; the modules behind it: :mod:`.specs`, :mod:`.lipschitz`,
 :mod:`.modules` (checks shared by pools, activations and convolutions), :mod:`.components`
 (pools, activations, heads), :mod:`.conv`, :mod:`.model` (model files), :mod:`.export`,
-:mod:`.lowering`, :mod:`.cli`, :mod:`.host`, :mod:`.base`.
+:mod:`.lowering`, :mod:`.cli`, :mod:`.host`, :mod:`.importing`, :mod:`.base`.
 """
 
 from lipcli.testing.components import (
@@ -111,6 +114,7 @@ from lipcli.testing.host import (
     registered,
     save_model,
 )
+from lipcli.testing.importing import ImportFixtureReport, check_import_fixture, check_import_refused
 from lipcli.testing.lipschitz import LipschitzReport, check_one_lipschitz
 from lipcli.testing.lowering import (
     LD,
@@ -143,6 +147,7 @@ __all__ = [
     "ChannelModuleCheck",
     "ConvCaseReport",
     "HeadCheckReport",
+    "ImportFixtureReport",
     "InstalledComponent",
     "ISOLATED_RUNNER",
     "LD",
@@ -171,6 +176,8 @@ __all__ = [
     "check_fourier_layer",
     "check_gradient_norm_preserving",
     "check_head_lipschitz",
+    "check_import_fixture",
+    "check_import_refused",
     "check_model_roundtrip",
     "check_one_lipschitz",
     "check_pool_spec",

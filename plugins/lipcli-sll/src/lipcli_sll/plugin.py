@@ -3,8 +3,9 @@
 Provides the convolution ``sll`` (``lip train --conv sll``, options e.g.
 ``--conv sll:kernel=3,inner_factor=2`` or ``--conv sll:hidden=5,q_init=normal``) and the
 architectures ``sll-small`` .. ``sll-xlarge``, the SLL authors' networks
-(:mod:`lipcli_sll.network`), and the
-recipe ``sll-small`` (``recipes.toml`` beside this module).
+(:mod:`lipcli_sll.network`), the recipe ``sll-small`` (``recipes.toml`` beside this module)
+and the importer ``sll`` (``lip import CKPT --from sll``: checkpoints of the SLL authors' code,
+:mod:`lipcli_sll.importer`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from pathlib import Path
 
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.recipe_files import load_recipes
-from lipcli.sdk.specs import ArchSpec, ConvSpec, Param, RecipeSpec
+from lipcli.sdk.specs import ArchSpec, ConvSpec, ImporterSpec, Param, RecipeSpec
 
 from .conv import SLLConv
 from .core import Q_INITS
+from .importer import DESCRIPTION, SOURCE, SLLImporter
 from .network import MAX_DENSE, MAX_DENSE_HIDDEN, MAX_DEPTH, MAX_WIDTH, SIZES, SLLNetwork
 
 #: the largest residual-branch filter, hidden-units factor and hidden-channel count
@@ -89,3 +91,8 @@ def lip_architectures() -> list[ArchSpec]:
 @hookimpl
 def lip_recipes() -> list[RecipeSpec]:
     return load_recipes(Path(__file__).with_name("recipes.toml"))
+
+
+@hookimpl
+def lip_importers() -> list[ImporterSpec]:
+    return [ImporterSpec(name="sll", factory=SLLImporter, source=SOURCE, description=DESCRIPTION)]
