@@ -61,7 +61,20 @@ def _documents() -> list[Path]:
 
 
 def _code_lines(markdown: str):
-    """(line number, text) of every line inside a shell code block: fenced bash/sh/console or indented."""
+    """(line number, text) of every command inside a shell code block (fenced bash/sh/console or
+    indented), a command continued with a trailing backslash joined into one."""
+    pending: tuple[int, str] | None = None
+    for number, text in _raw_code_lines(markdown):
+        if pending is not None:
+            number, text = pending[0], pending[1] + " " + text
+            pending = None
+        if text.endswith("\\"):
+            pending = (number, text[:-1].rstrip())
+            continue
+        yield number, text
+
+
+def _raw_code_lines(markdown: str):
     fence = None
     for number, line in enumerate(markdown.splitlines(), start=1):
         stripped = line.strip()
@@ -253,3 +266,9 @@ def test_tiny_args_keep_components_and_resolve_notation():
     c = DocCommand("x.md", 1, "lip train --conv bro:rank_ratio=0.25 --arch lipconvnet-20 ...")
     args = tiny_args(c, None)
     assert args[:5] == ["train", "--conv", "bro:rank_ratio=0.25", "--arch", "lipconvnet-20"] and "..." not in args
+
+
+def test_a_continued_command_is_one_command():
+    markdown = "```bash\nlip train --conv bro \\\n    --epochs 2   # two\nlip certify\n```\n    lip plugins\n"
+    assert list(_code_lines(markdown)) == [(2, "lip train --conv bro --epochs 2   # two"), (4, "lip certify"),
+                                           (6, "lip plugins")]
