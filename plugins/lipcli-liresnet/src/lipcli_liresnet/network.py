@@ -142,6 +142,26 @@ class Flatten(nn.Flatten):
         return self
 
 
+def _check_shape(*, depth: int, width: int, dense: int, block: str, stem_kernel: int, neck: str,
+                 features: str, dense_width: int, num_classes: int) -> None:
+    """Refuse a shape parameter out of its range (one clear message)."""
+    if not 1 <= depth <= MAX_DEPTH:
+        raise ValueError(f"depth must be in 1..{MAX_DEPTH}, got {depth}")
+    if not 1 <= width <= MAX_WIDTH:
+        raise ValueError(f"width must be in 1..{MAX_WIDTH}, got {width}")
+    if not 0 <= dense <= MAX_DENSE:
+        raise ValueError(f"dense must be in 0..{MAX_DENSE}, got {dense}")
+    if block not in BLOCKS:
+        raise ValueError(f"block must be one of {', '.join(BLOCKS)}, got {block!r}")
+    if stem_kernel not in STEM_KERNELS or neck not in NECKS or features not in FEATURES:
+        raise ValueError(f"stem_kernel must be one of {STEM_KERNELS}, neck one of {', '.join(NECKS)}, "
+                         f"features one of {', '.join(FEATURES)}; got {stem_kernel}, {neck!r}, {features!r}")
+    if not 0 <= dense_width <= MAX_WIDTH * 16:
+        raise ValueError(f"dense_width must be in 0..{MAX_WIDTH * 16}, got {dense_width}")
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+
+
 class LiResNet(nn.Module):
     """The network of the module docstring; the architecture protocol of lipcli (``body``,
     ``head``, ``features``, ``forward``, ``refresh_power_iteration``)."""
@@ -154,21 +174,8 @@ class LiResNet(nn.Module):
                  stem_kernel: int = 3, neck: str = "conv", dense_width: int = 0,
                  features: str = "head") -> None:
         super().__init__()
-        if not 1 <= depth <= MAX_DEPTH:
-            raise ValueError(f"depth must be in 1..{MAX_DEPTH}, got {depth}")
-        if not 1 <= width <= MAX_WIDTH:
-            raise ValueError(f"width must be in 1..{MAX_WIDTH}, got {width}")
-        if not 0 <= dense <= MAX_DENSE:
-            raise ValueError(f"dense must be in 0..{MAX_DENSE}, got {dense}")
-        if block not in BLOCKS:
-            raise ValueError(f"block must be one of {', '.join(BLOCKS)}, got {block!r}")
-        if stem_kernel not in STEM_KERNELS or neck not in NECKS or features not in FEATURES:
-            raise ValueError(f"stem_kernel must be one of {STEM_KERNELS}, neck one of {', '.join(NECKS)}, "
-                             f"features one of {', '.join(FEATURES)}; got {stem_kernel}, {neck!r}, {features!r}")
-        if not 0 <= dense_width <= MAX_WIDTH * 16:
-            raise ValueError(f"dense_width must be in 0..{MAX_WIDTH * 16}, got {dense_width}")
-        if num_classes < 2:
-            raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+        _check_shape(depth=depth, width=width, dense=dense, block=block, stem_kernel=stem_kernel, neck=neck,
+                     features=features, dense_width=dense_width, num_classes=num_classes)
         k = extra_downs(image_size)
         mean, std = tuple(mean), tuple(std)
         mean = mean * in_channels if len(mean) == 1 else mean
