@@ -242,3 +242,51 @@ def forge(src: Path, dst: Path, edit=None, **raw: str) -> Path:
     meta.update({f"lipcli.{k}": v for k, v in raw.items()})
     dst.write_bytes(save(tensors, metadata=meta))
     return dst
+
+
+#: session cache of :func:`memo_soc_build` (key -> (matrix, error)), with its byte total
+_SOC_BUILDS: dict[tuple, tuple] = {}
+_SOC_BUILDS_MAX_BYTES = 256 * 2**20
+
+
+@pytest.fixture
+def memo_soc_build(monkeypatch):
+    """Reuse SOC's dense eval-operator builds (``operator_matrix_with_error``: float64, the
+    bulk of every SOC lowering) within the session.  A build is reused only for the same
+    call: a layer of the same class and configuration (``repr``), the same state (weights,
+    bias, power vectors) and eval filter ``S`` (their bytes) on the same device, the same
+    input shape, bound argument, chunk size and thread count; every other call builds.  The
+    build itself is tested without it (tests/builtins/soc/test_soc_matrix_build.py); tests
+    of what is done WITH the lowering (export, lowered networks), which lower the same tiny
+    models again and again, opt in: ``pytest.mark.usefixtures("memo_soc_build")``."""
+    import hashlib
+
+    import torch
+
+    from lipcli.builtins.soc import export as soc_export
+
+    real = soc_export.operator_matrix_with_error
+
+    def build(layer, input_shape, norm_bound=None):
+        digest = hashlib.sha256()
+        state = {**layer.state_dict(), " skew_filter": layer.skew_filter()}  # + the S it uses
+        for name, tensor in sorted(state.items()):
+            t = tensor.detach().cpu().contiguous()
+            digest.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        key = (type(layer).__module__, type(layer).__qualname__, repr(layer), digest.hexdigest(),
+               str(next(layer.parameters()).device), tuple(int(d) for d in input_shape),
+               None if norm_bound is None else float(norm_bound),
+               soc_export.BUILD_CHUNK_BYTES, torch.get_num_threads())
+        if key not in _SOC_BUILDS:
+            matrix, err = real(layer, input_shape, norm_bound)
+            total = sum(m.numel() * m.element_size() for m, _ in _SOC_BUILDS.values())
+            if total + matrix.numel() * matrix.element_size() > _SOC_BUILDS_MAX_BYTES:
+                _SOC_BUILDS.clear()
+            _SOC_BUILDS[key] = (matrix.clone(), err)
+            return matrix, err
+        matrix, err = _SOC_BUILDS[key]
+        return matrix.clone(), err
+
+    monkeypatch.setattr(soc_export, "operator_matrix_with_error", build)
+    return build

@@ -199,9 +199,11 @@ def test_certify_json_lln(one_thread):
 
 
 def test_certify_json_mlp_top_k(one_thread):
+    # --path-rounds 0: the feature paths (an eval lowering build) are test_certify_json_lln's
     report = _run(["bench", "certify", "--arch", "5", "--head", "mlp", "--n", "4",
                    "--top-k", "2", "--lipschitz-iters", "1", "--refresh-steps", "1",
-                   *TINY, *one_thread])
+                   "--path-rounds", "0", *TINY, *one_thread])
+    assert report["feature_paths"] == []
     certs = report["certificates"]
     assert [c["method"] for c in certs] == ["crc-lip", "crc-lip"]
     assert certs[0]["top_k"] is None and certs[0]["exact_classes"] is True

@@ -321,9 +321,11 @@ def test_network_bound_dominates_jacobian_norm(pool: str, head: str) -> None:
 
 
 def test_fast_gradient_close_to_exact_in_lipconvnet5() -> None:
-    exact = build(5, conv="soc", seed=1)
+    # width 8: every layer kind of the full network at a tenth of the cost of width 32
+    # (filter gradient cosines 0.9976 to 0.9998 here, the threshold is 0.99)
+    exact = build(5, conv="soc", seed=1, width=8)
     exact.refresh_power_iteration(50)  # as before training: sigma from converged vectors
-    fast = build(5, conv="soc-fast", seed=2)
+    fast = build(5, conv="soc-fast", seed=2, width=8)
     fast.load_state_dict(exact.state_dict())
     g = torch.Generator().manual_seed(5)
     x = torch.rand(8, 3, 32, 32, generator=g)

@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript", "onnxruntime"))
 needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="needs the lipcli[onnx] extra")
+# the same tiny models are lowered by every export (program and check): SOC builds reused
+pytestmark = pytest.mark.usefixtures("memo_soc_build")
 
 #: loads an exported file with lipcli (and plugins) made unimportable; writes the outputs
 RUNNER_SCRIPT = r'''

@@ -216,6 +216,7 @@ class _ScaledMaxExport(nn.Module):
         return torch.maximum(x[:, 0::2], x[:, 1::2]) * self.scale
 
 
+@pytest.mark.usefixtures("memo_soc_build")  # the program and its check lower the same SOC layers
 @pytest.mark.parametrize("scale", [-1.3, 0.5])
 def test_export_certify_refuses_a_broken_promise(scaled_plugin, tmp_path, monkeypatch, scale):
     """``lip export --certify`` measures the promises as ``lip certify`` does: a broken one

@@ -61,6 +61,7 @@ def _radii(model: torch.nn.Module, network: torch.nn.Module, lipschitz: float, x
     return certifier.certify(model.head, y).radius.double() / lipschitz
 
 
+@pytest.mark.usefixtures("memo_soc_build")  # repeated builds of the same layers
 @pytest.mark.parametrize("depth,head,classes", [(5, "lln", 10), (5, "mlp", 10), (20, "lln", 10), (5, "lln", 100)])
 def test_lowered_radii_equal_the_series_radii(depth: int, head: str, classes: int) -> None:
     torch.manual_seed(depth + classes)
@@ -84,6 +85,7 @@ def test_lowered_radii_equal_the_series_radii(depth: int, head: str, classes: in
     assert float((r_lowered - r_series).abs().max()) <= 1e-5 * scale
 
 
+@pytest.mark.usefixtures("memo_soc_build")  # repeated builds of the same layers
 def test_lowered_network_is_cached_per_shape_and_weights() -> None:
     torch.manual_seed(0)
     model = create_model("lipconvnet-5", width=4).eval()
@@ -135,6 +137,7 @@ def test_lowered_bound_covers_the_float64_jacobian_of_the_network() -> None:
     assert norm >= 0.5 * bound  # a real check: the Jacobian comes close to the bound
 
 
+@pytest.mark.usefixtures("memo_soc_build")  # repeated builds of the same layers
 def test_pays_off_rule_and_the_inputs_it_is_sized_for() -> None:
     """A layer is lowered only where inputs x FLOP saved >= BUILD_FLOP_WEIGHT x build FLOP:
     few inputs -> every layer literal (same network as the series), many -> dense layers."""

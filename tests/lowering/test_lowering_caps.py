@@ -22,6 +22,7 @@ from lipcli.sdk.lowering import LoweringContext
 BAD = [-1.0, -1e-9, math.nan, math.inf, -math.inf, True, "3", None]
 
 
+@pytest.mark.usefixtures("memo_soc_build")  # the tiny model other tests lower too
 def test_the_two_defaults_are_the_ones_the_drivers_use() -> None:
     assert caps.EXPORT_DENSE_MAX_MIB == 32.0
     assert ExportOptions().dense_max_mib == DENSE_MAX_MIB == caps.EXPORT_DENSE_MAX_MIB

@@ -328,28 +328,38 @@ def test_working_memory_format_per_device(monkeypatch, cuda_flag):
     assert settings.CUDA_CHANNELS_LAST is cuda_flag
 
 
-@pytest.mark.parametrize("value,expected", [(None, True), ("1", True), ("0", False), ("false", False)])
-def test_cuda_channels_last_default_and_environment_switch(value, expected):
+def test_cuda_channels_last_default_and_environment_switch():
     """On by default; ``LIPCLI_CUDA_CHANNELS_LAST=0`` turns it off (read once, when the SOC
-    built-in is imported: checked in a fresh interpreter, with the series' layout)."""
+    built-in is imported: checked in a fresh interpreter, with the series' layout).  One
+    interpreter for the four values: before each, every ``lipcli`` module is dropped from
+    ``sys.modules``, so that the built-in is imported afresh (torch stays loaded)."""
+    import json
     import os
     import subprocess
     import sys
 
+    cases = [(None, True), ("1", True), ("0", False), ("false", False)]
     env = {k: v for k, v in os.environ.items() if k != "LIPCLI_CUDA_CHANNELS_LAST"}
-    if value is not None:
-        env["LIPCLI_CUDA_CHANNELS_LAST"] = value
     probe = (
+        "import json, os, sys\n"
         "import torch\n"
-        "from lipcli.builtins.soc import series, settings\n"
         "class Cuda:\n"
         "    device, shape = torch.device('cuda'), (2, 4, 8, 8)\n"
-        "print(settings.CUDA_CHANNELS_LAST, series._working_format(Cuda()) == torch.channels_last)"
+        "for value in json.loads(sys.argv[1]):\n"
+        "    for name in [m for m in sys.modules if m == 'lipcli' or m.startswith('lipcli.')]:\n"
+        "        del sys.modules[name]\n"
+        "    os.environ.pop('LIPCLI_CUDA_CHANNELS_LAST', None)\n"
+        "    if value is not None:\n"
+        "        os.environ['LIPCLI_CUDA_CHANNELS_LAST'] = value\n"
+        "    from lipcli.builtins.soc import series, settings\n"
+        "    print(settings.CUDA_CHANNELS_LAST, series._working_format(Cuda()) == torch.channels_last)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    assert out == f"{expected} {expected}"  # the setting, and the layout the series then uses
+        [sys.executable, "-c", probe, json.dumps([value for value, _ in cases])], env=env,
+        capture_output=True, text=True, check=True,
+    ).stdout.strip().splitlines()
+    # per value: the setting, and the layout the series then uses
+    assert out == [f"{expected} {expected}" for _, expected in cases]
 
 
 def test_the_environment_is_read_in_one_place():

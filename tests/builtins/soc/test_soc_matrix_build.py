@@ -98,3 +98,30 @@ def test_error_bound_holds_against_the_exact_operator(cin, side, method):
     actual = float(torch.linalg.matrix_norm(diff, ord=2))
     assert actual <= e
     assert e < 1e-12  # and the bound is a float64 rounding bound, not a loose one
+
+
+def test_the_suites_build_memo_reuses_only_the_same_call(memo_soc_build):
+    """The suite's session memo of this build (tests/conftest.py ``memo_soc_build``) gives the
+    build of the same layer state and input shape, and builds again when the weights, the
+    power vectors (σ) or the shape change."""
+    layer, shape = _layer(4, 4, 1), (4, 4, 4)
+    first, e1 = soc_export.operator_matrix_with_error(layer, shape)
+    again, e2 = soc_export.operator_matrix_with_error(layer, shape)
+    real, e = operator_matrix_with_error(layer, shape)  # the module's function itself
+    assert torch.equal(first, real) and torch.equal(again, real) and e1 == e2 == e
+    again.zero_()  # a caller's copy: the memo keeps its own
+    assert torch.equal(soc_export.operator_matrix_with_error(layer, shape)[0], real)
+    def vectors():  # the power vectors: sigma, hence S, moves with them
+        for v in layer.buffers():
+            v.add_(0.1)
+
+    for change in (lambda: layer.weight.add_(0.01), vectors):
+        with torch.no_grad():
+            change()
+        got, e_got = soc_export.operator_matrix_with_error(layer, shape)
+        want, e_want = operator_matrix_with_error(layer, shape)
+        assert torch.equal(got, want) and e_got == e_want and not torch.equal(got, real)
+        real = want
+    other = (4, 3, 3)
+    assert torch.equal(soc_export.operator_matrix_with_error(layer, other)[0],
+                       operator_matrix_with_error(layer, other)[0])
