@@ -86,6 +86,7 @@ class AllHooksPlugin:
         return [RecipeSpec(name="t-recipe", version="1", paper="test paper", description="test recipe",
                            values={"lr": 0.5}, sources={"lr": source})]
 
+    @hookimpl
     def lip_importers(self):
         return [ImporterSpec(name="t-import", factory=_factory, description="test importer",
                              source="example.org/t")]
