@@ -163,10 +163,22 @@ BRONET_CASES = {
 }
 
 
+class _LoaderNormalized(torch.nn.Module):
+    """The authors' data loader's ``Normalize(mean, std)`` in front of their model (a shim:
+    their model takes normalised images)."""
+
+    def __init__(self, net: torch.nn.Module, mean: torch.Tensor, std: torch.Tensor) -> None:
+        super().__init__()
+        self.net, self.mean, self.std = net, mean, std
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net((x - self.mean) / self.std)
+
+
 def _bronet_lipconvnet(src: Path) -> None:
     """The authors' ``LipConvNet`` (on the CPU: ``Tensor.cuda`` is the identity, a shim for
-    ``utils/__init__.py``'s module-level ``.cuda()``), three SGD steps on normalised random
-    images (their training forward), ``torch.save(model.state_dict())`` as
+    ``utils/__init__.py``'s module-level ``.cuda()``), :func:`_train_a_little` behind the
+    loader's normalisation (their training forward), ``torch.save(model.state_dict())`` as
     ``trainer/trainer.py`` does, their eval-mode logits on the normalised fixed inputs
     (``utils/data.py`` normalises in the loader) and their certificate (``utils/eval.py``:
     ``lln_certificates`` with ``L = 1/max(std)``, the evaluator's)."""
@@ -187,19 +199,8 @@ def _bronet_lipconvnet(src: Path) -> None:
                 layer.id_init = False
                 layer.reset_parameters()
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        gen = torch.Generator().manual_seed(7)
-        model.train()
-        for _ in range(3):
-            x = (torch.rand(8, 3, 32, 32, generator=gen) - mean) / std
-            y = torch.randint(0, kwargs["num_classes"], (8,), generator=gen)
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        model.eval()
-        with torch.no_grad():
-            logits = model((fixed_inputs() - mean) / std)
-            radii = lln_certificates(logits, logits.argmax(1), model.last_layer, 1 / torch.max(std))
+        logits = _train_a_little(_LoaderNormalized(model, mean, std), opt, kwargs["num_classes"])
+        radii = lln_certificates(logits, logits.argmax(1), model.last_layer, 1 / torch.max(std))
         torch.save(model.state_dict(), BRONET_OUT / f"{case}.pt")
         record = {"source": "github.com/ntuaislab/BRONet", "commit": COMMITS["bronet-lipconvnet"],
                   "importer": "bronet-lipconvnet", "lipconvnet_args": kwargs, "id_init": identity,

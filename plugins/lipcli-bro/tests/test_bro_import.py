@@ -19,18 +19,24 @@ DATA = Path(__file__).resolve().parent / "data"
 CASES = ["bronet_lipconvnet_b2_w2_c10", "bronet_lipconvnet_b1_w2_c100"]
 
 
+def _record(case: str) -> dict:
+    return json.loads((DATA / f"{case}.logits.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory) -> dict:
-    """Each case imported and checked (logits, provenance, bound vs Jacobian): its report."""
-    out = tmp_path_factory.mktemp("imported")
-    return {case: check_import_fixture(DATA / f"{case}.pt", "bronet-lipconvnet", out / f"{case}.safetensors")
-            for case in CASES}
+    """The reports of :func:`check_import_fixture` (logits to 1e-5, provenance, bound at
+    least the float64 Jacobian norm of the features), by case."""
+    folder = tmp_path_factory.mktemp("bronet")
+    reports = {}
+    for case in CASES:
+        reports[case] = check_import_fixture(DATA / f"{case}.pt", "bronet-lipconvnet", folder / f"{case}.safetensors")
+    return reports
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_import_matches_the_authors_model(imported, case):
-    report = imported[case]
-    record = json.loads((DATA / f"{case}.logits.json").read_text())
+    report, record = imported[case], _record(case)
     classes = record["lipconvnet_args"]["num_classes"]
     assert report.metadata["dataset"]["name"] == {10: "cifar10", 100: "cifar100"}[classes]
     assert report.max_logit_error < 1e-5 * max(abs(v) for row in record["logits"] for v in row)
@@ -43,7 +49,7 @@ def test_the_filter_orientation_matters(tmp_path):
     (the authors' rfft2 is a convolution) gives other logits, so the flip is what matches."""
     case = CASES[1]
     state = torch.load(DATA / f"{case}.pt", weights_only=True)
-    record = json.loads((DATA / f"{case}.logits.json").read_text())
+    record = _record(case)
     for key in [k for k in state if k.endswith("conv.weight") and state[k].shape[-1] == 3]:
         state[key] = state[key].flip(-1, -2)
     torch.save(state, tmp_path / "unflipped.pt")
@@ -100,7 +106,7 @@ def test_arch_must_agree_with_the_checkpoint(tmp_path):
 def test_source_rule_is_the_authors_certificate(imported, case):
     """``source_certificates`` on the imported model gives the radii the authors'
     ``lln_certificates`` gave on their own model (recorded by the fixture script)."""
-    record = json.loads((DATA / f"{case}.logits.json").read_text())
+    record = _record(case)
     model, _mf = load_model(imported[case].model_file)
     x = torch.rand(*record["inputs"], generator=torch.Generator().manual_seed(record["input_seed"]))
     src = BRONetLipConvNetImporter().source_certificates(model, x)

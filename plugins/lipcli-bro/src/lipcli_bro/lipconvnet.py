@@ -61,6 +61,12 @@ def layer_plan(blocks: int, width: int, in_channels: int = 3) -> list[tuple[str,
     return plan
 
 
+def _per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:
+    """``values`` as a tuple, one entry repeated for every channel."""
+    values = tuple(values)
+    return values * channels if len(values) == 1 else values
+
+
 class BRONetLipConvNet(nn.Module):
     """The network of the module docstring (lipcli's architecture protocol: ``body``,
     ``head``, ``features``, ``forward``)."""
@@ -75,17 +81,15 @@ class BRONetLipConvNet(nn.Module):
         if size[0] != size[1] or size[0] % TOTAL_STRIDE or size[0] < TOTAL_STRIDE:
             raise ValueError(f"the BRONet LipConvNet needs a square image whose side is a multiple of "
                              f"{TOTAL_STRIDE}, got {size[0]}x{size[1]}")
-        if depth % 5 or not 5 <= depth <= DEPTHS[-1]:
-            raise ValueError(f"depth must be a multiple of 5 in 5..{DEPTHS[-1]}, got {depth}")
-        if not 1 <= width <= MAX_WIDTH:
-            raise ValueError(f"width must be in 1..{MAX_WIDTH}, got {width}")
-        if num_classes < 2:
-            raise ValueError(f"num_classes must be at least 2, got {num_classes}")
-        mean, std = tuple(mean), tuple(std)
-        mean = mean * in_channels if len(mean) == 1 else mean
-        std = std * in_channels if len(std) == 1 else std
-        if len(mean) != in_channels or len(std) != in_channels:
-            raise ValueError(f"mean/std need {in_channels} entries, got {len(mean)} and {len(std)}")
+        mean, std = _per_channel(mean, in_channels), _per_channel(std, in_channels)
+        for ok, message in ((depth % 5 == 0 and 5 <= depth <= DEPTHS[-1],
+                             f"depth must be a multiple of 5 in 5..{DEPTHS[-1]}, got {depth}"),
+                            (1 <= width <= MAX_WIDTH, f"width must be in 1..{MAX_WIDTH}, got {width}"),
+                            (num_classes >= 2, f"num_classes must be at least 2, got {num_classes}"),
+                            (len(mean) == len(std) == in_channels,
+                             f"mean/std need {in_channels} entries, got {len(mean)} and {len(std)}")):
+            if not ok:
+                raise ValueError(message)
         self.depth, self.width, self.num_classes = depth, width, num_classes
         self.in_channels, self.image_size = in_channels, size
         layers: OrderedDict[str, nn.Module] = OrderedDict()
