@@ -78,8 +78,10 @@ P = "layer2.1.conv."
 
 @pytest.mark.parametrize("change, message", [
     (lambda s: s.pop(P + "bias"), f"missing keys for importer 'bronet-lipconvnet': {P}bias"),
-    (lambda s: s.__setitem__("layer9.extra", torch.ones(2)), "unexpected keys for importer 'bronet-lipconvnet': layer9.extra"),
-    (lambda s: s.__setitem__(P + "weight", torch.ones(16, 7, 3, 3)), f"tensor '{P}weight' has shape (16, 7, 3, 3), expected (16, 8, 3, 3)"),
+    (lambda s: s.__setitem__("layer9.extra", torch.ones(2)),
+     "unexpected keys for importer 'bronet-lipconvnet': layer9.extra"),
+    (lambda s: s.__setitem__(P + "weight", torch.ones(16, 7, 3, 3)),
+     f"tensor '{P}weight' has shape (16, 7, 3, 3), expected (16, 8, 3, 3)"),
     (lambda s: s["last_layer.weight"].view(-1)[0].fill_(float("nan")), "tensor 'last_layer.weight' contains NaN"),
     (lambda s: s.__setitem__("layer1.0.activation.theta", torch.ones(1, 1, 1, 1)), "HouseHolder activations"),
     (lambda s: s.__setitem__("layer1.0.conv._u1", torch.ones(1)), "the authors' SOC LipConvNet"),
@@ -96,7 +98,8 @@ def test_bad_checkpoints_are_one_line_and_write_nothing(tmp_path, change, messag
 def test_arch_must_agree_with_the_checkpoint(tmp_path):
     out = tmp_path / "m.safetensors"
     ckpt = str(DATA / f"{CASES[0]}.pt")
-    result = run_lip(["import", ckpt, "--from", "bronet-lipconvnet", "--arch", "bronet-lipconvnet-5", "--out", str(out)])
+    result = run_lip(["import", ckpt, "--from", "bronet-lipconvnet", "--arch", "bronet-lipconvnet-5",
+                      "--out", str(out)])
     assert result.exit_code == 1 and "the checkpoint has 2" in result.stderr and not out.exists()
     result = run_lip(["import", ckpt, "--from", "bronet-lipconvnet", "--arch", "lipconvnet-10", "--out", str(out)])
     assert result.exit_code == 2 and "bronet-lipconvnet-N" in result.stderr and not out.exists()
