@@ -9,6 +9,9 @@ Usage (development time only; the test suite never runs this or fetches anything
     git -C <mirror of araujoalexandre/Lipschitz-SLL-Networks> archive 87865dbf74f0 | tar -x -C /tmp/sll
     .venv/bin/python tools/make_import_fixtures.py sll /tmp/sll      # numpy, torch, torchvision only
 
+    git -C <mirror of ntuaislab/BRONet> archive 9d59c9bd15e8 lipconvnet | tar -x -C /tmp/bronet
+    PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures.py bronet-lipconvnet /tmp/bronet/lipconvnet
+
 For each case it builds the authors' ``LipConvNet`` (tiny: stem width 2), trains it a few
 SGD steps on random images with the authors' own training-mode forward (power vectors
 updated as in ``train_robust.py``), saves ``model.state_dict()`` with ``torch.save`` exactly
@@ -36,7 +39,8 @@ import torch
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "import"
 #: the source commit the fixtures were made with (the archive given on the command line)
 COMMITS = {"improved-l2": "65dd5f244be8a7212b05268541d0abdce909bd81",
-           "sll": "87865dbf74f07b443b595ea777edbb1d4596faf0"}
+           "sll": "87865dbf74f07b443b595ea777edbb1d4596faf0",
+           "bronet-lipconvnet": "9d59c9bd15e8361685a7a30c0ff8f6bb9ec05ca0"}
 INPUT_SEED = 1234
 NUM_INPUTS = 4
 
@@ -146,10 +150,70 @@ def _sll(src: Path) -> None:
         print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
 
 
+#: BRONet LipConvNet cases (ntuaislab/BRONet, ``lipconvnet/models/lip_convnets.py``): the
+#: authors' ``LipConvNet`` arguments, and whether the BRO filters start from the authors'
+#: identity (``id_init``, their default) or their own Kaiming branch of ``BRO.reset_parameters``
+#: (taps off the centre: the filter's orientation shows); written to plugins/lipcli-bro/tests/data/
+BRONET_OUT = OUT.parent.parent.parent / "plugins" / "lipcli-bro" / "tests" / "data"
+BRONET_CASES = {
+    "bronet_lipconvnet_b2_w2_c10": (dict(conv_name="bro", activation="maxmin", init_channels=2, block_size=2,
+                                         num_classes=10, input_size=32, lln=True, mask_level=0.5), True),
+    "bronet_lipconvnet_b1_w2_c100": (dict(conv_name="bro", activation="maxmin", init_channels=2, block_size=1,
+                                          num_classes=100, input_size=32, lln=True), False),
+}
+
+
+class _LoaderNormalized(torch.nn.Module):
+    """The authors' data loader's ``Normalize(mean, std)`` in front of their model (a shim:
+    their model takes normalised images)."""
+
+    def __init__(self, net: torch.nn.Module, mean: torch.Tensor, std: torch.Tensor) -> None:
+        super().__init__()
+        self.net, self.mean, self.std = net, mean, std
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net((x - self.mean) / self.std)
+
+
+def _bronet_lipconvnet(src: Path) -> None:
+    """The authors' ``LipConvNet`` (on the CPU: ``Tensor.cuda`` is the identity, a shim for
+    ``utils/__init__.py``'s module-level ``.cuda()``), :func:`_train_a_little` behind the
+    loader's normalisation (their training forward), ``torch.save(model.state_dict())`` as
+    ``trainer/trainer.py`` does, their eval-mode logits on the normalised fixed inputs
+    (``utils/data.py`` normalises in the loader) and their certificate (``utils/eval.py``:
+    ``lln_certificates`` with ``L = 1/max(std)``, the evaluator's)."""
+    torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+    sys.path.insert(0, str(src))
+    from models.lip_convnets import LipConvNet  # the authors' modules
+    from models.layers import BRO
+    from utils import cifar10_mean, cifar10_std
+    from utils.eval import lln_certificates
+
+    mean, std = torch.tensor(cifar10_mean).view(3, 1, 1), torch.tensor(cifar10_std).view(3, 1, 1)
+    BRONET_OUT.mkdir(parents=True, exist_ok=True)
+    for case, (kwargs, identity) in BRONET_CASES.items():
+        torch.manual_seed(0)
+        model = LipConvNet(**kwargs)
+        for layer in model.modules():
+            if isinstance(layer, BRO) and not identity:
+                layer.id_init = False
+                layer.reset_parameters()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        logits = _train_a_little(_LoaderNormalized(model, mean, std), opt, kwargs["num_classes"])
+        radii = lln_certificates(logits, logits.argmax(1), model.last_layer, 1 / torch.max(std))
+        torch.save(model.state_dict(), BRONET_OUT / f"{case}.pt")
+        record = {"source": "github.com/ntuaislab/BRONet", "commit": COMMITS["bronet-lipconvnet"],
+                  "importer": "bronet-lipconvnet", "lipconvnet_args": kwargs, "id_init": identity,
+                  "input_seed": INPUT_SEED, "inputs": [NUM_INPUTS, 3, 32, 32], "logits": logits.tolist(),
+                  "source_radii": radii.tolist()}
+        (BRONET_OUT / f"{case}.logits.json").write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
+
+
 def main() -> None:
     which, src = sys.argv[1], Path(sys.argv[2])
     OUT.mkdir(parents=True, exist_ok=True)
-    {"improved-l2": _improved_l2, "sll": _sll}[which](src)
+    {"improved-l2": _improved_l2, "sll": _sll, "bronet-lipconvnet": _bronet_lipconvnet}[which](src)
 
 
 if __name__ == "__main__":

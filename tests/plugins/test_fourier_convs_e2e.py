@@ -31,7 +31,8 @@ def test_entry_points_are_discovered(site):
     plugins = {p["name"]: p for p in json.loads(listed.stdout)["plugins"]}
     for name, dist in DISTS.items():
         assert plugins[name]["distribution"] == dist and plugins[name]["error"] is None
-        assert plugins[name]["components"] == {"conv": [name]}
+        assert plugins[name]["components"]["conv"] == [name]
+    assert plugins["bro"]["components"]["importer"] == ["bronet-lipconvnet"]
 
 
 @pytest.mark.parametrize("conv, params", [("bro", {"rank_ratio": 0.25}), ("lot", {"iterations": 5})])
@@ -49,7 +50,8 @@ def test_train_certify_and_missing(site, tmp_path, conv, params):
 
     config = read_metadata(model)["config"]
     assert config["conv"]["distribution"] == DISTS[conv]
-    assert config["conv"]["params"] == {**{"bro": {"rank": 0, "rank_ratio": 0.5, "init": "identity"},
+    assert config["conv"]["params"] == {**{"bro": {"rank": 0, "rank_ratio": 0.5, "init": "identity", "factor": "auto",
+                                                   "rank_rule": "ratio", "border": "circular", "ridge": 0.0},
                                            "lot": {"iterations": 10, "eps": 1e-4, "init": "identity"}}[conv],
                                         **params}
 

@@ -1,4 +1,4 @@
-"""BRO's border forms and rank rules.
+"""BRO's border forms, rank rules and ridge (the BRONet authors' LipConvNet layer).
 
 Borders (``border=`` of the ``bro`` convolution):
 
@@ -19,6 +19,16 @@ Rank rules (``rank_rule=``): ``"ratio"`` (default): ``r = ⌊rank_ratio·c⌋``;
 ``"lipconvnet"``: the rule of the authors' LipConvNet (``lipconvnet/models/layers/bro.py``,
 ``BRO.__init__`` and ``mask_mapping``): where the channels differ (``in·s² ≠ out``) the
 filter has ``min(in·s², out)`` columns, otherwise ``mask_mapping(c, rank_ratio)``.
+
+Ridge (``ridge=``, the authors' LipConvNet form; default 0: none): the authors' layer solves
+with ``G + ε·I``, ``G = V̂ᴴV̂``, ``ε = ridge·mean(diag G)`` (their ``perturb_ratio = 1e-5``),
+:func:`ridge_reflector`: ``W_ε = I − 2 V̂ (G + εI)⁻¹ V̂ᴴ``.  With ``V̂ = U Σ Zᴴ`` (thin SVD),
+``W_ε = I − U diag(2σ²/(σ² + ε)) Uᴴ``: Hermitian, with eigenvalues 1 (off ``range V̂``) and
+``(ε − σ²)/(ε + σ²) ∈ (−1, 1]``, so ``‖W_ε‖₂ ≤ 1`` and every block ``W_ε[:out, :in]`` is a
+contraction: the layer is 1-Lipschitz in exact arithmetic, not orthogonal.  Its guaranteed
+bound is the same verified ``√(1 + max_f ‖ŴᴴŴ − I‖_F)`` of the float matrices used
+(:func:`lipcli.numerics.gram_bounds.isometry_norm_upper_bound` bounds any matrix that way),
+near 1 when ``ε ≪ σ_min²`` and at most about ``√2`` per layer when not.
 """
 
 from __future__ import annotations
@@ -58,6 +68,18 @@ def rule_rank(rule: str, conv_in: int, out: int, rank_ratio: float) -> int:
     if rule == "lipconvnet":
         return min(conv_in, out) if conv_in != out else mask_mapping(channels, rank_ratio)
     raise ValueError(f"BRO rank_rule must be one of {', '.join(RANK_RULES)}, got {rule!r}")
+
+
+def ridge_reflector(V: Tensor, ridge: float) -> Tensor:
+    """``W_ε = I − 2 V (VᴴV + ε I)⁻¹ Vᴴ`` for a batch ``V`` (``(..., c, r)``), ``ε = ridge ·
+    mean(diag VᴴV)`` per matrix (module docstring), computed as the authors' code does (one
+    batched solve)."""
+    G = V.mH @ V
+    eps = G.diagonal(dim1=-2, dim2=-1).mean(dim=-1).mul(ridge)
+    eye_r = torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
+    G = G + eps[..., None, None] * eye_r
+    eye_c = torch.eye(V.shape[-2], dtype=V.dtype, device=V.device)
+    return eye_c - 2.0 * (V @ torch.linalg.solve(G, V.mH))
 
 
 def pad_border(z: Tensor, pad: int) -> Tensor:

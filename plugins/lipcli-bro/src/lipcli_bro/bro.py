@@ -38,6 +38,8 @@ Maths:
 * ``border="zero"`` (the authors' form): zero-pad by ``k//2``, the reflector on the padded
   torus, crop (:mod:`lipcli_bro.border`): 1-Lipschitz with the same verified bound, not
   orthogonal.
+* ``ridge > 0`` (the authors' LipConvNet): ``(V̂ᴴV̂ + ε I)⁻¹`` as their code solves it, a
+  contraction with the same verified bound, not orthogonal (:mod:`lipcli_bro.border`).
 * ``1 × 1`` images: only the real DC bin, ``V̂ = Σ_taps V`` and ``W`` is a real orthogonal
   (Householder-type) matrix.
 
@@ -66,8 +68,8 @@ from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
 from lipcli.sdk.fourier import FourierConvBase, kernel_spectrum
 from lipcli.sdk.lowering import LinearMap
 
-from .border import (BORDERS, RANK_RULES, ExportedZeroBorderBRO, crop_border, pad_border, rule_rank,
-                     zero_border_matrix)
+from .border import (BORDERS, RANK_RULES, ExportedZeroBorderBRO, crop_border, pad_border, ridge_reflector,
+                     rule_rank, zero_border_matrix)
 
 #: how the low-rank filter starts: the authors' default puts an identity on the centre tap
 #: (``V̂(f) = [I_r; 0]``, ``W = diag(−I_r, I)``); "random" is nn.Conv2d's initialisation
@@ -167,7 +169,8 @@ class BROConv(FourierConvBase):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
                  rank: int = 0, rank_ratio: float = 0.5, init: str = "identity",
-                 factor: str = "auto", rank_rule: str = "ratio", border: str = "circular") -> None:
+                 factor: str = "auto", rank_rule: str = "ratio", border: str = "circular",
+                 ridge: float = 0.0) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride)
         if init not in INITS:
             raise ValueError(f"BRO init must be one of {', '.join(INITS)}, got {init!r}")
@@ -177,8 +180,12 @@ class BROConv(FourierConvBase):
             raise ValueError(f"BRO rank_rule must be one of {', '.join(RANK_RULES)}, got {rank_rule!r}")
         if border not in BORDERS:
             raise ValueError(f"BRO border must be one of {', '.join(BORDERS)}, got {border!r}")
+        if not 0.0 <= ridge < 1.0:
+            raise ValueError(f"BRO ridge must be in [0, 1), got {ridge}")
         self.factor = factor
         self.border = border
+        #: the authors' LipConvNet solve regularisation (:func:`lipcli_bro.border.ridge_reflector`; 0: none)
+        self.ridge = float(ridge)
         #: zeros added on each side before the reflector (``border="zero"``), cropped after
         self.pad = self.kernel_size // 2 if border == "zero" else 0
         self.channels = max(self.conv_in_channels, self.out_channels)
@@ -206,7 +213,8 @@ class BROConv(FourierConvBase):
                 factor = "cholesky"
             else:
                 factor = "checked" if self.channels >= self.cholesky_min_channels else "qr"
-        reflector = block_reflector(kernel_spectrum(self.weight, size), factor)
+        V = kernel_spectrum(self.weight, size)
+        reflector = ridge_reflector(V, self.ridge) if self.ridge else block_reflector(V, factor)
         return reflector[:, : self.out_channels, : self.conv_in_channels]
 
     def linear(self, x: Tensor) -> Tensor:
@@ -218,7 +226,7 @@ class BROConv(FourierConvBase):
         :attr:`cholesky_min_channels` channels).  Householder QR and the dense
         matrix when the check fails (module docstring); every other case is the base class's."""
         if not (self.factor == "auto" and self.training and torch.is_grad_enabled()
-                and not self.weight.is_cuda and self.channels >= self.cholesky_min_channels
+                and not self.weight.is_cuda and self.channels >= self.cholesky_min_channels and not self.ridge
                 and type(self).compute_operator is BROConv.compute_operator):
             return super().linear(x)
         z = self.rearrange(x)
@@ -246,9 +254,10 @@ class BROConv(FourierConvBase):
     @property
     def lip_promises(self) -> tuple[str, ...]:
         """The spec's promises as stamped by the host, without ``"orthogonal"`` when
-        ``border="zero"`` (a crop of an orthogonal map is 1-Lipschitz, not orthogonal)."""
+        ``border="zero"`` (a crop of an orthogonal map is 1-Lipschitz, not orthogonal) or
+        ``ridge > 0`` (a contraction, :mod:`lipcli_bro.border`)."""
         promises = self.__dict__.get("_lip_promises", ())
-        return tuple(p for p in promises if p != "orthogonal") if self.pad else promises
+        return tuple(p for p in promises if p != "orthogonal") if self.pad or self.ridge else promises
 
     @lip_promises.setter
     def lip_promises(self, value: tuple[str, ...]) -> None:
@@ -312,5 +321,5 @@ class BROConv(FourierConvBase):
         return isometry_norm_upper_bound(op)
 
     def extra_repr(self) -> str:
-        border = f", border={self.border}" if self.pad else ""
+        border = (f", border={self.border}" if self.pad else "") + (f", ridge={self.ridge:g}" if self.ridge else "")
         return f"{super().extra_repr()}, rank={self.rank} of {self.channels}{border}"

@@ -1,20 +1,25 @@
 """The lipcli plugin module (entry point ``bro`` in the ``lipcli`` group).
 
 Provides one convolution component, ``bro``: ``lip train --conv bro`` (parameters inline,
-e.g. ``--conv bro:rank_ratio=0.25``), and the BRONet paper's recipes ``bronet`` and
+e.g. ``--conv bro:rank_ratio=0.25``), the authors' LipConvNet as the architectures
+``bronet-lipconvnet-<n>`` (:mod:`lipcli_bro.lipconvnet`), the importer ``bronet-lipconvnet``
+(:mod:`lipcli_bro.importer`) and the BRONet paper's recipes ``bronet`` and
 ``bronet-lipconvnet`` (``recipes.toml`` beside this module).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.recipe_files import load_recipes
-from lipcli.sdk.specs import ORTHOGONAL, ConvSpec, Param, RecipeSpec
+from lipcli.sdk.specs import ORTHOGONAL, ArchSpec, ConvSpec, ImporterSpec, Param, RecipeSpec
 
 from .border import BORDERS, RANK_RULES
 from .bro import FACTORS, INITS, BROConv
+from .importer import DESCRIPTION, SOURCE, BRONetLipConvNetImporter
+from .lipconvnet import DEPTHS, MAX_WIDTH, BRONetLipConvNet
 
 #: the largest rank a ``bro`` layer is given (each layer also refuses one above its channels)
 MAX_RANK = 4096
@@ -58,6 +63,9 @@ def bro_spec() -> ConvSpec:
             Param(name="border", type=str, default="circular", choices=BORDERS,
                   help="circular: orthogonal on the torus; zero: the authors' zero pad and crop "
                        "(1-Lipschitz, not orthogonal)"),
+            Param(name="ridge", type=float, default=0.0, min=0.0, max=1.0, max_open=True,
+                  help="the authors' LipConvNet solve with V^H V + ridge*mean(diag)*I (their 1e-5): "
+                       "a contraction, not orthogonal; 0: the exact reflector"),
         ),
         promises=(ORTHOGONAL,),
     )
@@ -71,3 +79,25 @@ def lip_convolutions() -> list[ConvSpec]:
 @hookimpl
 def lip_recipes() -> list[RecipeSpec]:
     return load_recipes(Path(__file__).with_name("recipes.toml"))
+
+
+@hookimpl
+def lip_architectures() -> list[ArchSpec]:
+    return [
+        ArchSpec(
+            name=f"bronet-lipconvnet-{n}",
+            factory=partial(BRONetLipConvNet, depth=n),
+            description=f"the BRONet authors' LipConvNet-{n} (lipconvnet/): {n} convolutions, stride-2 "
+                        "convolutions C -> 2C without pooling (use --conv bro:rank_rule=lipconvnet,border=zero,"
+                        "ridge=1e-5 --head lln)",
+            params=(Param(name="width", type=int, default=32, min=1, max=MAX_WIDTH,
+                          help="channels of the first layer (the authors' --init-channels)"),),
+        )
+        for n in DEPTHS
+    ]
+
+
+@hookimpl
+def lip_importers() -> list[ImporterSpec]:
+    return [ImporterSpec(name="bronet-lipconvnet", factory=BRONetLipConvNetImporter, source=SOURCE,
+                         description=DESCRIPTION)]

@@ -1,0 +1,176 @@
+"""Importer ``bronet-lipconvnet``: LipConvNet checkpoints saved by the BRONet authors' code
+(github.com/ntuaislab/BRONet, ``lipconvnet/trainer/trainer.py``: ``torch.save(model.state_dict(),
+...)`` of ``models/lip_convnets.py::LipConvNet`` with ``--conv-layer bro``) onto
+``bronet-lipconvnet-<n>`` (:mod:`lipcli_bro.lipconvnet`) with the ``bro`` convolution in the
+authors' form (``rank_rule=lipconvnet,border=zero,ridge=1e-5``) and the ``lln`` head.
+
+Source layout (``b`` blocks per layer, width ``w``)::
+
+    layer{i}.{j}.conv.weight (c, r, k, k), .bias (out,)   i = 1..5, j = 0..b-1  -> body.layer{i}_conv{j+1}
+    last_layer.weight (K, D), .bias (K,)                   NormalizedLinear       -> head (lln)
+
+The authors' ``BRO`` stores its low-rank filter as ``(max, min, k, k)`` (``c = max(in·s², out)``
+rows) and transforms it with ``rfft2`` (a convolution), lipcli's ``kernel_spectrum`` is a
+correlation: the filter is imported flipped in both spatial axes, which gives every frequency
+the same block reflector.  The rank of the square layers is ``mask_mapping(c, --bro-rank)``:
+``rank_ratio`` is read back from the shapes.  Their solve adds ``1e-5·mean(diag)`` (``ridge``).
+Not in the checkpoint, so fixed as the authors' code fixes it: the MaxMin activation (their
+default; HouseHolder activations have parameters and are refused), the input normalisation
+(``utils/__init__.py``: the CIFAR-10 mean, std 0.2507, for every data set) and the image size
+(32 for 10 and 100 classes, 64 for 200: Tiny ImageNet), told apart by ``D``.  Dense layers
+(``--num-dense``) and the SOC, LOT and Cayley LipConvNets are refused naming the piece.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
+
+from .border import mask_mapping
+from .lipconvnet import AUTHORS_MEAN, AUTHORS_STD, DEPTHS, layer_plan
+
+SOURCE = "github.com/ntuaislab/BRONet"
+DESCRIPTION = "the BRONet authors' LipConvNet with BRO layers (lipconvnet/), LLN head"
+#: the authors' solve regularisation (``perturb_ratio`` in ``BRO.cal_wfft_ortho``)
+AUTHORS_RIDGE = 1e-5
+#: ``--bro-rank`` values tried first when reading the rank back (the authors' mask levels)
+_LEVELS = (0.125, 0.25, 0.5, 0.75, 1.0)
+_DATASETS = {10: "cifar10", 100: "cifar100"}
+_KEY = re.compile(r"layer([1-5])\.(\d+)\.(\w+)\.(\w+)$")
+
+
+def source_prefix(name: str) -> str:
+    """The authors' module of lipcli's ``layer{i}_conv{j}``: ``layer{i}.{j-1}.conv``."""
+    layer, j = name.split("_conv")
+    return f"{layer}.{int(j) - 1}.conv"
+
+
+def _refuse_unsupported(names: set[str]) -> None:
+    parts = {m.group(3, 4) for n in names if (m := _KEY.match(n))}
+    if any(part == "activation" for part, _ in parts):
+        raise ImportRefused("cannot import the authors' HouseHolder activations ('hh1'/'hh2'): "
+                            "bronet-lipconvnet maps MaxMin only")
+    others = sorted({leaf for part, leaf in parts if part == "conv" and leaf not in ("weight", "bias")})
+    if others:
+        layer = "SOC" if "_u1" in others else "Cayley" if "alpha" in others else "non-BRO"
+        raise ImportRefused(f"cannot import the authors' {layer} LipConvNet (conv.{others[0]}): "
+                            "bronet-lipconvnet maps the BRO layer only")
+    if any(n.startswith("dense_layers.") for n in names):
+        raise ImportRefused("cannot import the authors' dense layers (--num-dense > 0): "
+                            "bronet-lipconvnet has no lipcli piece for them")
+
+
+def _blocks(names: set[str], arch: str | None) -> int:
+    found = {int(m.group(2)) for n in names if (m := _KEY.match(n)) and m.group(1) == "1"}
+    b = max(found) + 1 if found else 0
+    if arch is not None:
+        m = re.fullmatch(r"bronet-lipconvnet-(\d+)", arch.strip())
+        if m is None or int(m.group(1)) not in DEPTHS:
+            raise LipUsageError(f"--arch {arch!r}: bronet-lipconvnet takes bronet-lipconvnet-N, "
+                                f"N in {DEPTHS[0]}..{DEPTHS[-1]} a multiple of 5")
+        if b and int(m.group(1)) // 5 != b:
+            raise ImportRefused(f"--arch {arch} has {int(m.group(1)) // 5} blocks per layer but the checkpoint has {b}")
+        b = int(m.group(1)) // 5
+    if not b:
+        raise ImportRefused("no layer1.<j>.conv.weight: not a checkpoint of BRONet's lipconvnet/ LipConvNet")
+    return b
+
+
+def _shape(tensors: Mapping[str, Any], key: str, dims: int) -> tuple[int, ...]:
+    t = tensors.get(key)
+    if t is None or t.dim() != dims:
+        raise ImportRefused(f"no {key} of {dims} dimensions: cannot read the LipConvNet's sizes")
+    return tuple(int(s) for s in t.shape)
+
+
+def _rank_ratio(tensors: Mapping[str, Any], b: int, w: int) -> float:
+    """The ``--bro-rank`` that gives every square layer (``in·s² = out``) its stored rank."""
+    square = [(c_out, f"{source_prefix(name)}.weight")
+              for name, c_in, c_out, _k, s in layer_plan(b, w) if c_in * s * s == c_out]
+    ranks = []
+    for c, key in square:
+        shape = tensors.get(key)
+        ranks.append((c, int(shape.shape[1]) if shape is not None and shape.dim() == 4 else -1))
+    if not ranks:
+        return _LEVELS[0]  # one block per layer: every layer changes its channels
+    c0, r0 = max(ranks)
+    for level in (*_LEVELS, r0 / c0, (r0 + 0.5) / c0):
+        if 0 < level <= 1 and all(mask_mapping(c, level) == r for c, r in ranks):
+            return level
+    raise ImportRefused(f"the square BRO layers' ranks {[r for _c, r in ranks]} (of {[c for c, _r in ranks]} "
+                        "channels) follow no single --bro-rank: not the authors' LipConvNet")
+
+
+class BRONetLipConvNetImporter:
+    """The ``bronet-lipconvnet`` importer (see the module)."""
+
+    def plan(self, tensors: Mapping[str, Any], arch: str | None) -> ImportPlan:
+        names = set(tensors)
+        _refuse_unsupported(names)
+        b = _blocks(names, arch)
+        first = _shape(tensors, "layer1.0.conv.bias", 1)[0]
+        w = first if b > 1 else first // 2
+        K, D = _shape(tensors, "last_layer.weight", 2)
+        side = {32 * w: 32, 128 * w: 64}.get(D)
+        if side is None or w < 1:
+            raise ImportRefused(f"last_layer.weight has {D} features, not 32*{w} (32x32 images) or 128*{w} "
+                                "(64x64): not the authors' LipConvNet with --num-dense 0")
+        ratio = _rank_ratio(tensors, b, w)
+        expected: dict[str, tuple[int, ...]] = {}
+        sizes: dict[str, tuple[int, int]] = {}
+        image = side
+        for name, c_in, c_out, k, s in layer_plan(b, w):
+            src = source_prefix(name)
+            conv_in = c_in * s * s
+            rank = min(conv_in, c_out) if conv_in != c_out else mask_mapping(c_out, ratio)
+            if rank < 1:
+                raise ImportRefused(f"cannot import {src}: the authors' rank rule gives it 0 columns (an identity "
+                                    "layer); lipcli's bro has rank at least 1")
+            expected.update({f"{src}.weight": (max(conv_in, c_out), rank, k, k), f"{src}.bias": (c_out,)})
+            image //= s
+            sizes[name] = (image + 2 * (k // 2),) * 2
+        expected.update({"last_layer.weight": (K, D), "last_layer.bias": (K,)})
+        conv = f"bro:rank_ratio={ratio:g},rank_rule=lipconvnet,border=zero,ridge={AUTHORS_RIDGE:g}"
+        model: dict[str, Any] = {
+            "arch": f"bronet-lipconvnet-{5 * b}:width={w}", "conv": conv, "activation": "maxmin",
+            "pool": "max", "head": "lln", "num_classes": K, "in_channels": 3, "image_size": (side, side),
+            "mean": AUTHORS_MEAN, "std": AUTHORS_STD,
+        }
+        return ImportPlan(model=model, expected=expected, ignored=(), dataset=_DATASETS.get(K) if side == 32 else None,
+                          description=f"BRONet LipConvNet-{5 * b} (width {w}), BRO (rank ratio {ratio:g}), "
+                                      f"MaxMin, LLN head, {K} classes",
+                          source_state={"blocks": b, "width": w, "sizes": sizes})
+
+    def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
+        out: dict[str, Any] = {"body.normalize.mean": torch.tensor(AUTHORS_MEAN),
+                               "body.normalize.std": torch.tensor(AUTHORS_STD)}
+        for name, *_ in layer_plan(plan.source_state["blocks"], plan.source_state["width"]):
+            src = source_prefix(name)
+            out[f"body.{name}.weight"] = tensors[f"{src}.weight"].flip(-1, -2)  # convolution -> correlation
+            out[f"body.{name}.bias"] = tensors[f"{src}.bias"]
+            out[f"body.{name}.spatial_size"] = torch.tensor(plan.source_state["sizes"][name], dtype=torch.int64)
+        out["head.weight"] = tensors["last_layer.weight"]
+        out["head.bias"] = tensors["last_layer.bias"]
+        return {k: v.contiguous() for k, v in out.items()}
+
+    def source_certificates(self, model: Any, images: torch.Tensor) -> SourceCertificates:
+        """The source's rule (``utils/eval.py``, ``evaluate_certificates`` with
+        ``lln_certificates``): ``L = 1/max(std)`` times 1 for every BRO layer, and the smallest
+        ``(f_y − f_j)/(‖ŵ_y − ŵ_j‖·L)`` over every other class ``j``; certified when ``> eps``."""
+        lipschitz = 1.0 / max(AUTHORS_STD)
+        with torch.no_grad():
+            logits = model(images)
+            preds = logits.argmax(1)
+            own = torch.nn.functional.one_hot(preds, logits.shape[1]).to(logits.dtype)
+            rows = model.head.normalized_weight()
+            spread = (rows[preds].unsqueeze(1) - rows.unsqueeze(0)).norm(dim=2) + own  # 1 on the own class
+            top = logits.gather(1, preds[:, None])
+            radii = ((top - (logits - own * 1e6)) / (spread * lipschitz)).min(dim=1).values
+        return SourceCertificates(predictions=preds, radii=radii, lipschitz=lipschitz,
+                                  label="the source's L = 1/max(std): every BRO layer taken as exactly 1-Lipschitz")
