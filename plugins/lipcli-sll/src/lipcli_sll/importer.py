@@ -33,7 +33,7 @@ import torch
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
 
-from .network import SIZES
+from .network import SIZES, InputScale
 
 SOURCE = "github.com/araujoalexandre/Lipschitz-SLL-Networks"
 DESCRIPTION = "SLL network (convolutions, dense layers, LLN head) saved by the SLL authors' core/trainer.py"
@@ -141,8 +141,8 @@ class SLLImporter:
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         p, n, d = plan.source_state["prefix"], plan.source_state["convs"], plan.source_state["dense"]
-        out: dict[str, Any] = {"body.normalize.mean": torch.tensor(plan.model["mean"]),
-                               "body.normalize.std": torch.tensor(plan.model["std"])}
+        scale = InputScale(plan.model["mean"], plan.model["std"])  # the network's own buffers
+        out: dict[str, Any] = {f"body.normalize.{k}": v for k, v in scale.state_dict().items()}
         for i in range(1, n + 1):
             kernel = tensors[f"{p}{i}.kernel"]
             out.update({f"body.conv{i}.weight": kernel, f"body.conv{i}.bias": tensors[f"{p}{i}.bias"].flatten(),
