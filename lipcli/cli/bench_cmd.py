@@ -160,6 +160,10 @@ def train(
     activation: Annotated[Optional[str], typer.Option(
         "--activation", help=f"Compare these activations, e.g. maxmin,householder (default: {_DC['activation']}).",
     )] = None,
+    recipe: Annotated[Optional[list[str]], typer.Option(
+        "--recipe", help="Time these recipes' networks beside lipconvnet-5 with lipcli's defaults "
+        "(repeatable or NAME,NAME; --width replaces each recipe's width; see `lip plugins -v`).",
+    )] = None,
     head: Annotated[str, typer.Option(
         "--head", help="Head component(s) (Table 1: lln); several compare them.")] = _DC["head"],
     pool: Annotated[str, typer.Option(
@@ -197,6 +201,12 @@ def train(
         graphs = check_graph_mode(cuda_graphs)
     except ValueError as exc:
         raise LipUsageError(f"--{exc}") from None
+    if recipe:
+        _bench_recipes(recipe, conv=conv, activation=activation, output=output, json_out=json_out,
+                       setup=lambda: _setup(device, threads, cudnn_benchmark), progress=_progress(quiet),
+                       batch_size=batch_size, steps=steps, warmup=warmup, width=width,
+                       num_classes=classes, seed=seed, measure_memory=memory)
+        return
     dev = _setup(device, threads, cudnn_benchmark)
     names = parse_archs(archs, get_registry().names("arch"))
     choices = component_lists(conv=conv, activation=activation, pool=pool, head=head)
@@ -221,6 +231,23 @@ def train(
         progress=_progress(quiet),
     )
     _finish(report, output, json_out, tables.print_train)
+
+
+def _bench_recipes(recipes: list[str], *, conv: Optional[str], activation: Optional[str],
+                   output: Optional[str], json_out: bool, setup, progress, **options: Any) -> None:
+    """``lip bench train --recipe``: :func:`lipcli.bench.recipes.bench_recipes`."""
+    from lipcli.bench.recipes import bench_recipes
+    from lipcli.sdk.errors import LipUsageError
+
+    if conv is not None or activation is not None:
+        raise LipUsageError("--recipe times each recipe's own network; drop --conv/--activation")
+    names = [name.strip() for text in recipes for name in text.split(",")]
+    if not all(names):
+        raise LipUsageError(f"bad --recipe {','.join(recipes)!r}; use NAME[,NAME...]")
+    _check_output(output)
+    dev = setup()
+    report = bench_recipes(names, device=dev, progress=progress, **options)
+    _finish(report, output, json_out, tables.print_components)
 
 
 #: ``lip bench certify`` options that describe the random model to build (not a model file)
