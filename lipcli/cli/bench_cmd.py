@@ -191,7 +191,11 @@ def train(
     With --conv or --activation (or several --pool/--head): compare those
     components instead, every combination on the same architecture and batch,
     interleaved in one run (step time, images/s, peak memory, relative to the
-    first; eager steps: --cuda-graphs and --floor apply to Table 1 only)."""
+    first; eager steps: --cuda-graphs and --floor apply to Table 1 only).
+
+    With --recipe: each recipe's network (its arch, conv, activation, pool and
+    head; --width replaces its width) beside lipconvnet-5 with the defaults,
+    interleaved the same way."""
     from lipcli.bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
     from lipcli.train.cuda_graphs import check_graph_mode
     from lipcli.sdk.errors import LipUsageError
