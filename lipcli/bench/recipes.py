@@ -28,10 +28,18 @@ from lipcli.host.registry import Registry
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.specs import RecipeSpec
 
-__all__ = ["REFERENCE_ARCH", "bench_recipes", "recipe_network"]
+__all__ = ["REFERENCE_ARCH", "bench_recipes", "recipe_network", "split_recipe_names"]
 
 #: the row every recipe is timed beside (with lipcli's default components)
 REFERENCE_ARCH = "lipconvnet-5"
+
+
+def split_recipe_names(texts: Sequence[str]) -> list[str]:
+    """``--recipe`` values (each ``NAME`` or ``NAME,NAME,...``) as one list of names."""
+    names = [name.strip() for text in texts for name in text.split(",")]
+    if not names or not all(names):
+        raise LipUsageError(f"bad --recipe {','.join(texts)!r}; use NAME[,NAME...]")
+    return names
 
 
 def recipe_network(spec: RecipeSpec) -> dict[str, str]:

@@ -206,10 +206,16 @@ def train(
     except ValueError as exc:
         raise LipUsageError(f"--{exc}") from None
     if recipe:
-        _bench_recipes(recipe, conv=conv, activation=activation, output=output, json_out=json_out,
-                       setup=lambda: _setup(device, threads, cudnn_benchmark), progress=_progress(quiet),
-                       batch_size=batch_size, steps=steps, warmup=warmup, width=width,
-                       num_classes=classes, seed=seed, measure_memory=memory)
+        from lipcli.bench.recipes import bench_recipes, split_recipe_names
+
+        if conv is not None or activation is not None:
+            raise LipUsageError("--recipe times each recipe's own network; drop --conv/--activation")
+        names = split_recipe_names(recipe)
+        _check_output(output)
+        report = bench_recipes(names, device=_setup(device, threads, cudnn_benchmark), progress=_progress(quiet),
+                               batch_size=batch_size, steps=steps, warmup=warmup, width=width,
+                               num_classes=classes, seed=seed, measure_memory=memory)
+        _finish(report, output, json_out, tables.print_components)
         return
     dev = _setup(device, threads, cudnn_benchmark)
     names = parse_archs(archs, get_registry().names("arch"))
@@ -235,23 +241,6 @@ def train(
         progress=_progress(quiet),
     )
     _finish(report, output, json_out, tables.print_train)
-
-
-def _bench_recipes(recipes: list[str], *, conv: Optional[str], activation: Optional[str],
-                   output: Optional[str], json_out: bool, setup, progress, **options: Any) -> None:
-    """``lip bench train --recipe``: :func:`lipcli.bench.recipes.bench_recipes`."""
-    from lipcli.bench.recipes import bench_recipes
-    from lipcli.sdk.errors import LipUsageError
-
-    if conv is not None or activation is not None:
-        raise LipUsageError("--recipe times each recipe's own network; drop --conv/--activation")
-    names = [name.strip() for text in recipes for name in text.split(",")]
-    if not all(names):
-        raise LipUsageError(f"bad --recipe {','.join(recipes)!r}; use NAME[,NAME...]")
-    _check_output(output)
-    dev = setup()
-    report = bench_recipes(names, device=dev, progress=progress, **options)
-    _finish(report, output, json_out, tables.print_components)
 
 
 #: ``lip bench certify`` options that describe the random model to build (not a model file)

@@ -12,7 +12,7 @@ import torch
 from typer.testing import CliRunner
 
 from lipcli.bench.models import count_parameters
-from lipcli.bench.recipes import REFERENCE_ARCH, recipe_network
+from lipcli.bench.recipes import REFERENCE_ARCH, recipe_network, split_recipe_names
 from lipcli.cli import app
 from lipcli.host.models import DEFAULTS, create_model
 from lipcli.host.plugins import get_registry
@@ -44,6 +44,13 @@ def test_the_network_is_the_recipes_layers_with_lipclis_defaults_for_the_rest():
                                        "pool": "projection", "head": "mlp:hidden=4096"}
     with pytest.raises(LipUsageError):
         recipe_network(_spec(lr=0.1))
+
+
+def test_recipe_names_repeat_or_come_as_a_comma_list():
+    assert split_recipe_names(["lot,bronet", " sll-small "]) == ["lot", "bronet", "sll-small"]
+    for bad in (["lot,"], [",lot"], ["lot,,bronet"], []):
+        with pytest.raises(LipUsageError):
+            split_recipe_names(bad)
 
 
 def test_recipe_rows_beside_lipconvnet5_json_report():
