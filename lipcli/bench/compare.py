@@ -66,8 +66,11 @@ def variant_label(variant: Mapping[str, str], varying: Sequence[str]) -> str:
 
 def _build(arch: str, variant: Mapping[str, str], width: int, num_classes: int, seed: int,
            device: torch.device) -> torch.nn.Module:
+    """The variant's model: on ``arch``, or on the variant's own ``"arch"`` where it names one."""
     torch.manual_seed(seed)
-    return create_model(arch, num_classes=num_classes, width=width, **variant).to(device)
+    choices = dict(variant)
+    arch = choices.pop("arch", arch)
+    return create_model(arch, num_classes=num_classes, width=width, **choices).to(device)
 
 
 def bench_components_arch(
@@ -83,14 +86,20 @@ def bench_components_arch(
     seed: int = 0,
     measure_memory: bool = True,
     progress: Progress = _no_progress,
+    labels: Sequence[str] | None = None,
 ) -> VariantsResult:
-    """All ``variants`` on one architecture, interleaved (module docstring)."""
+    """All ``variants`` on one architecture, interleaved (module docstring).  A variant may
+    name its own ``"arch"`` (``lip bench train --recipe``); ``labels`` name the rows (default:
+    the choices that differ between variants)."""
     _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
     if not variants:
         raise LipUsageError("nothing to compare")
     device = torch.device(device)
     varying = [k for k in variants[0] if len({v[k] for v in variants}) > 1]
-    labels = [variant_label(v, varying) for v in variants]
+    if labels is None:
+        labels = [variant_label(v, varying) for v in variants]
+    elif len(labels) != len(variants):
+        raise ValueError(f"{len(labels)} labels for {len(variants)} variants")
     runners = []
     for label, variant in zip(labels, variants):
         progress(f"{arch}: building {label}")

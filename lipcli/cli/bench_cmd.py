@@ -160,6 +160,10 @@ def train(
     activation: Annotated[Optional[str], typer.Option(
         "--activation", help=f"Compare these activations, e.g. maxmin,householder (default: {_DC['activation']}).",
     )] = None,
+    recipe: Annotated[Optional[list[str]], typer.Option(
+        "--recipe", help="Time these recipes' networks beside lipconvnet-5 with lipcli's defaults "
+        "(repeatable or NAME,NAME; --width replaces each recipe's width; see `lip plugins -v`).",
+    )] = None,
     head: Annotated[str, typer.Option(
         "--head", help="Head component(s) (Table 1: lln); several compare them.")] = _DC["head"],
     pool: Annotated[str, typer.Option(
@@ -187,7 +191,11 @@ def train(
     With --conv or --activation (or several --pool/--head): compare those
     components instead, every combination on the same architecture and batch,
     interleaved in one run (step time, images/s, peak memory, relative to the
-    first; eager steps: --cuda-graphs and --floor apply to Table 1 only)."""
+    first; eager steps: --cuda-graphs and --floor apply to Table 1 only).
+
+    With --recipe: each recipe's network (its arch, conv, activation, pool and
+    head; --width replaces its width) beside lipconvnet-5 with the defaults,
+    interleaved the same way."""
     from lipcli.bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
     from lipcli.train.cuda_graphs import check_graph_mode
     from lipcli.sdk.errors import LipUsageError
@@ -197,6 +205,18 @@ def train(
         graphs = check_graph_mode(cuda_graphs)
     except ValueError as exc:
         raise LipUsageError(f"--{exc}") from None
+    if recipe:
+        from lipcli.bench.recipes import bench_recipes, split_recipe_names
+
+        if conv is not None or activation is not None:
+            raise LipUsageError("--recipe times each recipe's own network; drop --conv/--activation")
+        names = split_recipe_names(recipe)
+        _check_output(output)
+        report = bench_recipes(names, device=_setup(device, threads, cudnn_benchmark), progress=_progress(quiet),
+                               batch_size=batch_size, steps=steps, warmup=warmup, width=width,
+                               num_classes=classes, seed=seed, measure_memory=memory)
+        _finish(report, output, json_out, tables.print_components)
+        return
     dev = _setup(device, threads, cudnn_benchmark)
     names = parse_archs(archs, get_registry().names("arch"))
     choices = component_lists(conv=conv, activation=activation, pool=pool, head=head)
