@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from lipcli.builtins.lipconvnet.network import Normalize
+from lipcli.sdk.inputs import Normalize
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 
 #: the authors' input normalisation (``lipconvnet/utils/__init__.py``, used for every data set)
