@@ -35,6 +35,7 @@ TINY = {
     "bench profile": {"--steps": "1", "--warmup": "0", "--batch-size": "4", "--width": "4"},
     "bench certify": {"--n": "8", "--batch-size": "8", "--width": "4", "--fit-head": "2", "--path-rounds": "1"},
     "export": {"--overwrite": None},
+    "import": {"--limit": "16", "--overwrite": None},
 }
 #: options whose typed value is replaced by the tiny one (sizes only; never a component or a setting)
 SHRINK = {"train": {"--epochs", "--width", "--batch-size"},
@@ -159,7 +160,7 @@ def tiny_args(command: DocCommand, last_model: str | None) -> list[str]:
 
 
 def _writes_model(args: list[str]) -> str | None:
-    if not args or args[0] != "train":
+    if not args or args[0] not in ("train", "import"):
         return None
     for flag in ("-o", "--out"):
         if flag in args:
@@ -182,12 +183,17 @@ def _run_document(doc: str) -> int:
     """Run the document's commands in order in the current folder; returns how many ran."""
     from lipcli.testing import run_lip
 
-    last_model = None
+    last_model = last_checkpoint = None
     ran = 0
     for command in _by_document()[doc]:
         if _needs_cuda(command):
             continue
         args = tiny_args(command, last_model)
+        if args[0] == "import" and len(args) > 1:  # a repository file, or "your checkpoint": the last one named
+            if (ROOT / args[1]).is_file():
+                args[1] = last_checkpoint = str(ROOT / args[1])
+            elif not Path(args[1]).exists() and last_checkpoint:
+                args[1] = last_checkpoint
         for flag in ("-o", "--out"):
             if flag in args:
                 Path(args[args.index(flag) + 1]).parent.mkdir(parents=True, exist_ok=True)
