@@ -80,14 +80,25 @@ class Shape:
 
 
 def checkout_commit(path: Path) -> str:
-    """``git rev-parse HEAD`` of a checkout, ``unknown`` when it is not a git directory."""
-    try:
-        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=30, check=False)
-    except OSError:
-        return "unknown"
-    text = out.stdout.strip()
-    return text if out.returncode == 0 and len(text) == 40 else "unknown"
+    """The commit of a checkout: ``git rev-parse HEAD`` where ``path`` is a repository's top
+    folder, else the 40 hex digits of a ``COMMIT`` file in it (an exported archive), else
+    ``unknown`` (a folder inside another repository never reports that repository's commit)."""
+    def git(*args: str) -> str:
+        try:
+            out = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
+                                 timeout=30, check=False)
+        except OSError:
+            return ""
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    top = git("rev-parse", "--show-toplevel")
+    if top and Path(top).resolve() == Path(path).resolve():
+        text = git("rev-parse", "HEAD")
+        if len(text) == 40:
+            return text
+    marker = Path(path) / "COMMIT"
+    text = marker.read_text().strip() if marker.is_file() else ""
+    return text if len(text) == 40 and all(c in "0123456789abcdef" for c in text) else "unknown"
 
 
 @contextlib.contextmanager

@@ -74,6 +74,17 @@ class Chain(nn.Module):
         return x
 
 
+def move(module: nn.Module, device: str) -> nn.Module:
+    """``module.to(device)`` plus the plain tensor attributes that ``.to`` leaves where they are
+    (the authors' BRO keeps identity matrices as attributes, put on CUDA whenever it exists)."""
+    module.to(device)
+    for sub in module.modules():
+        for name, value in list(vars(sub).items()):
+            if isinstance(value, Tensor) and value.device != torch.device(device):
+                setattr(sub, name, value.to(device))
+    return module
+
+
 def relative_difference(ours: Tensor, theirs: Tensor) -> float:
     return float((ours - theirs).abs().max() / theirs.abs().max().clamp_min(1e-300))
 
@@ -84,7 +95,8 @@ def agreement(method: Method, cls: type, shapes: list[Shape], batch: int, seed: 
     for dtype in (torch.float64, torch.float32):
         gen = torch.Generator().manual_seed(seed)
         try:
-            auth = [method.authors(cls, s, gen, agreement=True).to(dtype) for s in shapes]
+            auth = [move(method.authors(cls, s, gen, agreement=True), "cpu").to(dtype)
+                    for s in shapes]
             ours = Chain([method.reference(a, s) for a, s in zip(auth, shapes)])
             theirs = Chain(auth)
             x = torch.randn(batch, shapes[0].cin, shapes[0].size, shapes[0].size, generator=gen,
@@ -113,9 +125,10 @@ def _step(model: nn.Module, x: Tensor, train: bool) -> None:
 
 
 def interleaved_ratios(ours: Callable[[], None], theirs: Callable[[], None], rounds: int,
-                       reps: int, warmup: int = 1) -> list[float]:
+                       reps: int, warmup: int = 1,
+                       sync: Callable[[], None] = lambda: None) -> list[float]:
     """Per round ``time(ours) / time(theirs)``, each the mean of ``reps`` calls, the order of
-    the two alternating between rounds."""
+    the two alternating between rounds; ``sync`` waits for queued device work (CUDA)."""
     for _ in range(warmup):
         ours(), theirs()
     ratios = []
@@ -123,9 +136,11 @@ def interleaved_ratios(ours: Callable[[], None], theirs: Callable[[], None], rou
         times = {}
         for name in (("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")):
             fn = ours if name == "ours" else theirs
+            sync()
             t0 = time.perf_counter()
             for _ in range(reps):
                 fn()
+            sync()
             times[name] = (time.perf_counter() - t0) / reps
         ratios.append(times["ours"] / times["theirs"])
     return ratios
@@ -137,24 +152,29 @@ def spread(ratios: list[float]) -> dict:
 
 
 def timing(method: Method, cls: type, shapes: list[Shape], batch: int, seed: int, rounds: int,
-           reps: int) -> dict:
+           reps: int, device: str = "cpu") -> dict:
+    """Both sides built on the CPU from the same parameters, then moved to ``device``."""
     gen = torch.Generator().manual_seed(seed)
     auth = [method.authors(cls, s, gen, agreement=False) for s in shapes]
     theirs, ours = Chain(auth), Chain([method.lipcli(a, s) for a, s in zip(auth, shapes)])
-    x = torch.randn(batch, shapes[0].cin, shapes[0].size, shapes[0].size, generator=gen)
+    move(theirs, device), move(ours, device)
+    x = torch.randn(batch, shapes[0].cin, shapes[0].size, shapes[0].size, generator=gen).to(device)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     out = {"train": spread(interleaved_ratios(lambda: _step(ours, x, True),
-                                              lambda: _step(theirs, x, True), rounds, reps))}
+                                              lambda: _step(theirs, x, True), rounds, reps,
+                                              sync=sync))}
     theirs.eval(), ours.eval()
     for a, s in zip(auth, shapes):
         method.prepare_eval(a, s)
     out["eval"] = spread(interleaved_ratios(lambda: _step(ours, x, False),
-                                            lambda: _step(theirs, x, False), rounds, reps))
+                                            lambda: _step(theirs, x, False), rounds, reps,
+                                            sync=sync))
     return out
 
 
 def compare(provider: Provider, methods: list[str], threads: list[int], rounds: int, reps: int,
             batch: int, width: int, seed: int = 0, shapes: dict | None = None,
-            log: Callable[[str], None] = lambda s: None) -> dict:
+            log: Callable[[str], None] = lambda s: None, device: str = "cpu") -> dict:
     """The whole comparison as a JSON-able dict: ``rows`` (method, what, agree, dtype, threads,
     train, eval) and ``skipped`` (lines)."""
     rows, skipped = [], []
@@ -176,7 +196,8 @@ def compare(provider: Provider, methods: list[str], threads: list[int], rounds: 
                     torch.set_num_threads(t)
                     row = {"method": name, "lipcli": method.lipcli_conv, "what": what,
                            "agree": agree, "dtype": dtype, "threads": t,
-                           **timing(method, cls, chain, batch, seed, rounds, reps)}
+                           "device": device,
+                           **timing(method, cls, chain, batch, seed, rounds, reps, device)}
                     rows.append(row)
                     log(format_row(row))
             except Skip as why:
@@ -217,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=2, help="calls per timing in a round")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--width", type=int, default=8, help="LipConvnet-5 width of the network rows")
+    ap.add_argument("--device", default="cpu",
+                    help="where the timed calls run (cpu, cuda); the agreement runs on the CPU")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = ap.parse_args(argv)
     checkouts = {m: getattr(args, m) for m in METHODS if getattr(args, m) is not None}
@@ -233,9 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = compare(import_authors(checkouts, args.shim_soc), list(checkouts), threads,
                      args.rounds, args.reps, args.batch, args.width,
-                     log=(lambda s: print(s, file=sys.stderr, flush=True)))
+                     log=(lambda s: print(s, file=sys.stderr, flush=True)), device=args.device)
     result["commits"] = {m: checkout_commit(p) for m, p in checkouts.items()}
-    result["torch"], result["cpu_threads"] = torch.__version__, threads
+    result["torch"], result["cpu_threads"], result["device"] = torch.__version__, threads, args.device
+    if args.device.startswith("cuda"):
+        result["gpu"] = torch.cuda.get_device_name(torch.device(args.device))
     print(json.dumps(result, indent=1, ensure_ascii=False) if args.json else table(result))
     return 0
 

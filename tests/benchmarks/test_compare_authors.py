@@ -195,3 +195,45 @@ def test_cli_bad_input(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         ca.main([])
     assert exc.value.code == 2
+
+
+def test_interleaved_ratio_waits_for_the_device_around_each_timing():
+    events = []
+    ratios = ca.interleaved_ratios(lambda: events.append("ours"), lambda: events.append("theirs"),
+                                   rounds=2, reps=1, warmup=0, sync=lambda: events.append("sync"))
+    assert len(ratios) == 2
+    # each timed call is bracketed by a wait before the clock starts and after the calls
+    assert events == ["sync", "ours", "sync", "sync", "theirs", "sync",
+                      "sync", "theirs", "sync", "sync", "ours", "sync"]
+
+
+def test_checkout_commit_is_never_the_enclosing_repository(tmp_path):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert am.checkout_commit(tmp_path) == head
+    inner = tmp_path / "authors" / "soc"
+    inner.mkdir(parents=True)
+    assert am.checkout_commit(inner) == "unknown"  # inside another repository: not its commit
+    (inner / "COMMIT").write_text("65dd5f244be8a7212b05268541d0abdce909bd81\n")
+    assert am.checkout_commit(inner) == "65dd5f244be8a7212b05268541d0abdce909bd81"
+    (inner / "COMMIT").write_text("not a commit\n")
+    assert am.checkout_commit(inner) == "unknown"
+
+
+def test_move_takes_plain_tensor_attributes_along():
+    class Pinned(nn.Module):  # like the authors' BRO: a tensor attribute that .to() leaves behind
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.eye = torch.eye(2, dtype=torch.float64)
+
+    m = nn.Sequential(Pinned())
+    m.to(torch.float32)
+    assert m[0].eye.dtype == torch.float64  # .to() did not touch it
+    ca.move(m, "meta")
+    assert m[0].eye.device.type == "meta" and m[0].lin.weight.device.type == "meta"
