@@ -12,7 +12,7 @@ from lipcli.sdk.recipe_files import load_recipes
 from lipcli.sdk.specs import ArchSpec, LossSpec, Param, RecipeSpec
 
 from .emma import DEFAULT_EPS, emma_factory
-from .network import BLOCKS, FEATURES, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, NECKS, STEM_KERNELS, LiResNet
+from .network import BLOCKS, FEATURES, LAYERS, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, NECKS, STEM_KERNELS, LiResNet
 
 
 def liresnet_spec() -> ArchSpec:
@@ -45,6 +45,9 @@ def liresnet_spec() -> ArchSpec:
             Param(name="features", type=str, default="head", choices=FEATURES,
                   help="head: pool or activation as the head asks; act: activation after every "
                        "dense layer, head on all of them (authors)"),
+            Param(name="layers", type=str, default="conv", choices=LAYERS,
+                  help="conv: stem, neck and dense layers are the --conv component; free: free "
+                       "filters with a proven norm bound each (lip import --from liresnet)"),
         ),
     )
 
@@ -78,3 +81,4 @@ def lip_losses() -> list[LossSpec]:
 @hookimpl
 def lip_recipes() -> list[RecipeSpec]:
     return load_recipes(Path(__file__).with_name("recipes.toml"))
+
