@@ -1,6 +1,6 @@
 """The lipcli plugin module of lipcli-liresnet (entry point ``liresnet``): the architecture
-``liresnet``, the training loss ``emma`` (both Hu et al., NeurIPS 2023) and the authors'
-CIFAR-10 recipe ``liresnet``."""
+``liresnet``, the training loss ``emma`` (both Hu et al., NeurIPS 2023), the authors'
+CIFAR-10 recipe ``liresnet`` and the importer ``liresnet`` of their checkpoints."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.losses import eps_schedule_params
 from lipcli.sdk.recipe_files import load_recipes
-from lipcli.sdk.specs import ArchSpec, LossSpec, Param, RecipeSpec
+from lipcli.sdk.specs import ArchSpec, ImporterSpec, LossSpec, Param, RecipeSpec
 
 from .emma import DEFAULT_EPS, emma_factory
+from .importer import DESCRIPTION, SOURCE, LiResNetImporter
 from .network import BLOCKS, FEATURES, LAYERS, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, NECKS, STEM_KERNELS, LiResNet
 
 
@@ -82,3 +83,7 @@ def lip_losses() -> list[LossSpec]:
 def lip_recipes() -> list[RecipeSpec]:
     return load_recipes(Path(__file__).with_name("recipes.toml"))
 
+
+@hookimpl
+def lip_importers() -> list[ImporterSpec]:
+    return [ImporterSpec(name="liresnet", factory=LiResNetImporter, source=SOURCE, description=DESCRIPTION)]
