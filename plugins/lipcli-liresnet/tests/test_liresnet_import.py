@@ -63,12 +63,12 @@ def test_the_authors_certificate_is_reproduced(imported, case):
     assert src.lipschitz <= imported[case].bound
 
 
-def _variant(tmp_path: Path, change, case: str = CASES[0]) -> Path:
-    state = torch.load(DATA / f"{case}.pth", weights_only=True)
+def _variant(tmp_path: Path, change) -> Path:
+    """The first case's checkpoint with ``change`` applied to its ``backbone`` state dict."""
+    state = torch.load(DATA / f"{CASES[0]}.pth", weights_only=True)
     change(state["backbone"])
-    path = tmp_path / "variant.pth"
-    torch.save(state, path)
-    return path
+    torch.save(state, tmp_path / "variant.pth")
+    return tmp_path / "variant.pth"
 
 
 B = "backbone."

@@ -55,18 +55,20 @@ _PREFIX = re.compile(r"^((?:backbone\.)?(?:module\.)?)conv\.weights$")
 
 
 def _prefix(names: set[str]) -> str:
-    found = [m.group(1) for n in names if (m := _PREFIX.match(n))]
-    if len(found) != 1:
-        raise ImportRefused("no '[backbone.][module.]conv.weights': not a checkpoint of the LiResNet "
-                            "authors' GloroNet")
-    return found[0]
+    """``[backbone.][module.]``, the one prefix of ``conv.weights`` in the checkpoint."""
+    found = {m.group(1) for n in names if (m := _PREFIX.match(n))}
+    if len(found) == 1:
+        return found.pop()
+    raise ImportRefused("no single '[backbone.][module.]conv.weights': not a checkpoint of the LiResNet "
+                        "authors' GloroNet")
 
 
 def _shape(tensors: Mapping[str, Any], key: str, dims: int) -> tuple[int, ...]:
+    """The shape of ``tensors[key]``, which must have ``dims`` dimensions."""
     t = tensors.get(key)
-    if t is None or t.dim() != dims:
-        raise ImportRefused(f"no {key} of {dims} dimensions: cannot read the LiResNet's sizes")
-    return tuple(int(s) for s in t.shape)
+    if t is not None and t.dim() == dims:
+        return tuple(int(s) for s in t.shape)
+    raise ImportRefused(f"no {key} of {dims} dimensions: cannot read the LiResNet's sizes")
 
 
 def _sizes(tensors: Mapping[str, Any], p: str) -> dict[str, int]:
