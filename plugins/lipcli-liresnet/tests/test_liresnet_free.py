@@ -94,3 +94,14 @@ def test_layers_free_replaces_exactly_the_conv_layers():
     free.eval()
     est = float(free.lipschitz_training_estimate().detach())
     assert est >= free.body.dense1.lipschitz_upper_bound() * free.body.stem_conv.lipschitz_upper_bound() * 0.99
+
+
+@pytest.mark.parametrize("k, stride", [(5, 2), (1, 1)])
+def test_export_stand_in_is_the_layer(k, stride):
+    import lipcli.testing as checks
+
+    layer = checks.randomise_parameters(FreeConv(4, 6, k, stride, (8, 8)).double().eval(), seed=k)
+    x = torch.randn(2, 4, 8, 8, dtype=torch.float64)
+    checks.check_export_module(layer, type(layer.export_module()), x)
+    checks.check_export_follows(layer, lambda: layer.weight.mul_(2.0), x)
+    checks.check_aten_program(layer.export_module().float(), x.float())
