@@ -69,14 +69,10 @@ def test_free_conv_refuses_what_it_does_not_bound():
 
 
 def _network(**options):
-    from lipcli.host.models import build_model, make_config, resolve_components
-    from lipcli.host.plugins import get_registry
+    from lipcli.testing import create_model
 
-    arch = "liresnet:depth=2,width=4,dense=1,dense_width=16,neck=patch,features=act"
-    arch += "".join(f",{k}={v}" for k, v in options.items())
-    components = resolve_components({"arch": arch, "conv": "soc-fast", "activation": "maxmin", "pool": "max",
-                                     "head": "lln"}, get_registry())
-    return build_model(make_config(components, num_classes=10), components)
+    return create_model("liresnet", depth=2, width=4, dense=1, dense_width=16, neck="patch", features="act",
+                        num_classes=10, **options)
 
 
 def test_layers_free_replaces_exactly_the_conv_layers():
