@@ -33,7 +33,8 @@ def test_train_emma_certify_attack_and_missing(site, tmp_path):
     listed = lip(["plugins", "--json"], site=site)
     assert listed.exit_code == 0, listed.stderr
     plugins = {p["name"]: p for p in json.loads(listed.stdout)["plugins"]}
-    assert plugins["liresnet"]["components"] == {"arch": ["liresnet"], "loss": ["emma"], "recipe": ["liresnet"]}
+    assert plugins["liresnet"]["components"] == {"arch": ["liresnet"], "loss": ["emma"], "recipe": ["liresnet"],
+                                                  "importer": ["liresnet"]}
     assert plugins["logit-annealing"]["components"] == {"loss": ["la"]}
 
     model = tmp_path / "liresnet.safetensors"

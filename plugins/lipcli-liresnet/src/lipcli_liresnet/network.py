@@ -40,6 +40,11 @@ Options (``--arch liresnet:...``; the defaults give the layout above):
 * ``features``: ``head`` (above: what the head asks for) or ``act``, the authors' dense
   stack: the activation after every dense layer (``features_act`` after the last) and the
   head on all ``D`` features.
+* ``layers``: ``conv`` (above: the stem, neck and dense layers are the ``--conv``
+  component) or ``free``: each of them is a :class:`~lipcli_liresnet.free.FreeConv`, a free
+  filter (the ``stem_kernel``×``stem_kernel`` stem is then the exact stride-2 convolution with
+  zero padding) with a proven bound on its norm; what ``lip import --from liresnet`` builds
+  (the authors' stem convolution and their Cholesky-orthogonalised matrices as computed).
 
 Guaranteed bound (SPEC §5): ``Lip(features) ≤ Π_children U_child`` with ``U = 1/min std``
 for the normalisation, the residual block's proven ``‖I + W‖₂`` bound
@@ -63,6 +68,7 @@ from lipcli.sdk.inputs import doublings
 from lipcli.sdk.weight_decay import no_weight_decay_names
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 
+from .free import FreeConv
 from .residual import ResidualConv
 
 #: inputs are 32·2^k pixels square
@@ -76,6 +82,9 @@ BLOCKS = ("residual", "conv")
 STEM_KERNELS = (3, 5)
 NECKS = ("conv", "patch")
 FEATURES = ("head", "act")
+#: ``conv``: the stem, neck and dense layers are the ``--conv`` component; ``free``: free
+#: filters with a proven bound (:class:`~lipcli_liresnet.free.FreeConv`, imported models)
+LAYERS = ("conv", "free")
 #: the ``patch`` neck's stride (the authors' 4×4 stride-4 convolution)
 PATCH = 4
 MAX_DEPTH, MAX_WIDTH, MAX_DENSE = 256, 4096, 64
@@ -143,7 +152,7 @@ class Flatten(nn.Flatten):
 
 
 def _check_shape(*, depth: int, width: int, dense: int, block: str, stem_kernel: int, neck: str,
-                 features: str, dense_width: int, num_classes: int) -> None:
+                 features: str, dense_width: int, num_classes: int, layers: str = "conv") -> None:
     """Refuse a shape parameter out of its range (one clear message)."""
     if not 1 <= depth <= MAX_DEPTH:
         raise ValueError(f"depth must be in 1..{MAX_DEPTH}, got {depth}")
@@ -158,6 +167,8 @@ def _check_shape(*, depth: int, width: int, dense: int, block: str, stem_kernel:
                          f"features one of {', '.join(FEATURES)}; got {stem_kernel}, {neck!r}, {features!r}")
     if not 0 <= dense_width <= MAX_WIDTH * 16:
         raise ValueError(f"dense_width must be in 0..{MAX_WIDTH * 16}, got {dense_width}")
+    if layers not in LAYERS:
+        raise ValueError(f"layers must be one of {', '.join(LAYERS)}, got {layers!r}")
     if num_classes < 2:
         raise ValueError(f"num_classes must be at least 2, got {num_classes}")
 
@@ -172,10 +183,10 @@ class LiResNet(nn.Module):
                  depth: int = 12, width: int = 128, block: str = "residual", dense: int = 8,
                  gamma: bool = False, depth_scale: bool = False, centering: bool = False,
                  stem_kernel: int = 3, neck: str = "conv", dense_width: int = 0,
-                 features: str = "head") -> None:
+                 features: str = "head", layers: str = "conv") -> None:
         super().__init__()
         _check_shape(depth=depth, width=width, dense=dense, block=block, stem_kernel=stem_kernel, neck=neck,
-                     features=features, dense_width=dense_width, num_classes=num_classes)
+                     features=features, dense_width=dense_width, num_classes=num_classes, layers=layers)
         k = extra_downs(image_size)
         mean, std = tuple(mean), tuple(std)
         mean = mean * in_channels if len(mean) == 1 else mean
@@ -191,37 +202,45 @@ class LiResNet(nn.Module):
         D = dense_width or flat
         residual = {"gamma": gamma, "scale": depth ** -0.5 if depth_scale else 1.0, "centering": centering}
 
-        layers: OrderedDict[str, nn.Module] = OrderedDict()
+        free = layers == "free"
+        children: OrderedDict[str, nn.Module] = OrderedDict()
         size = (BACKBONE_SIZE, BACKBONE_SIZE)
 
         def add(name: str, component: Component, *args: Any) -> None:
-            layers[name] = component.build(*args)  # stamped with its promises by lipcli
+            children[name] = component.build(*args)  # stamped with its promises by lipcli
 
-        layers["normalize"] = Normalize(mean, std)
-        add("stem_conv", conv, in_channels, width, stem_kernel, 2)
+        def add_conv(name: str, cin: int, cout: int, kernel: int, stride: int, on: tuple[int, int]) -> None:
+            """A ``--conv`` layer, or with ``layers=free`` a :class:`FreeConv` on ``on``-sized inputs."""
+            if free:
+                children[name] = FreeConv(cin, cout, kernel, stride, on)
+            else:
+                add(name, conv, cin, cout, kernel, stride)
+
+        children["normalize"] = Normalize(mean, std)
+        add_conv("stem_conv", in_channels, width, stem_kernel, 2, self.image_size)
         add("stem_act", activation, width)
         for j in range(1, k + 1):
-            add(f"stem_down{j}", conv, width, width, 3, 2)
+            add_conv(f"stem_down{j}", width, width, 3, 2, (BACKBONE_SIZE << (k + 1 - j),) * 2)
             add(f"stem_down{j}_act", activation, width)
         for i in range(1, depth + 1):
             if block == "residual":
-                layers[f"block{i}_res"] = ResidualConv(width, size, **residual)
+                children[f"block{i}_res"] = ResidualConv(width, size, **residual)
             else:
-                add(f"block{i}_conv", conv, width, width, 3, 1)
+                add_conv(f"block{i}_conv", width, width, 3, 1, size)
             add(f"block{i}_act", activation, width)
         if neck == "conv":
             for j in range(1, NECK_DOWNS + 1):
-                add(f"neck_down{j}", conv, width, width, 3, 2)
-            layers["to_vector"] = ToVector()
+                add_conv(f"neck_down{j}", width, width, 3, 2, (BACKBONE_SIZE >> (j - 1),) * 2)
+            children["to_vector"] = ToVector()
         else:
-            layers["neck_patch"] = PatchRearrange()
-            add("neck_conv", conv, width * PATCH * PATCH, width, 1, 1)
-            layers["to_vector"] = ToVector()
-            add("neck_dense", conv, flat, D, 1, 1)
+            children["neck_patch"] = PatchRearrange()
+            add_conv("neck_conv", width * PATCH * PATCH, width, 1, 1, (BACKBONE_SIZE // PATCH,) * 2)
+            children["to_vector"] = ToVector()
+            add_conv("neck_dense", flat, D, 1, 1, (1, 1))
             add("neck_act", activation, D)
             flat = D
         for j in range(1, dense + 1):
-            add(f"dense{j}", conv, flat if j == 1 else D, D, 1, 1)
+            add_conv(f"dense{j}", flat if j == 1 else D, D, 1, 1, (1, 1))
             if j < dense:
                 add(f"dense{j}_act", activation, D)
         if dense == 0 and flat != D:
@@ -231,8 +250,8 @@ class LiResNet(nn.Module):
             D //= 2
         else:
             add("features_act", activation, D)
-        layers["flatten"] = Flatten()
-        self.body = nn.Sequential(layers)
+        children["flatten"] = Flatten()
+        self.body = nn.Sequential(children)
         self.feature_dim = D
         self.head = head.build(D, num_classes)
 
@@ -262,6 +281,8 @@ class LiResNet(nn.Module):
         for module in self.body:
             if isinstance(module, ResidualConv):
                 value = value * module.training_lipschitz()
+            elif isinstance(module, FreeConv):  # layers=free: its guaranteed bound (a constant)
+                value = value * module.lipschitz_upper_bound()
         return value
 
     def no_weight_decay_parameters(self) -> set[str]:

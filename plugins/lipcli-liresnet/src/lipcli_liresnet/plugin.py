@@ -1,6 +1,6 @@
 """The lipcli plugin module of lipcli-liresnet (entry point ``liresnet``): the architecture
-``liresnet``, the training loss ``emma`` (both Hu et al., NeurIPS 2023) and the authors'
-CIFAR-10 recipe ``liresnet``."""
+``liresnet``, the training loss ``emma`` (both Hu et al., NeurIPS 2023), the authors'
+CIFAR-10 recipe ``liresnet`` and the importer ``liresnet`` of their checkpoints."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.losses import eps_schedule_params
 from lipcli.sdk.recipe_files import load_recipes
-from lipcli.sdk.specs import ArchSpec, LossSpec, Param, RecipeSpec
+from lipcli.sdk.specs import ArchSpec, ImporterSpec, LossSpec, Param, RecipeSpec
 
 from .emma import DEFAULT_EPS, emma_factory
-from .network import BLOCKS, FEATURES, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, NECKS, STEM_KERNELS, LiResNet
+from .importer import DESCRIPTION, SOURCE, LiResNetImporter
+from .network import BLOCKS, FEATURES, LAYERS, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, NECKS, STEM_KERNELS, LiResNet
 
 
 def liresnet_spec() -> ArchSpec:
@@ -45,6 +46,9 @@ def liresnet_spec() -> ArchSpec:
             Param(name="features", type=str, default="head", choices=FEATURES,
                   help="head: pool or activation as the head asks; act: activation after every "
                        "dense layer, head on all of them (authors)"),
+            Param(name="layers", type=str, default="conv", choices=LAYERS,
+                  help="conv: stem, neck and dense layers are the --conv component; free: free "
+                       "filters with a proven norm bound each (lip import --from liresnet)"),
         ),
     )
 
@@ -78,3 +82,8 @@ def lip_losses() -> list[LossSpec]:
 @hookimpl
 def lip_recipes() -> list[RecipeSpec]:
     return load_recipes(Path(__file__).with_name("recipes.toml"))
+
+
+@hookimpl
+def lip_importers() -> list[ImporterSpec]:
+    return [ImporterSpec(name="liresnet", factory=LiResNetImporter, source=SOURCE, description=DESCRIPTION)]
