@@ -334,21 +334,36 @@ def test_lip_plugins_still_lists_everything_when_two_plugins_clash():
         plugins.reset()
 
 
-def test_command_line_usage_errors_are_one_line_with_exit_2():
-    for args, needle in (
+def test_command_line_usage_errors_are_one_line_with_exit_2(monkeypatch, capsys):
+    """The console entry point (``lipcli.cli.main``) turns parse errors into one line: the
+    first case runs in a real ``python -m lipcli`` process, the others call the same
+    ``main()`` in-process (same formatting, no interpreter start-up each)."""
+    cases = (
         (["train", "--width", "abc"], "--width"),
         (["train", "--nosuchopt"], "--nosuchopt"),
         (["nosuchcmd"], "nosuchcmd"),
         (["certify"], "model"),
-    ):
-        # (no runs directory: ``lip certify`` without MODEL would take the newest model there)
-        env = {**os.environ, "LIPCLI_RUNS": str(ROOT / "tests" / "no-such-runs-dir")}
-        out = subprocess.run([sys.executable, "-m", "lipcli", *args], capture_output=True,
-                             text=True, timeout=120, env=env)
-        assert out.returncode == 2, (args, out.stderr)
-        lines = out.stderr.strip().splitlines()
+    )
+    # (no runs directory: ``lip certify`` without MODEL would take the newest model there)
+    no_runs = str(ROOT / "tests" / "no-such-runs-dir")
+    for i, (args, needle) in enumerate(cases):
+        if i == 0:
+            out = subprocess.run([sys.executable, "-m", "lipcli", *args], capture_output=True,
+                                 text=True, timeout=120, env={**os.environ, "LIPCLI_RUNS": no_runs})
+            code, stderr = out.returncode, out.stderr
+        else:
+            from lipcli.cli import main
+
+            monkeypatch.setenv("LIPCLI_RUNS", no_runs)
+            monkeypatch.setattr(sys, "argv", ["lip", *args])
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as exited:
+                main()
+            code, stderr = exited.value.code, capsys.readouterr().err
+        assert code == 2, (args, stderr)
+        lines = stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
-        assert "Traceback" not in out.stderr
+        assert "Traceback" not in stderr
 
 
 def test_two_distributions_with_the_same_plugin_name_are_both_reported(tmp_path):

@@ -114,6 +114,7 @@ def test_lowering_leaves_the_model_state_untouched() -> None:
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.usefixtures("memo_soc_build")  # the plain body lowers the same layers again
 def test_lowered_bound_covers_the_float64_jacobian_of_the_network() -> None:
     """The guaranteed bound of the operator that runs (dense float32 matrices where lowered,
     the literal series elsewhere) is >= the spectral norm of that operator's Jacobian,

@@ -56,17 +56,33 @@ def test_the_components_the_issue_names_are_bounded():
             REGISTRY.component("conv", choice)
 
 
-@pytest.mark.parametrize("case", EDGES, ids=[edge_id(c) for c in EDGES])
-def test_edges_from_the_command_line(case):
-    kind, name, edge = case
-    choice = f"{name}:{edge.param.name}={edge.text}"
-    if edge.accepted:
-        assert REGISTRY.component(kind, choice).params[edge.param.name] == edge.value
-        return
-    with pytest.raises(LipUsageError) as info:
-        REGISTRY.component(kind, choice)
-    check_refusal(f"{kind} {name!r}", edge, info.value)
-    assert str(info.value).startswith(f"{kind} {name!r}")
+def check_each(cases: list[tuple[str, str, RangeEdge]], check) -> None:
+    """``check(case)`` for every case (one collected test instead of hundreds: the per-test
+    overhead dominated these millisecond checks); every failing case is reported by its
+    id (``kind-name-param=value``) with its message."""
+    failures = []
+    for case in cases:
+        try:
+            check(case)
+        except (Exception, pytest.fail.Exception) as exc:
+            failures.append(f"{edge_id(case)}: {type(exc).__name__}: {exc}")
+    assert not failures, f"{len(failures)} of {len(cases)} edges failed:\n" + "\n".join(failures)
+
+
+def test_edges_from_the_command_line():
+    def check(case):
+        kind, name, edge = case
+        choice = f"{name}:{edge.param.name}={edge.text}"
+        if edge.accepted:
+            assert REGISTRY.component(kind, choice).params[edge.param.name] == edge.value
+            return
+        with pytest.raises(LipUsageError) as info:
+            REGISTRY.component(kind, choice)
+        check_refusal(f"{kind} {name!r}", edge, info.value)
+        assert str(info.value).startswith(f"{kind} {name!r}")
+
+    assert len(EDGES) > 100  # every registered component's edges (hundreds)
+    check_each(EDGES, check)
 
 
 @pytest.fixture(scope="module")
@@ -87,23 +103,26 @@ def forged(src, dst, kind: str, name: str, params: dict) -> dict:
 MODEL_EDGES = [c for c in EDGES if c[0] in COMPONENT_KINDS and math.isfinite(c[2].value)]
 
 
-@pytest.mark.parametrize("case", MODEL_EDGES, ids=[edge_id(c) for c in MODEL_EDGES])
-def test_edges_from_a_forged_model_file(case, tiny_model_file, tmp_path):
-    kind, name, edge = case
-    path = tmp_path / "forged.safetensors"
-    config = forged(tiny_model_file, path, kind, name, {edge.param.name: edge.value})
-    if edge.accepted:  # the loader's resolution takes it (building may fail on the tensors)
-        resolved = resolve_components(config, REGISTRY)
-        assert resolved[kind].params[edge.param.name] == edge.value
-        try:
+def test_edges_from_a_forged_model_file(tiny_model_file, tmp_path):
+    def check(case):
+        kind, name, edge = case
+        path = tmp_path / f"{edge_id(case)}.safetensors"
+        config = forged(tiny_model_file, path, kind, name, {edge.param.name: edge.value})
+        if edge.accepted:  # the loader's resolution takes it (building may fail on the tensors)
+            resolved = resolve_components(config, REGISTRY)
+            assert resolved[kind].params[edge.param.name] == edge.value
+            try:
+                load_model(path, registry=REGISTRY)
+            except ModelFileError as exc:
+                assert edge.param.range_text() not in str(exc)
+            return
+        with pytest.raises(ModelFileError) as info:
             load_model(path, registry=REGISTRY)
-        except ModelFileError as exc:
-            assert edge.param.range_text() not in str(exc)
-        return
-    with pytest.raises(ModelFileError) as info:
-        load_model(path, registry=REGISTRY)
-    check_refusal(f"{kind} {name!r} in a model file", edge, info.value)
-    assert str(path) in str(info.value)
+        check_refusal(f"{kind} {name!r} in a model file", edge, info.value)
+        assert str(path) in str(info.value)
+
+    assert len(MODEL_EDGES) > 100
+    check_each(MODEL_EDGES, check)
 
 
 def test_a_forged_model_file_is_refused_in_one_line_by_lip(tiny_model_file, tmp_path):
