@@ -27,7 +27,9 @@ def test_train_lipschitz_certify_and_missing(site, tmp_path):
     assert listed.exit_code == 0, listed.stderr
     plugins = {p["name"]: p for p in json.loads(listed.stdout)["plugins"]}
     assert plugins["sll"]["distribution"] == "lipcli-sll" and plugins["sll"]["error"] is None
-    assert plugins["sll"]["components"] == {"conv": ["sll"]}
+    assert plugins["sll"]["components"] == {
+        "conv": ["sll"], "arch": ["sll-small", "sll-medium", "sll-large", "sll-xlarge"],
+        "recipe": ["sll-small"], "importer": ["sll"]}
 
     model = tmp_path / "sll.safetensors"
     trained = lip(
