@@ -32,6 +32,7 @@ import torch
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates, strip_prefix
 
+from .head import LOTHead
 from .network import DEPTHS, LOT_MEAN, LOT_STD, lot_blocks
 
 SOURCE = "github.com/AI-secure/Layerwise-Orthogonal-Training"
@@ -183,7 +184,7 @@ class LOTImporter:
             preds = logits.argmax(1)
             own = torch.nn.functional.one_hot(preds, logits.shape[1]).to(logits.dtype)
             top = logits.gather(1, preds[:, None])
-            if hasattr(model.head, "iterations"):  # the LOT head: ortho_certificates
+            if isinstance(model.head, LOTHead):  # their LOT last layer: ortho_certificates
                 spread = torch.full_like(logits, 2.0 ** 0.5)
             else:
                 rows = model.head.normalized_weight()
