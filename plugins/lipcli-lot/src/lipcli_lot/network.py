@@ -23,7 +23,7 @@ head        the ``--head`` component (the authors': ``lln``, or ``lot``: their  
 ``lot-lipresnet-<n>`` replaces every middle block ``j = 2 .. b−1`` by the authors' convex
 combination ``x ← λ·x + (1 − λ)·block(x)`` (``ResLayer``; ``λ = sigmoid(res_lamda_logit)``,
 their fixed ``0.5``: the parameter ``mix``) as ``layer{i}_res{j}``, lipcli's
-:class:`~lipcli.builtins.lipconvnet.residual.ConvexResidual` (guaranteed bound
+:class:`~lipcli.sdk.residual.ConvexResidual` (guaranteed bound
 ``a + c·Π U`` of its two layers).  With ``b ≤ 2`` it is ``lot-lipconvnet-<n>``.
 
 With ``--conv lot:border=zero`` every convolution is the authors' LOT layer
@@ -38,7 +38,7 @@ from collections.abc import Iterator, Sequence
 
 from torch import Tensor, nn
 
-from lipcli.builtins.lipconvnet.residual import AUTHORS_MIX, ConvexResidual
+from lipcli.sdk.residual import AUTHORS_MIX, ConvexResidual
 from lipcli.sdk.inputs import Normalize
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 
