@@ -4,7 +4,7 @@ Usage (development time only; the test suite never runs this or fetches anything
 
     git -C <mirror of AI-secure/Layerwise-Orthogonal-Training> archive 65f7ea4 | tar -x -C /tmp/lot
     pip install --target /tmp/pydeps einops          # the authors' code imports it
-    PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_lot.py /tmp/lot
+    PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_lot.py /tmp/lot [CASE ...]
 
 For each case it builds the authors' ``LipConvNet`` or ``LipResNet`` (``lip_convnets.py``, as
 ``train_robust.py``'s ``init_model``; tiny: ``--init-channels 2``), trains it three SGD steps on
@@ -42,6 +42,10 @@ CASES = {
                                            block_size=3, num_classes=10, lln=True)),
     "lot_lipconvnet_b1_w2_c100": (False, dict(conv_name="lot", activation="maxmin", init_channels=2,
                                               block_size=1, num_classes=100, lln=False)),
+    "lot_lipresnet_b3_w2_hh1": (True, dict(conv_name="lot", activation="hh1", init_channels=2,
+                                           block_size=3, num_classes=10, lln=True)),
+    "lot_lipconvnet_b1_w2_hh2": (False, dict(conv_name="lot", activation="hh2", init_channels=2,
+                                             block_size=1, num_classes=10, lln=True)),
 }
 
 
@@ -55,7 +59,8 @@ def main() -> None:
     mean, std = torch.tensor(cifar10_mean).view(3, 1, 1), torch.tensor(cifar10_std).view(3, 1, 1)
     L = 1 / torch.max(std)
     OUT.mkdir(parents=True, exist_ok=True)
-    for case, (residual, kwargs) in CASES.items():
+    cases = {k: v for k, v in CASES.items() if len(sys.argv) < 3 or k in sys.argv[2:]}
+    for case, (residual, kwargs) in cases.items():
         torch.manual_seed(0)
         model = (LipResNet if residual else LipConvNet)(**kwargs)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from lipcli.builtins.lipconvnet.residual import ConvexResidual
+from lipcli.sdk.residual import ConvexResidual
 from lipcli.testing import check_import_fixture, check_import_refused, load_model, run_lip
 from lipcli_lot.head import LOTHead
 from lipcli_lot.importer import LOTImporter
 from lipcli_lot.lot import LOTConv
 
 DATA = Path(__file__).resolve().parent / "data"
-CASES = ["lot_lipconvnet_b2_w2_lln", "lot_lipresnet_b3_w2_lln", "lot_lipconvnet_b1_w2_c100"]
+CASES = ["lot_lipconvnet_b2_w2_lln", "lot_lipresnet_b3_w2_lln", "lot_lipconvnet_b1_w2_c100",
+         "lot_lipresnet_b3_w2_hh1", "lot_lipconvnet_b1_w2_hh2"]
 
 
 def _record(case: str) -> dict:
@@ -39,7 +40,7 @@ def imported(tmp_path_factory) -> dict:
             for case in CASES}
 
 
-@pytest.mark.parametrize("case, dataset", list(zip(CASES, ["cifar10", "cifar10", "cifar100"])))
+@pytest.mark.parametrize("case, dataset", list(zip(CASES, ["cifar10", "cifar10", "cifar100", "cifar10", "cifar10"])))
 def test_import_matches_the_authors_model(imported, case, dataset):
     """Logits within ``1e-5`` of the largest; the bound is above the features' Jacobian norm and
     at most ``1/0.2507`` (the normalisation) times a little above 1 per LOT layer."""
@@ -59,6 +60,9 @@ def test_imported_layers_are_the_authors_lot_form(imported):
     assert mf.metadata["provenance"]["ignored"] == []
     head_model, _mf = load_model(imported[CASES[2]].model_file)
     assert isinstance(head_model.head, LOTHead) and head_model.head.iterations == 10
+    for case, order in ((CASES[3], 1), (CASES[4], 2)):  # their hh1, hh2: lipcli-householder's
+        acts = [m for m in load_model(imported[case].model_file)[0].modules() if type(m).__name__ == "HouseHolder"]
+        assert len(acts) == (15 if order == 1 else 5) and all(a.order == order for a in acts)
 
 
 def test_the_zero_border_matters(imported):
@@ -83,8 +87,12 @@ VARIANTS = {  # id: (case, change of its state dict, the one line expected)
               f"tensor '{P}weight' has shape (8, 7, 3, 3), expected (8, 16, 3, 3)"),
     "nan": (0, lambda s: s["last_layer.weight"].view(-1)[0].fill_(float("nan")),
             "tensor 'last_layer.weight' contains NaN"),
-    "householder": (0, lambda s: s.__setitem__("layer1.0.activation.theta", torch.ones(1, 1, 1, 1)),
-                    "HouseHolder activations"),
+    "activation": (0, lambda s: s.__setitem__("layer1.0.activation.alpha", torch.ones(1)),
+                   "activation tensors alpha: not the authors' MaxMin, hh1 or hh2"),
+    "hh1-missing": (0, lambda s: s.__setitem__("layer1.0.activation.theta", torch.ones(1, 1, 1, 1)),
+                    "missing keys for importer 'lot': layer1.1.activation.theta"),
+    "hh2-offset": (4, lambda s: s["layer3.0.activation.theta0"].view(-1)[1].fill_(7.0),
+                   "cannot import layer3.0.activation.theta0 outside [0, 2*pi]"),
     "cayley": (0, lambda s: s.__setitem__("layer1.0.conv.alpha", torch.ones(1)), "non-LOT LipConvNet (conv.alpha)"),
     "features": (0, lambda s: s.__setitem__("last_layer.weight", torch.ones(10, 48)), "last_layer.weight has 48 features"),
     "mix": (1, lambda s: s.__setitem__("layer3.res_lamda_logit", torch.ones(1)), "different res_lamda_logit values"),

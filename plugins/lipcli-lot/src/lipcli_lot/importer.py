@@ -13,16 +13,22 @@ Source layout (``b`` blocks per layer ``i = 1..5``, width ``w``)::
                 layer{i}.in_block.conv.*, layer{i}.out_block.conv.*         -> body.layer{i}_conv{1, b}
                 layer{i}.hidden_block.{m}.conv.*                            -> body.layer{i}_res{m+2}
                 layer{i}.res_lamda_logit (1,)    the residual weight sigmoid(.) (the arch's ``mix``)
+    <block>.activation.theta (1, C/2, 1, 1)      --activation hh1            -> <act>.theta (householder)
+    <block>.activation.theta{0,1,2} (C/2,)       --activation hh2            -> householder:order=2
     last_layer.weight (K, D), .bias (K,)         --lln: NormalizedLinear     -> head (lln)
     last_layer.weight (K, D, 1, 1), .bias (K,)   without: a 1x1 LOT layer    -> head (lot)
 
-Not in the checkpoint, so fixed as the authors' code fixes it: the MaxMin activation (their
-default; HouseHolder activations are refused), the input normalisation (``utils.py``: the
-CIFAR-10 mean, std 0.2507, for both data sets) and the 32×32 image (``D = 32w``).
+The activation is MaxMin (their default, no tensors) or their HouseHolder activations, which
+are lipcli-householder's ``householder`` (order 1: the same reflection ``z − 2max(0, vᵀz)v``;
+order 2: the same four sectors, with ``θ0`` clamped to ``[0, 2π]`` by their forward and not by
+lipcli's, so a ``θ0`` outside is refused).  Not in the checkpoint, so fixed as the authors'
+code fixes it: the input normalisation (``utils.py``: the CIFAR-10 mean, std 0.2507, for both
+data sets) and the 32×32 image (``D = 32w``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -40,6 +46,7 @@ DESCRIPTION = "the LOT authors' LipConvNet / LipResNet (--residual) with LOT lay
 #: the lot convolution in the authors' form (their iterations 10 and eps 1e-4 are its defaults)
 AUTHORS_CONV = "lot:border=zero"
 _DATASETS = {10: "cifar10", 100: "cifar100"}
+_ACT_NAMES = {"maxmin": "MaxMin", "householder": "HouseHolder (hh1)", "householder:order=2": "HouseHolder (hh2)"}
 _LEAF = re.compile(r"layer[1-5]\.(?:\d+\.|block\.|in_block\.|out_block\.|hidden_block\.\d+\.)(\w+)\.(\w+)$")
 _ARCH = re.compile(r"lot-(lipconvnet|lipresnet)-(\d+)")
 
@@ -60,10 +67,28 @@ def lipcli_prefix(layer: int, block: int, blocks: int, residual: bool) -> str:
     return f"body.layer{layer}_res{block}.inner.{conv}" if residual and 1 < block < blocks else f"body.{conv}"
 
 
+def _activation(names: set[str]) -> tuple[str, tuple[str, ...]]:
+    """The lipcli activation and the source's per-block tensor names (``activation.<leaf>``)."""
+    leaves = {leaf for n in names if (m := _LEAF.search(n)) for part, leaf in [m.group(1, 2)] if part == "activation"}
+    for choice, wanted in (("maxmin", set()), ("householder", {"theta"}),
+                           ("householder:order=2", {"theta0", "theta1", "theta2"})):
+        if leaves == wanted:
+            return choice, tuple(sorted(wanted))
+    raise ImportRefused(f"cannot import activation tensors {', '.join(sorted(leaves))}: not the authors' MaxMin, "
+                        "hh1 or hh2")
+
+
+def _check_hh2_offsets(tensors: Mapping[str, Any], keys: list[str]) -> None:
+    """Their hh2 clamps ``θ0`` to ``[0, 2π]``, lipcli's does not: refuse a ``θ0`` outside."""
+    for key in keys:
+        t = tensors.get(key)
+        if t is not None and t.dim() == 1 and bool(((t < 0) | (t > 2 * math.pi)).any()):
+            raise ImportRefused(f"cannot import {key} outside [0, 2*pi]: the authors' hh2 clamps it, lipcli's "
+                                "householder:order=2 does not")
+
+
 def _refuse_unsupported(names: set[str]) -> None:
     parts = {m.group(1, 2) for n in names if (m := _LEAF.search(n))}
-    if any(part == "activation" for part, _ in parts):
-        raise ImportRefused("cannot import the authors' HouseHolder activations ('hh1'/'hh2'): lot maps MaxMin only")
     others = sorted({leaf for part, leaf in parts if part == "conv" and leaf not in ("weight", "bias")})
     if others:
         raise ImportRefused(f"cannot import a non-LOT LipConvNet (conv.{others[0]}): the lot importer maps "
@@ -125,6 +150,7 @@ class LOTImporter:
         names = set(tensors)
         _refuse_unsupported(names)
         residual, b = _structure(names, arch)
+        activation, act_leaves = _activation(names)
         first = _shape(tensors, source_prefix(1, 1, b, residual) + ".bias")
         w = first[0] if b > 1 else first[0] // 2
         last = _shape(tensors, "last_layer.weight")
@@ -139,25 +165,29 @@ class LOTImporter:
         for layer, block, c_in, c_out, k, s in lot_blocks(b, w):
             src = source_prefix(layer, block, b, residual)
             expected.update({f"{src}.weight": (c_out, c_in * s * s, k, k), f"{src}.bias": (c_out,)})
+            module = src[: -len(".conv")]
+            expected.update({f"{module}.activation.{leaf}": (1, c_out // 2, 1, 1) if leaf == "theta" else (c_out // 2,)
+                             for leaf in act_leaves})
             side //= s
             sizes[lipcli_prefix(layer, block, b, residual)] = (side + 2 * (k // 2),) * 2
         if residual:
             expected.update({f"layer{i}.res_lamda_logit": (1,) for i in range(1, 6)})
         expected.update({"last_layer.weight": (K, D, 1, 1) if lot_head else (K, D), "last_layer.bias": (K,)})
         mix = _mix(tensors) if residual else None
+        _check_hh2_offsets(tensors, [k for k in expected if k.endswith(".activation.theta0")])
         name = f"lot-lipresnet-{5 * b}" if residual else f"lot-lipconvnet-{5 * b}"
         model: dict[str, Any] = {
             "arch": f"{name}:width={w}" + (f",mix={mix!r}" if residual else ""), "conv": AUTHORS_CONV,
-            "activation": "maxmin", "pool": "max", "head": "lot" if lot_head else "lln",
+            "activation": activation, "pool": "max", "head": "lot" if lot_head else "lln",
             "num_classes": K, "in_channels": 3, "image_size": (32, 32), "mean": LOT_MEAN, "std": LOT_STD,
         }
         what = "LOT head" if lot_head else "LLN head"
         return ImportPlan(model=model, expected={pre + k: v for k, v in expected.items()}, ignored=(),
                           dataset=_DATASETS.get(K),
                           description=f"LOT {'LipResNet' if residual else 'LipConvNet'}-{5 * b} (width {w}), "
-                                      f"MaxMin, {what}, {K} classes",
+                                      f"{_ACT_NAMES[activation]}, {what}, {K} classes",
                           source_state={"prefix": pre, "blocks": b, "width": w, "residual": residual,
-                                        "sizes": sizes, "lot_head": lot_head})
+                                        "sizes": sizes, "lot_head": lot_head, "activation": act_leaves})
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         state = plan.source_state
@@ -168,6 +198,9 @@ class LOTImporter:
             out[f"{dst}.weight"] = tensors[f"{src}.weight"]
             out[f"{dst}.bias"] = tensors[f"{src}.bias"]
             out[f"{dst}.spatial_size"] = torch.tensor(state["sizes"][dst], dtype=torch.int64)
+            for leaf in state["activation"]:
+                act = dst.replace("_conv", "_act")
+                out[f"{act}.{leaf}"] = tensors[f"{src[: -len('.conv')]}.activation.{leaf}"].flatten()
         weight = tensors[f"{pre}last_layer.weight"]
         out["head.weight"] = weight.flatten(1) if state["lot_head"] else weight
         out["head.bias"] = tensors[f"{pre}last_layer.bias"]
