@@ -52,7 +52,8 @@ def test_train_certify_and_missing(site, tmp_path, conv, params):
     assert config["conv"]["distribution"] == DISTS[conv]
     assert config["conv"]["params"] == {**{"bro": {"rank": 0, "rank_ratio": 0.5, "init": "identity", "factor": "auto",
                                                    "rank_rule": "ratio", "border": "circular", "ridge": 0.0},
-                                           "lot": {"iterations": 10, "eps": 1e-4, "init": "identity"}}[conv],
+                                           "lot": {"iterations": 10, "eps": 1e-4, "init": "identity",
+                                                   "border": "circular"}}[conv],
                                         **params}
 
     cert = lip(["certify", str(model), "--radii", "36,72", "--limit", "16", "--json",

@@ -36,13 +36,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from lipcli.sdk.lowering_conv import circulant_matrix, fourier_kernel, unshuffle_columns
-
-#: the border forms of the ``bro`` convolution
-BORDERS = ("circular", "zero")
+# the zero border (pad ``E``, circular map, crop ``Π``) lives in the SDK, shared with lipcli-lot
+from lipcli.sdk.fourier_border import (BORDERS, ExportedZeroBorder, crop_border, pad_border,  # noqa: F401
+                                       zero_border_matrix)
 
 #: how the rank is chosen when ``rank`` is 0
 RANK_RULES = ("ratio", "lipconvnet")
@@ -82,51 +80,5 @@ def ridge_reflector(V: Tensor, ridge: float) -> Tensor:
     return eye_c - 2.0 * (V @ torch.linalg.solve(G, V.mH))
 
 
-def pad_border(z: Tensor, pad: int) -> Tensor:
-    """``E``: ``pad`` zeros on every side of the last two dimensions."""
-    return F.pad(z, (pad, pad, pad, pad)) if pad else z
-
-
-def crop_border(y: Tensor, pad: int) -> Tensor:
-    """``Π``: the interior of the last two dimensions, ``pad`` pixels dropped on every side."""
-    return y[..., pad:y.shape[-2] - pad, pad:y.shape[-1] - pad] if pad else y
-
-
-def zero_border_matrix(op: Tensor, padded: tuple[int, int], pad: int, in_channels: int,
-                       stride: int) -> tuple[Tensor, float]:
-    """``(M, e)``: the float64 matrix of ``Π C E`` (with the stride-2 column permutation) from
-    the half-plane matrices ``op`` on the ``padded`` torus.  ``M`` is a submatrix (interior
-    rows and columns) of the block-circulant matrix of ``C``, so ``e``, the guaranteed error
-    bound of that matrix (:func:`lipcli.sdk.lowering_conv.fourier_kernel`), bounds it too
-    (the norm of a submatrix of an error is at most the norm of the error)."""
-    Hp, Wp = padded
-    H, W = Hp - 2 * pad, Wp - 2 * pad
-    G, err = fourier_kernel(op, padded)
-    full = circulant_matrix(G)
-    out, cin = int(G.shape[0]), int(G.shape[1])
-    rows_y = torch.arange(pad, pad + H)[:, None] * Wp + torch.arange(pad, pad + W)[None, :]
-    inner = rows_y.reshape(-1)
-    rows = (torch.arange(out)[:, None] * (Hp * Wp) + inner[None, :]).reshape(-1)
-    cols = (torch.arange(cin)[:, None] * (Hp * Wp) + inner[None, :]).reshape(-1)
-    M = full.index_select(0, rows.to(full.device)).index_select(1, cols.to(full.device))
-    return unshuffle_columns(M, in_channels, stride, (H, W)), err
-
-
-class ExportedZeroBorderBRO(nn.Module):
-    """``lip export`` of a ``border="zero"`` BRO layer: ``pixel_unshuffle`` (stride 2), ``E``,
-    the circular stand-in on the padded torus (``inner``, stride 1, bias included: a constant
-    per channel, the same inside the crop), ``Π``.  Plain torch operations."""
-
-    def __init__(self, inner: nn.Module, *, stride: int, pad: int) -> None:
-        super().__init__()
-        self.inner = inner
-        self.stride = int(stride)
-        self.pad = int(pad)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.stride == 2:
-            x = F.pixel_unshuffle(x, 2)
-        return crop_border(self.inner(pad_border(x, self.pad)), self.pad)
-
-    def extra_repr(self) -> str:
-        return f"zero border, pad={self.pad}, stride={self.stride}"
+#: ``lip export`` of a ``border="zero"`` BRO layer (the SDK's zero-border stand-in)
+ExportedZeroBorderBRO = ExportedZeroBorder

@@ -59,17 +59,15 @@ the orthogonal map that is certified.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
 from lipcli.sdk.fourier import FourierConvBase, kernel_spectrum
-from lipcli.sdk.lowering import LinearMap
+from lipcli.sdk.fourier_border import ZeroBorderMixin
 
-from .border import (BORDERS, RANK_RULES, ExportedZeroBorderBRO, crop_border, pad_border, ridge_reflector,
-                     rule_rank, zero_border_matrix)
+from .border import BORDERS, RANK_RULES, crop_border, ridge_reflector, rule_rank
 
 #: how the low-rank filter starts: the authors' default puts an identity on the centre tap
 #: (``V̂(f) = [I_r; 0]``, ``W = diag(−I_r, I)``); "random" is nn.Conv2d's initialisation
@@ -150,10 +148,11 @@ def resolve_rank(channels: int, rank: int, rank_ratio: float, rule: str = "ratio
     return max(1, min(channels, r))
 
 
-class BROConv(FourierConvBase):
+class BROConv(ZeroBorderMixin, FourierConvBase):
     """BRO convolution ``(N, in, H, W) → (N, out, H/s, W/s)``, circular (FFT); with
     ``border="zero"`` the reflector acts on the zero-padded image and the result is cropped
-    (:mod:`lipcli_bro.border`).
+    (:mod:`lipcli_bro.border`; forward, dense eval map and export stand-in:
+    :class:`lipcli.sdk.fourier_border.ZeroBorderMixin`).
 
     Parameters ``weight`` (the low-rank filter ``V``, ``c × r × k × k`` with
     ``c = max(in·s², out)``) and ``bias``; buffer ``spatial_size`` (the torus the matrices
@@ -262,58 +261,6 @@ class BROConv(FourierConvBase):
     @lip_promises.setter
     def lip_promises(self, value: tuple[str, ...]) -> None:
         self.__dict__["_lip_promises"] = tuple(value)
-
-    def rearrange(self, x: Tensor) -> Tensor:
-        """``pixel_unshuffle`` for stride 2, then (``border="zero"``) the zero border ``E``."""
-        return pad_border(super().rearrange(x), self.pad)
-
-    def apply_operator(self, x: Tensor, op: Tensor) -> Tensor:
-        """The reflector map on the (padded) torus, then (``border="zero"``) the crop ``Π``."""
-        return crop_border(super().apply_operator(x, op), self.pad)
-
-    def eval_linear_map(self, input_shape: tuple[int, ...]) -> LinearMap | None:
-        """The base class's block-circulant matrix; with ``border="zero"`` its interior
-        submatrix on the padded torus (:func:`lipcli_bro.border.zero_border_matrix`, same
-        guaranteed error bound)."""
-        if not self.pad:
-            return super().eval_linear_map(input_shape)
-        shape = tuple(int(d) for d in input_shape)
-        s, p = self.stride, self.pad
-        if len(shape) != 3 or shape[0] != self.in_channels or shape[1] % s or shape[2] % s:
-            return None
-        size = (shape[1] // s, shape[2] // s)
-        padded = (size[0] + 2 * p, size[1] + 2 * p)
-        if self._recorded_size() != padded:
-            return None
-        with torch.no_grad():
-            matrix, error = zero_border_matrix(self.eval_operator(padded), padded, p, self.in_channels, s)
-        return LinearMap(matrix, self.bias.detach(), (self.out_channels, *size), error, self.bias.dtype)
-
-    def export_module(self, context: Any = None) -> nn.Module:
-        """The base class's stand-ins; with ``border="zero"`` the dense matrix of
-        :meth:`eval_linear_map` when it pays, else :class:`lipcli_bro.border.ExportedZeroBorderBRO`
-        around the circular stand-in on the padded torus."""
-        if not self.pad:
-            return super().export_module(context)
-        from lipcli.sdk.fourier_export import ExportedFourierConv
-        from lipcli.sdk.lowering_conv import dense_lowering_at_gain, literal_facts
-
-        padded = self.bound_size()  # LipError before the layer has seen an input
-        size = (padded[0] - 2 * self.pad, padded[1] - 2 * self.pad)
-        facts: dict[str, Any] = {}
-        if context is not None:
-            shape = tuple(int(d) for d in context.input_shape)
-            flops = self.literal_flops(padded)
-            dense = dense_lowering_at_gain(self, context, flops, (self.out_channels, *size))
-            if dense is not None:
-                return dense
-            facts = literal_facts("fourier", shape, (self.out_channels, *size), flops)
-        with torch.no_grad():
-            inner = ExportedFourierConv(self.eval_operator(padded), self.bias, size=padded, stride=1)
-        stand_in = ExportedZeroBorderBRO(inner, stride=self.stride, pad=self.pad)
-        if facts:
-            stand_in.export_lowering = facts
-        return stand_in
 
     def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
         """The verified ``max_f ‖Ŵ(f)‖₂`` bound; with ``border="zero"`` it bounds ``Π C E``

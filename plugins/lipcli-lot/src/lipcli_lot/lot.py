@@ -23,6 +23,15 @@ Maths:
   ``WᴴW = Z_T(S − εI)Z_T/n ⪯ Z_T²S/n = x_T(S/n) ⪯ I``.  It is *orthogonal* only in the limit
   ``T → ∞`` and ``ε → 0`` (and for full-rank ``V̂``), so the spec promises nothing and the
   certificates use the verified bound below.
+* The authors' code (``lot_ortho_conv.py``) always inverts the ``out × out`` matrix
+  ``V̂V̂ᴴ + εI`` and forms ``Z_TV̂/√n``.  That is the same matrix as ours for every ``T``: the
+  iterates are polynomials ``Z_T = p_T(S/n)``, and ``V̂·p(V̂ᴴV̂ + εI) = p(V̂V̂ᴴ + εI)·V̂`` for
+  every polynomial ``p``; only ``n`` differs, ``‖V̂V̂ᴴ + εI‖_F² − ‖V̂ᴴV̂ + εI‖_F² =
+  ε²(out − in·s²)``, a relative change below ``10⁻⁸`` of ``n`` (and float rounding: the
+  authors' checkpoints import to their logits within ``10⁻⁵``, ``tests/test_lot_import.py``).
+* ``border="zero"`` (the authors' form): pad the rearranged input with ``k//2`` zeros, apply
+  the circular map on the padded torus, crop (:mod:`lipcli.sdk.fourier_border`): ``Π C E`` with
+  ``‖E‖ = ‖Π‖ = 1``, so 1-Lipschitz whenever ``C`` is, with ``C``'s verified bound; not orthogonal.
 * Stride 2: ``pixel_unshuffle(x, 2)`` (a permutation), then ``in·s² = 4·in`` channels;
   ``in ≠ out`` is the semi-orthogonal polar factor above.  ``1 × 1`` images: only the real
   DC bin (``V̂ = Σ_taps V``), a real matrix.
@@ -61,6 +70,7 @@ from lipcli.numerics.rounding import ETA, UNIT_ROUNDOFF, gamma, round_up
 from lipcli.numerics.eigen import certify_lambda_max
 
 from lipcli.sdk.fourier import FourierConvBase, kernel_spectrum
+from lipcli.sdk.fourier_border import BORDERS, ZeroBorderMixin
 
 #: "identity": centre tap ``[I 0]`` (the authors' initialisation), "random": nn.Conv2d's
 INITS = ("identity", "random")
@@ -160,16 +170,21 @@ def polar_norm_upper_bound(op: Tensor) -> float:
     return min(overall, best)
 
 
-class LOTConv(FourierConvBase):
-    """LOT convolution ``(N, in, H, W) → (N, out, H/s, W/s)``, circular (FFT).
+class LOTConv(ZeroBorderMixin, FourierConvBase):
+    """LOT convolution ``(N, in, H, W) → (N, out, H/s, W/s)``, circular (FFT) or, with
+    ``border="zero"`` (the authors' form), on the input zero-padded by ``k//2`` and cropped
+    (:mod:`lipcli.sdk.fourier_border`: ``Π C E``, with the same verified bound ``U`` as the
+    circular map ``C`` on the padded torus, so 1-Lipschitz whenever ``C`` is).
 
-    Parameters ``weight`` (``out × in·s² × k × k``) and ``bias``; buffer ``spatial_size``.
+    Parameters ``weight`` (``out × in·s² × k × k``) and ``bias``; buffer ``spatial_size`` (the
+    torus the matrices are for: plus ``2·(k//2)`` pixels per side with ``border="zero"``).
     """
 
     weight: Tensor
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
-                 iterations: int = 10, eps: float = 1e-4, init: str = "identity") -> None:
+                 iterations: int = 10, eps: float = 1e-4, init: str = "identity",
+                 border: str = "circular") -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride)
         if init not in INITS:
             raise ValueError(f"LOT init must be one of {', '.join(INITS)}, got {init!r}")
@@ -177,8 +192,13 @@ class LOTConv(FourierConvBase):
             raise ValueError(f"LOT needs at least 1 Newton-Schulz iteration, got {iterations}")
         if not (float(eps) >= 0.0 and math.isfinite(float(eps))):
             raise ValueError(f"LOT eps must be a finite number >= 0, got {eps}")
+        if border not in BORDERS:
+            raise ValueError(f"LOT border must be one of {', '.join(BORDERS)}, got {border!r}")
         self.iterations = int(iterations)
         self.eps = float(eps)
+        self.border = border
+        #: zeros added on each side before the circular map (``border="zero"``), cropped after
+        self.pad = self.kernel_size // 2 if border == "zero" else 0
         k = self.kernel_size
         weight = torch.zeros(self.out_channels, self.conv_in_channels, k, k)
         if init == "identity":
@@ -195,7 +215,10 @@ class LOTConv(FourierConvBase):
         return lot_polar(kernel_spectrum(self.weight, size), self.iterations, self.eps)
 
     def operator_bound(self, op: Tensor, size: tuple[int, int] | None) -> float:
+        """The verified ``max_f ‖Ŵ(f)‖₂``; with ``border="zero"`` it bounds ``Π C E`` too
+        (``‖E‖ = ‖Π‖ = 1``)."""
         return polar_norm_upper_bound(op)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, iterations={self.iterations}, eps={self.eps:g}"
+        border = f", border={self.border}" if self.pad else ""
+        return f"{super().extra_repr()}, iterations={self.iterations}, eps={self.eps:g}{border}"
