@@ -133,17 +133,20 @@ def test_bare_state_dict_and_wrong_arch(tmp_path):
     assert result.exit_code == 2 and "builds the arch 'bronet'" in result.stderr and not out2.exists()
 
 
-def test_stem_bound_covers_the_strided_map():
-    """The stem's bound is at least the norm of its dense float64 stride-2 map (3 and 5 taps)."""
-    torch.manual_seed(3)
-    for k in (3, 5):
-        stem = StemConv(3, 4, k).double()
+@pytest.mark.parametrize("k", [3, 5])
+def test_stem_bound_covers_the_strided_map(k):
+    """The stem's bound is at least the norm of its dense float64 stride-2 map; given the
+    image size (the torus bound) it is within 25 % of it, without it (the reshape bounds
+    of the filter alone) within a factor 5."""
+    torch.manual_seed(k)
+    x = torch.zeros(1, 3, 16, 16, dtype=torch.float64)
+    for size, slack in ((None, 5.0), ((16, 16), 1.25)):
+        stem = StemConv(3, 4, k, size).double()
         with torch.no_grad():
             stem.weight.mul_(3.0)
-        x = torch.zeros(1, 3, 8, 8, dtype=torch.float64)
         jac = torch.autograd.functional.jacobian(lambda t: stem(t) - stem.bias[:, None, None], x).reshape(-1, x.numel())
         norm = float(torch.linalg.matrix_norm(jac, ord=2))
-        assert norm <= stem.lipschitz_upper_bound() < 5 * norm
+        assert norm <= stem.lipschitz_upper_bound() < slack * norm, (size, norm, stem.lipschitz_upper_bound())
 
 
 @pytest.mark.parametrize("k", [1, 3, 5, 7])

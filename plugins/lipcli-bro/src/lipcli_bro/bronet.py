@@ -84,7 +84,7 @@ class BRONet(nn.Module):
         side = (size[0] // 2, size[1] // 2)
         layers: OrderedDict[str, nn.Module] = OrderedDict()
         layers["normalize"] = Normalize(mean, std)
-        layers["stem_conv"] = StemConv(in_channels, width, stem_kernel)
+        layers["stem_conv"] = StemConv(in_channels, width, stem_kernel, size)
         layers["stem_act"] = activation.build(width)
         for i in range(1, depth + 1):
             layers[f"block{i}_conv"] = conv.build(width, width, 3, 1)

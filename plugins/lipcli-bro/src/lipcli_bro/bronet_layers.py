@@ -12,7 +12,10 @@
     bound of the equivalent stride-1 filter on the space-to-depth input
     (:func:`space_to_depth_filter`: ``pixel_unshuffle(2)`` is a permutation, and the stride-2
     convolution is exactly the zero-padded "same" convolution of that ``4·in``-channel filter).
-    The smaller of the two is used.  :meth:`StemConv.lipschitz_training_estimate` is the
+    Given the image size, a third, tight bound (:func:`torus_conv_norm_upper_bound` of that
+    stride-1 filter, the exact norm of the circular convolution on the torus that contains
+    the zero-padded image) is computed too.  The smallest is used.
+    :meth:`StemConv.lipschitz_training_estimate` is the
     authors' power iteration (one step per call, vector kept), for training losses only.
 :class:`CholeskyLinear` and :class:`CholeskyPatchConv`
     The authors' Cholesky-orthogonalised dense layers (``bronet/models/dense.py``,
@@ -34,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lipcli.numerics.conv import conv_spectral_norm_upper_bound
+from lipcli.numerics.rounding import UNIT_ROUNDOFF, gamma, round_up
 from lipcli.numerics.spectral import spectral_norm_upper_bound
 
 #: the authors' Cholesky regularisation (``cholesky_grad.py``: ``mean(diag)·1e-3``)
@@ -69,6 +73,42 @@ def space_to_depth_filter(weight: Tensor) -> Tensor:
     return result
 
 
+def torus_conv_norm_upper_bound(kernel: Tensor, size: tuple[int, int]) -> float:
+    """Guaranteed upper bound on the norm of the zero-padded "same" convolution with ``kernel``
+    (``(o, i, kh, kw)``, odd taps) on ``size`` images.
+
+    The zero-padded convolution is ``Π C E`` with ``E`` the zero embedding into the torus
+    ``Z_N × Z_M`` (``N = n + kh − 1``, ``M = m + kw − 1``: no wrap-around reaches a non-zero
+    pixel), ``C`` the circular convolution there and ``Π`` a coordinate projection, so its norm
+    is at most ``‖C‖₂ = max_f ‖K̂(f)‖₂`` over the torus frequencies (``K̂(−f) = conj K̂(f)``:
+    ``f₂ ≤ M/2`` suffices).  ``K̂(f)`` is formed in float64 from the angle
+    ``2π(m₁/N + m₂/M)`` with the integers ``m₁ = f₁δ_y mod N``, ``m₂ = f₂δ_x mod M`` reduced
+    exactly: the angle (below ``4π``) is off by at most ``50u`` and a 1-ulp ``cos``/``sin``
+    adds ``2u``, so each is within ``256u`` of the exact value; each entry is a length-``T``
+    sum, so ``‖K̂ − K̂_computed‖₂ ≤ δ = 2(γ_T + 256u)(1 + γ_T)‖A‖_F``, ``A = Σ_δ |K_δ|``.
+    ``‖K̂_computed(f)‖₂`` is that of its exact real form ``[[Re, −Im], [Im, Re]]``, bounded by
+    :func:`~lipcli.numerics.spectral.spectral_norm_upper_bound`; the result is the largest
+    ``bound + δ``, rounded up.  Cost: ``N·(M/2 + 1)`` small Gram certificates."""
+    K = kernel.detach().to(torch.float64).cpu()
+    o, i, kh, kw = K.shape
+    N, M = size[0] + kh - 1, size[1] + kw - 1
+    f1 = torch.arange(N, dtype=torch.int64)[:, None, None, None]
+    f2 = torch.arange(M // 2 + 1, dtype=torch.int64)[None, :, None, None]
+    dy = (torch.arange(kh, dtype=torch.int64) - kh // 2)[None, None, :, None]
+    dx = (torch.arange(kw, dtype=torch.int64) - kw // 2)[None, None, None, :]
+    angle = (2 * math.pi) * (torch.remainder(f1 * dy, N).double() / N + torch.remainder(f2 * dx, M).double() / M)
+    re = torch.einsum("yxab,oiab->yxoi", torch.cos(angle), K).reshape(-1, o, i)
+    im = torch.einsum("yxab,oiab->yxoi", torch.sin(angle), K).reshape(-1, o, i)
+    taps = kh * kw
+    delta = 2.0 * (gamma(taps) + 256 * UNIT_ROUNDOFF) * (1.0 + gamma(taps))
+    delta *= float(K.abs().sum(dim=(2, 3)).norm()) * (1.0 + 1e-10)
+    worst = 0.0
+    for r, m in zip(re, im):
+        real_form = torch.cat((torch.cat((r, -m), dim=1), torch.cat((m, r), dim=1)), dim=0)
+        worst = max(worst, spectral_norm_upper_bound(real_form))
+    return round_up(round_up(worst + delta))
+
+
 class _CachedBound(nn.Module):
     """Caches ``lipschitz_upper_bound()`` (and, in eval mode, the applied matrix) until a
     parameter changes (keyed by the parameters' version counters and storage)."""
@@ -92,11 +132,14 @@ class _CachedBound(nn.Module):
 class StemConv(_CachedBound):
     """The authors' stem convolution: ``(N, in, S, S) → (N, out, S/2, S/2)`` (module docstring)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 5) -> None:
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 5,
+                 image_size: tuple[int, int] | None = None) -> None:
         super().__init__()
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"the stem's kernel size must be odd, got {kernel_size}")
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
+        #: the input size the tight bound is for (``None``: the filter-only bounds)
+        self.image_size = None if image_size is None else (int(image_size[0]), int(image_size[1]))
         weight = torch.empty(out_channels, in_channels, kernel_size, kernel_size)
         nn.init.orthogonal_(weight)  # as the authors' Conv2d
         self.weight = nn.Parameter(weight)
@@ -106,11 +149,17 @@ class StemConv(_CachedBound):
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1] % 2 or x.shape[-2] % 2:
             raise ValueError(f"the stem needs an even image side, got {tuple(x.shape[-2:])}")
+        if self.image_size is not None and tuple(x.shape[-2:]) != self.image_size:
+            raise ValueError(f"the stem is bounded for {self.image_size} images, got {tuple(x.shape[-2:])}")
         return F.conv2d(x, self.weight, self.bias, stride=2, padding=self.kernel_size // 2)
 
     def _bound(self) -> float:
         w = self.weight.detach()
-        return min(conv_spectral_norm_upper_bound(w), conv_spectral_norm_upper_bound(space_to_depth_filter(w)))
+        s2d = space_to_depth_filter(w)
+        bounds = [conv_spectral_norm_upper_bound(w), conv_spectral_norm_upper_bound(s2d)]
+        if self.image_size is not None:
+            bounds.append(torus_conv_norm_upper_bound(s2d, (self.image_size[0] // 2, self.image_size[1] // 2)))
+        return min(bounds)
 
     def lipschitz_training_estimate(self, image_size: tuple[int, int]) -> Tensor:
         """The authors' estimate (``layers/conv.py``, ``Conv2d.lipschitz``): one power step on
