@@ -161,6 +161,15 @@ class StemConv(_CachedBound):
             bounds.append(torus_conv_norm_upper_bound(s2d, (self.image_size[0] // 2, self.image_size[1] // 2)))
         return min(bounds)
 
+    def export_module(self) -> nn.Module:
+        """``lip export``: ``nn.Conv2d`` with this filter and bias (plain torch)."""
+        k = self.kernel_size
+        conv = nn.Conv2d(self.in_channels, self.out_channels, k, stride=2, padding=k // 2)
+        with torch.no_grad():
+            conv.weight.copy_(self.weight)
+            conv.bias.copy_(self.bias)
+        return conv.to(self.weight.dtype)
+
     def lipschitz_training_estimate(self, image_size: tuple[int, int]) -> Tensor:
         """The authors' estimate (``layers/conv.py``, ``Conv2d.lipschitz``): one power step on
         the stride-2 map from the kept vector, then ``‖K v‖`` (differentiable in ``K``).  An
@@ -207,7 +216,7 @@ class _CholeskyMatrix(_CachedBound):
         return cached[1]
 
     def _bound(self) -> float:
-        return spectral_norm_upper_bound(self.matrix().detach())
+        return spectral_norm_upper_bound(self.matrix().detach(), rtol=1e-5)
 
 
 class CholeskyLinear(_CholeskyMatrix):
@@ -221,6 +230,14 @@ class CholeskyLinear(_CholeskyMatrix):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.matrix(), self.bias)
+
+    def export_module(self) -> nn.Module:
+        """``lip export``: ``nn.Linear`` with the evaluation matrix and the bias baked in."""
+        linear = nn.Linear(self.in_features, self.out_features).to(self.weight.dtype)
+        with torch.no_grad():
+            linear.weight.copy_(self.matrix())
+            linear.bias.copy_(self.bias)
+        return linear
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, ridge={self.ridge:g}"
@@ -241,6 +258,14 @@ class CholeskyPatchConv(_CholeskyMatrix):
             raise ValueError(f"the neck needs an image side divisible by {self.patch}, got {tuple(x.shape[-2:])}")
         c, p = self.channels, self.patch
         return F.conv2d(x, self.matrix().reshape(c, c, p, p), stride=p)
+
+    def export_module(self) -> nn.Module:
+        """``lip export``: ``nn.Conv2d`` (``p × p``, stride ``p``, no bias), the evaluation filter baked in."""
+        c, p = self.channels, self.patch
+        conv = nn.Conv2d(c, c, p, stride=p, bias=False).to(self.weight.dtype)
+        with torch.no_grad():
+            conv.weight.copy_(self.matrix().reshape(c, c, p, p))
+        return conv
 
     def extra_repr(self) -> str:
         return f"{self.channels}, patch={self.patch}, ridge={self.ridge:g}"
