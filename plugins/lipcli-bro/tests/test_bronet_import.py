@@ -5,44 +5,35 @@ write nothing; the source's certificate rule is reproduced."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
+from bro_fixture_data import DATA, check_matches, check_variant_refused, import_reports, inputs, record
 
-from lipcli.testing import check_import_fixture, check_import_refused, load_model, run_lip
+from lipcli.testing import load_model, run_lip
 from lipcli_bro.bro import BROConv
 from lipcli_bro.bronet_importer import BRONetImporter
 from lipcli_bro.bronet_layers import CholeskyLinear, StemConv, space_to_depth_filter
 
-DATA = Path(__file__).resolve().parent / "data"
+#: the authors' two tiny configurations (tools/make_import_fixtures_bronet.py): 5x5 stem with
+#: centring and two dense layers; 3x3 stem, no centring, 2x2 neck patches, 100 classes
 CASES = ["bronet_d2_w4_c10", "bronet_d1_w6_c100"]
-
-
-def _record(case: str) -> dict:
-    return json.loads((DATA / f"{case}.logits.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory) -> dict:
-    """The reports of :func:`check_import_fixture` (logits to 1e-5, provenance, bound at
-    least the float64 Jacobian norm of the features), by case."""
-    folder = tmp_path_factory.mktemp("bronet")
-    return {case: check_import_fixture(DATA / f"{case}.pt", "bronet", folder / f"{case}.safetensors")
-            for case in CASES}
+    return import_reports(CASES, "bronet", tmp_path_factory.mktemp("bronet"))
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_import_matches_the_authors_model(imported, case):
-    report, record = imported[case], _record(case)
-    classes = record["model_config"]["num_classes"]
-    assert report.metadata["dataset"]["name"] == {10: "cifar10", 100: "cifar100"}[classes]
-    assert report.max_logit_error < 1e-5 * max(abs(v) for row in record["logits"] for v in row)
-    assert report.jacobian_norm <= report.bound
-    ignored = report.metadata["provenance"]["ignored"]
-    assert {"backbone.stem.0.init_x", "backbone.conv.I_low", "backbone.conv.I_full"} <= set(ignored)
-    assert any(k.startswith("optimizer.state.") for k in ignored)
+def test_import_matches_the_authors_model(imported):
+    """Both cases: the authors' logits, a bound at least the features' Jacobian norm, the
+    estimator state and the optimizer's listed as not imported."""
+    for case, report in imported.items():
+        rec = record(case)
+        check_matches(report, rec, rec["model_config"]["num_classes"])
+        assert report.jacobian_norm <= report.bound
+        ignored = set(report.metadata["provenance"]["ignored"])
+        assert {"backbone.stem.0.init_x", "backbone.conv.I_low", "backbone.conv.I_full"} <= ignored
+        assert any(k.startswith("optimizer.state.") for k in ignored)
 
 
 def test_imported_layers_are_the_authors_form(imported):
@@ -58,8 +49,8 @@ def test_the_folding_of_gamma_and_running_mean_matters(tmp_path):
     """Importing ``gamma`` as 1 or the running mean as 0 changes the logits: the folded
     ``V = I + W·γ·d^-1/2`` and ``bias − running_mean`` are what match."""
     case = CASES[0]
-    record = _record(case)
-    x = torch.rand(*record["inputs"], generator=torch.Generator().manual_seed(record["input_seed"]))
+    rec = record(case)
+    x = inputs(rec)
     for key, value in (("conv.gamma", 1.0), ("conv.running_mean", 0.0)):
         ckpt = torch.load(DATA / f"{case}.pt", weights_only=True)
         ckpt["backbone"][key].fill_(value)
@@ -68,19 +59,19 @@ def test_the_folding_of_gamma_and_running_mean_matters(tmp_path):
         assert run_lip(["import", str(tmp_path / "variant.pt"), "--from", "bronet", "--out", str(out)]).exit_code == 0
         model, _mf = load_model(out)
         with torch.no_grad():
-            assert float((model(x) - torch.tensor(record["logits"])).abs().max()) > 1e-4, key
+            assert float((model(x) - torch.tensor(rec["logits"])).abs().max()) > 1e-4, key
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_source_rule_is_the_authors_certificate(imported, case):
     """``source_certificates`` on the imported model gives the constant and radii of the
     authors' ``test.py`` on their own model (recorded by the fixture script)."""
-    record = _record(case)
+    rec = record(case)
     model, _mf = load_model(imported[case].model_file)
-    x = torch.rand(*record["inputs"], generator=torch.Generator().manual_seed(record["input_seed"]))
+    x = inputs(rec)
     src = BRONetImporter().source_certificates(model, x)
-    assert src.lipschitz == pytest.approx(record["source_lipschitz"], rel=1e-4)
-    assert torch.allclose(src.radii, torch.tensor(record["source_radii"]), rtol=1e-4, atol=1e-6)
+    assert src.lipschitz == pytest.approx(rec["source_lipschitz"], rel=1e-4)
+    assert torch.allclose(src.radii, torch.tensor(rec["source_radii"]), rtol=1e-4, atol=1e-6)
 
 
 def _without(prefix):
@@ -111,23 +102,20 @@ B = "backbone."
 ], ids=["missing", "extra", "shape", "nan", "hybrid", "bro-dense", "bro-neck", "l2-neck", "imagenet-stem",
         "lot-backbone", "not-bronet"])
 def test_bad_checkpoints_are_one_line_and_write_nothing(tmp_path, change, message):
-    ckpt = torch.load(DATA / f"{CASES[0]}.pt", weights_only=True)
-    change(ckpt)
-    torch.save(ckpt, tmp_path / "variant.pt")
-    check_import_refused(tmp_path / "variant.pt", "bronet", message)
+    check_variant_refused(CASES[0], "bronet", change, message, tmp_path)
 
 
 def test_bare_state_dict_and_wrong_arch(tmp_path):
     """A bare ``state_dict()`` (no ``backbone.`` prefix, no optimizer) imports to the same
     logits; ``--arch`` other than ``bronet`` is a usage error (exit 2), nothing written."""
-    record = _record(CASES[0])
+    rec = record(CASES[0])
     torch.save(torch.load(DATA / f"{CASES[0]}.pt", weights_only=True)["backbone"], tmp_path / "bare.pt")
     out = tmp_path / "m.safetensors"
     assert run_lip(["import", str(tmp_path / "bare.pt"), "--from", "bronet", "--out", str(out)]).exit_code == 0
     model, _mf = load_model(out)
-    x = torch.rand(*record["inputs"], generator=torch.Generator().manual_seed(record["input_seed"]))
+    x = inputs(rec)
     with torch.no_grad():
-        assert torch.allclose(model(x), torch.tensor(record["logits"]), rtol=1e-5, atol=1e-5)
+        assert torch.allclose(model(x), torch.tensor(rec["logits"]), rtol=1e-5, atol=1e-5)
     out2 = tmp_path / "m2.safetensors"
     result = run_lip(["import", str(tmp_path / "bare.pt"), "--from", "bronet", "--arch", "liresnet", "--out", str(out2)])
     assert result.exit_code == 2 and "builds the arch 'bronet'" in result.stderr and not out2.exists()

@@ -40,6 +40,7 @@ from lipcli.sdk.inputs import Normalize
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 
 from .bronet_layers import CholeskyLinear, CholeskyPatchConv, StemConv
+from .network_base import AuthorsNetwork, check_arguments, per_channel
 
 #: the authors' input shift (``BRONet.forward``: ``x.sub(0.5)``, no scaling)
 AUTHORS_MEAN = (0.5, 0.5, 0.5)
@@ -49,14 +50,11 @@ MAX_DEPTH = 64
 MAX_DENSE_WIDTH = 16384
 
 
-def _per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:
-    values = tuple(values)
-    return values * channels if len(values) == 1 else values
-
-
-class BRONet(nn.Module):
+class BRONet(AuthorsNetwork):
     """The network of the module docstring (lipcli's architecture protocol: ``body``,
     ``head``, ``features``, ``forward``)."""
+
+    network_name = "the BRONet network"
 
     def __init__(self, *, conv: Component, activation: Component, pool: Component, head: Component,
                  num_classes: int, in_channels: int = 3, mean: Sequence[float] = AUTHORS_MEAN,
@@ -66,19 +64,17 @@ class BRONet(nn.Module):
         super().__init__()
         del pool  # the stem and the neck downsample
         size = (int(image_size[0]), int(image_size[1]))
-        mean, std = _per_channel(mean, in_channels), _per_channel(std, in_channels)
-        for ok, message in ((size[0] % 2 == 0 and size[1] % 2 == 0 and size[0] // 2 % neck_patch == 0
-                             and size[1] // 2 % neck_patch == 0,
-                             f"the BRONet network needs an image side divisible by 2*neck_patch = "
-                             f"{2 * neck_patch}, got {size[0]}x{size[1]}"),
-                            (stem_kernel % 2 == 1, f"stem_kernel must be odd, got {stem_kernel}"),
-                            (width % 2 == 0 and dense_width % 2 == 0,
-                             f"width and dense_width must be even (MaxMin), got {width} and {dense_width}"),
-                            (num_classes >= 2, f"num_classes must be at least 2, got {num_classes}"),
-                            (len(mean) == len(std) == in_channels,
-                             f"mean/std need {in_channels} entries, got {len(mean)} and {len(std)}")):
-            if not ok:
-                raise ValueError(message)
+        mean, std = per_channel(mean, in_channels), per_channel(std, in_channels)
+        check_arguments(((size[0] % 2 == 0 and size[1] % 2 == 0 and size[0] // 2 % neck_patch == 0
+                          and size[1] // 2 % neck_patch == 0,
+                          f"the BRONet network needs an image side divisible by 2*neck_patch = "
+                          f"{2 * neck_patch}, got {size[0]}x{size[1]}"),
+                         (stem_kernel % 2 == 1, f"stem_kernel must be odd, got {stem_kernel}"),
+                         (width % 2 == 0 and dense_width % 2 == 0,
+                          f"width and dense_width must be even (MaxMin), got {width} and {dense_width}"),
+                         (num_classes >= 2, f"num_classes must be at least 2, got {num_classes}"),
+                         (len(mean) == len(std) == in_channels,
+                          f"mean/std need {in_channels} entries, got {len(mean)} and {len(std)}")))
         self.depth, self.width, self.num_classes = depth, width, num_classes
         self.in_channels, self.image_size = in_channels, size
         side = (size[0] // 2, size[1] // 2)
@@ -114,17 +110,4 @@ class BRONet(nn.Module):
         stem: StemConv = self.body.stem_conv  # type: ignore[assignment]
         for _ in range(steps):
             stem.lipschitz_training_estimate(self.image_size)
-        for refresh in (getattr(m, "refresh", None) for m in self.modules() if m is not self):
-            if callable(refresh):
-                refresh(steps)
-
-    def features(self, x: Tensor) -> Tensor:
-        """Penultimate features ``(N, D)`` (normalisation included) of ``(N, in, S, S)`` inputs."""
-        expected = (self.in_channels, *self.image_size)
-        if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-            raise ValueError(f"the BRONet network expects inputs (N, {', '.join(map(str, expected))}); "
-                             f"got {tuple(x.shape)}")
-        return self.body(x)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.features(x))
+        super().refresh_power_iteration(steps)

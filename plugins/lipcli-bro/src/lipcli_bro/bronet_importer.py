@@ -63,30 +63,32 @@ def _dims(tensors: Mapping[str, Any], key: str, dims: int, what: str) -> tuple[i
     return tuple(int(s) for s in t.shape)
 
 
+#: (keys that must be absent, keys that must be present, the refusal) in the order checked
+_REFUSALS = (
+    ((), ("stem.0.weight",), "no stem.0.weight: not a checkpoint of BRONet's bronet/ network"),
+    (("conv_1.",), (), "cannot import the hybrid backbone (conv_1: LiResNet residual blocks before the BRO blocks, "
+                       "the ImageNet configuration): the bronet arch has BRO blocks only"),
+    (("conv.blocks.",), (), "cannot import a SOC or SLL backbone (conv.blocks): the bronet importer maps the BRO "
+                            "backbone (backbone_type bro) only"),
+    ((), ("conv.weights", "conv.I_low"), "no conv.weights with conv.I_low: the backbone is not BRONet's "
+                                         "LiResConvOrtho (backbone_type bro; the v2 and non-orthogonal backbones are "
+                                         "not mapped)"),
+    (("neck.conv_layer",), ("neck.kernel",), "cannot import the l2 neck (LPPool2d, neck_conv_type l2): missing "
+                                             "piece: an l2-pooling neck in the bronet arch"),
+    (("neck.kernel_2",), (), "cannot import a second neck convolution (neck_conv_patch_size_2 > 0): the bronet arch "
+                             "has one"),
+    (("linear.residual_identity",), (), "cannot import BRO dense layers (dense_type bro, LiBroMLP): missing piece: "
+                                        "a BRO dense layer in the bronet arch (it has the Cholesky ones)"),
+)
+
+
 def _refuse_unsupported(names: set[str], p: str) -> None:
     def has(part: str) -> bool:
         return any(n.startswith(p + part) for n in names)
 
-    if not has("stem.0.weight"):
-        raise ImportRefused("no stem.0.weight: not a checkpoint of BRONet's bronet/ network")
-    if has("conv_1."):
-        raise ImportRefused("cannot import the hybrid backbone (conv_1: LiResNet residual blocks before the BRO "
-                            "blocks, the ImageNet configuration): the bronet arch has BRO blocks only")
-    if has("conv.blocks."):
-        raise ImportRefused("cannot import a SOC or SLL backbone (conv.blocks): the bronet importer maps the BRO "
-                            "backbone (backbone_type bro) only")
-    if not has("conv.weights") or not has("conv.I_low"):
-        raise ImportRefused("no conv.weights with conv.I_low: the backbone is not BRONet's LiResConvOrtho "
-                            "(backbone_type bro; the v2 and non-orthogonal backbones are not mapped)")
-    if has("neck.conv_layer") or not has("neck.kernel"):
-        raise ImportRefused("cannot import the l2 neck (LPPool2d, neck_conv_type l2): missing piece: an l2-pooling "
-                            "neck in the bronet arch")
-    if has("neck.kernel_2"):
-        raise ImportRefused("cannot import a second neck convolution (neck_conv_patch_size_2 > 0): the bronet arch "
-                            "has one")
-    if has("linear.residual_identity"):
-        raise ImportRefused("cannot import BRO dense layers (dense_type bro, LiBroMLP): missing piece: a BRO dense "
-                            "layer in the bronet arch (it has the Cholesky ones)")
+    for absent, present, message in _REFUSALS:
+        if any(has(part) for part in absent) or not all(has(part) for part in present):
+            raise ImportRefused(message)
 
 
 class BRONetImporter:

@@ -102,6 +102,17 @@ def lip_architectures() -> list[ArchSpec]:
     ] + [bronet_arch_spec()]
 
 
+#: the ``bronet`` arch's integer parameters: name, default (the authors' CIFAR-10 shapes), range, help
+_BRONET_PARAMS = (
+    ("depth", 12, 0, MAX_DEPTH, "backbone blocks (--conv layers)"),
+    ("width", 512, 2, BRONET_MAX_WIDTH, "backbone channels w"),
+    ("stem_kernel", 5, 1, 15, "odd kernel of the stride-2 stem"),
+    ("neck_patch", 4, 1, 16, "patch (kernel = stride) of the neck conv"),
+    ("dense", 8, 0, MAX_DEPTH, "Cholesky dense layers after the neck"),
+    ("dense_width", 2048, 2, MAX_DENSE_WIDTH, "width D of the dense layers"),
+)
+
+
 def bronet_arch_spec() -> ArchSpec:
     """The BRONet authors' backbone network (:mod:`lipcli_bro.bronet`); defaults: their
     CIFAR-10 configuration's shapes."""
@@ -110,14 +121,8 @@ def bronet_arch_spec() -> ArchSpec:
         factory=BRONet,
         description="the BRONet authors' backbone network (bronet/): free stride-2 stem, depth x (--conv + act), "
                     "Cholesky patch neck and dense layers (use --conv bro:border=zero,ridge=1e-7 --head lln)",
-        params=(
-            Param(name="depth", type=int, default=12, min=0, max=MAX_DEPTH, help="backbone blocks (--conv layers)"),
-            Param(name="width", type=int, default=512, min=2, max=BRONET_MAX_WIDTH, help="backbone channels w"),
-            Param(name="stem_kernel", type=int, default=5, min=1, max=15, help="odd kernel of the stride-2 stem"),
-            Param(name="neck_patch", type=int, default=4, min=1, max=16, help="patch (kernel = stride) of the neck conv"),
-            Param(name="dense", type=int, default=8, min=0, max=MAX_DEPTH, help="Cholesky dense layers after the neck"),
-            Param(name="dense_width", type=int, default=2048, min=2, max=MAX_DENSE_WIDTH, help="width D of the dense layers"),
-        ),
+        params=tuple(Param(name=name, type=int, default=default, min=low, max=high, help=text)
+                     for name, default, low, high, text in _BRONET_PARAMS),
     )
 
 
