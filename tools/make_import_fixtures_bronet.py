@@ -2,9 +2,15 @@
 
 Usage (development time only; the test suite never runs this or fetches anything)::
 
-    git -C <mirror of ntuaislab/BRONet> archive 9d59c9bd15e8 bronet | tar -x -C /tmp/bronet
-    pip install --target /tmp/pydeps einops          # bronet/models/soc.py imports it
-    PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_bronet.py /tmp/bronet/bronet
+    git -C <mirror of ntuaislab/BRONet> archive 9d59c9bd15e8 | tar -x -C /tmp/bronet
+    pip install --target /tmp/pydeps einops          # their SOC modules import it
+    PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_bronet.py bronet /tmp/bronet/bronet
+    PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_bronet.py lipconvnet-soc /tmp/bronet/lipconvnet
+
+``lipconvnet-soc``: their ``lipconvnet/`` LipConvNet with ``--conv-layer soc`` (the case
+``bronet_lipconvnet_soc_b2_w2_c10``), made as ``tools/make_import_fixtures.py
+bronet-lipconvnet`` makes the BRO cases (behind the loader's normalisation, three SGD steps,
+``torch.save(model.state_dict())``, their ``lln_certificates`` with ``L = 1/max(std)``).
 
 For each case it builds the authors' ``BRONet`` (``bronet/models/model.py``; tiny, the
 ``benchmark_reproduce`` configurations' layer types: BRO backbone, Cholesky neck and dense
@@ -49,8 +55,42 @@ CASES = {
 }
 
 
+#: their lipconvnet/ LipConvNet with SOC layers: the authors' LipConvNet arguments
+SOC_CASES = {"bronet_lipconvnet_soc_b2_w2_c10": dict(conv_name="soc", activation="maxmin", init_channels=2,
+                                                     block_size=2, num_classes=10, input_size=32, lln=True)}
+
+
+def lipconvnet_soc(src: Path) -> None:
+    """The SOC LipConvNet cases (module docstring); ``Tensor.cuda`` is the identity (a shim for
+    ``utils/__init__.py``'s module-level ``.cuda()``)."""
+    from make_import_fixtures import _LoaderNormalized
+
+    torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+    sys.path.insert(0, str(src))
+    from models.lip_convnets import LipConvNet  # the authors' modules
+    from utils import cifar10_mean, cifar10_std
+    from utils.eval import lln_certificates
+
+    mean, std = torch.tensor(cifar10_mean).view(3, 1, 1), torch.tensor(cifar10_std).view(3, 1, 1)
+    for case, kwargs in SOC_CASES.items():
+        torch.manual_seed(0)
+        model = LipConvNet(**kwargs)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        logits = _train_a_little(_LoaderNormalized(model, mean, std), opt, kwargs["num_classes"])
+        radii = lln_certificates(logits, logits.argmax(1), model.last_layer, 1 / torch.max(std))
+        torch.save(model.state_dict(), OUT / f"{case}.pt")
+        record = {"source": "github.com/ntuaislab/BRONet", "commit": COMMIT, "importer": "bronet-lipconvnet",
+                  "lipconvnet_args": kwargs, "input_seed": INPUT_SEED, "inputs": [NUM_INPUTS, 3, 32, 32],
+                  "logits": logits.tolist(), "source_radii": radii.tolist()}
+        (OUT / f"{case}.logits.json").write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
+
+
 def main() -> None:
-    src = Path(sys.argv[1])
+    which, src = sys.argv[1], Path(sys.argv[2])
+    if which == "lipconvnet-soc":
+        lipconvnet_soc(src)
+        return
     torch.distributed.get_world_size = lambda *a, **k: 1  # the shim (module docstring)
     sys.path.insert(0, str(src))
     from models import BRONet, get_predictions  # the authors' modules

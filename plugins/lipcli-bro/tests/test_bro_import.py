@@ -13,7 +13,8 @@ from lipcli.testing import load_model, run_lip
 from lipcli_bro.bro import BROConv
 from lipcli_bro.importer import BRONetLipConvNetImporter
 
-CASES = ["bronet_lipconvnet_b2_w2_c10", "bronet_lipconvnet_b1_w2_c100"]
+#: two BRO LipConvNets (identity and Kaiming starts) and their SOC LipConvNet
+CASES = ["bronet_lipconvnet_b2_w2_c10", "bronet_lipconvnet_b1_w2_c100", "bronet_lipconvnet_soc_b2_w2_c10"]
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +70,11 @@ P = "layer2.1.conv."
      f"tensor '{P}weight' has shape (16, 7, 3, 3), expected (16, 8, 3, 3)"),
     (lambda s: s["last_layer.weight"].view(-1)[0].fill_(float("nan")), "tensor 'last_layer.weight' contains NaN"),
     (lambda s: s.__setitem__("layer1.0.activation.theta", torch.ones(1, 1, 1, 1)), "HouseHolder activations"),
-    (lambda s: s.__setitem__("layer1.0.conv._u1", torch.ones(1)), "the authors' SOC LipConvNet"),
+    (lambda s: s.__setitem__("layer1.0.conv.alpha", torch.ones(1)), "the authors' Cayley LipConvNet"),
+    (lambda s: s.__setitem__("layer2.1.conv.weight", torch.ones(8, 16, 3, 3)), "the authors' LOT LipConvNet"),
     (lambda s: s.__setitem__("dense_layers.0.weight", torch.ones(1)), "dense layers (--num-dense > 0)"),
     (lambda s: s.__setitem__("last_layer.weight", torch.ones(10, 48)), "last_layer.weight has 48 features"),
-], ids=["missing", "extra", "shape", "nan", "householder", "soc", "dense", "features"])
+], ids=["missing", "extra", "shape", "nan", "householder", "cayley", "lot", "dense", "features"])
 def test_bad_checkpoints_are_one_line_and_write_nothing(tmp_path, change, message):
     check_variant_refused(CASES[0], "bronet-lipconvnet", change, message, tmp_path)
 
@@ -97,3 +99,31 @@ def test_source_rule_is_the_authors_certificate(imported, case):
     src = BRONetLipConvNetImporter().source_certificates(model, x)
     assert src.lipschitz == pytest.approx(1 / 0.2507)
     assert torch.allclose(src.radii, torch.tensor(rec["source_radii"]), rtol=1e-4, atol=1e-6)
+
+
+def test_soc_lipconvnet_imports_onto_soc_fast(imported):
+    """Their SOC LipConvNet: lipcli's SOC layers with the imported power vectors (their σ)."""
+    from lipcli.builtins.soc.layer import SOC
+
+    model, mf = load_model(imported[CASES[2]].model_file)
+    assert mf.metadata["config"]["conv"]["name"] == "soc-fast"
+    convs = [m for m in model.modules() if isinstance(m, SOC)]
+    assert len(convs) == 10
+    state = torch.load(DATA / f"{CASES[2]}.pt", weights_only=True)
+    assert torch.equal(convs[3].power_u0, state["layer2.1.conv._v1"].flatten())
+
+
+def test_soc_power_vectors_matter(tmp_path):
+    """Other power vectors give another σ and other logits: importing them is what matches."""
+    state = torch.load(DATA / f"{CASES[2]}.pt", weights_only=True)
+    gen = torch.Generator().manual_seed(0)
+    for key in [k for k in state if k.endswith(("conv._u1", "conv._v1"))]:
+        moved = state[key] + 0.2 * torch.randn(state[key].shape, generator=gen)
+        state[key] = moved / moved.norm()
+    torch.save(state, tmp_path / "ones.pt")
+    out = tmp_path / "m.safetensors"
+    assert run_lip(["import", str(tmp_path / "ones.pt"), "--from", "bronet-lipconvnet", "--out", str(out)]).exit_code == 0
+    model, _mf = load_model(out)
+    rec = record(CASES[2])
+    with torch.no_grad():
+        assert float((model(inputs(rec)) - torch.tensor(rec["logits"])).abs().max()) > 1e-4
