@@ -10,7 +10,7 @@ The case ``improved_l2_cayley_lln_d5_w2``: their ``LipConvNet`` with ``conv_name
 the LLN head (tiny: stem width 2), made exactly as ``tools/make_import_fixtures.py improved-l2``
 makes the SOC cases (its shims, :func:`_train_a_little`, ``torch.save(model.state_dict())``,
 their ``evaluate_certificates(exact=True)`` constant and radii) ->
-``plugins/lipcli-cayley/tests/data/<case>.pt`` and ``<case>.logits.json``.  It also records
+``tests/data/import/<case>.pt`` and ``<case>.logits.json``.  It also records
 ``logits_float64``: their eval-mode model in float64 (a copy, ``.double()``, with float64 as
 the default dtype so that their shift matrices are complex128 too) on the same inputs: their
 float32 logits are off from it by about ``1.5e-5`` relative (their complex64 ``inverse``), so
@@ -36,7 +36,7 @@ from make_import_fixtures import (  # noqa: E402
     fixed_inputs,
 )
 
-OUT = Path(__file__).resolve().parent.parent / "plugins" / "lipcli-cayley" / "tests" / "data"
+OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "import"
 CASES = {"improved_l2_cayley_lln_d5_w2": dict(conv_name="cayley", activation_name="maxmin", pooling_name="max",
                                               last_name="lln", init_channels=2, block_size=1, num_classes=10)}
 

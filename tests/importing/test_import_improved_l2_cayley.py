@@ -1,5 +1,5 @@
 """``lip import --from improved-l2`` of the paper's Cayley LipConvNet (the checkpoint made by
-their code, ``tools/make_import_fixtures_improved_l2.py``, tests/data/) onto lipcli-cayley's
+their code, ``tools/make_import_fixtures_improved_l2.py``, tests/data/import/) onto lipcli-cayley's
 ``cayley`` convolution: the same function, a bound above the features' Jacobian norm, the
 source's certificate rule, and one-line refusals."""
 
@@ -13,9 +13,9 @@ import torch
 
 from lipcli.builtins.lipconvnet.importer import ImprovedL2Importer
 from lipcli.testing import check_import_fixture, check_import_refused, load_model, run_lip
-from lipcli_cayley.cayley import CayleyConv
 
-DATA = Path(__file__).resolve().parent / "data"
+CayleyConv = pytest.importorskip("lipcli_cayley.cayley", reason="lipcli-cayley is not installed").CayleyConv
+DATA = Path(__file__).resolve().parents[1] / "data" / "import"
 CASE = "improved_l2_cayley_lln_d5_w2"
 
 
