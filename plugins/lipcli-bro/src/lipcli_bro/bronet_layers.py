@@ -13,15 +13,16 @@
     (:func:`space_to_depth_filter`: ``pixel_unshuffle(2)`` is a permutation, and the stride-2
     convolution is exactly the zero-padded "same" convolution of that ``4·in``-channel filter).
     Given the image size, a third, tight bound (:func:`torus_conv_norm_upper_bound` of that
-    stride-1 filter, the exact norm of the circular convolution on the torus that contains
-    the zero-padded image) is computed too.  The smallest is used.
+    stride-1 filter: a certified bound on the norm of the circular convolution on the torus
+    that contains the zero-padded image) is computed too.  The smallest is used.
     :meth:`StemConv.lipschitz_training_estimate` is the
     authors' power iteration (one step per call, vector kept), for training losses only.
 :class:`CholeskyLinear` and :class:`CholeskyPatchConv`
     The authors' Cholesky-orthogonalised dense layers (``bronet/models/dense.py``,
     ``LiResMLP``; ``bronet/models/neck.py``, ``Map2Vec`` with ``cholesky``): the matrix applied
     is ``W = L⁻¹X`` with ``LLᵀ = XXᵀ + ε I``, ``ε = ridge · mean(diag XXᵀ)`` (their ``1e-3``;
-    :func:`cholesky_orthogonal`).  Then ``WWᵀ = L⁻¹(LLᵀ − εI)L⁻ᵀ = I − ε(LLᵀ)⁻¹ ⪯ I``: a
+    :func:`cholesky_orthogonal`; their neck computes the same ``ε`` as a Python float,
+    ``mean/1000``: equal to rounding).  Then ``WWᵀ = L⁻¹(LLᵀ − εI)L⁻ᵀ = I − ε(LLᵀ)⁻¹ ⪯ I``: a
     contraction in exact arithmetic; the bound is
     ``lipcli.numerics.spectral.spectral_norm_upper_bound`` of the float ``W`` used.  The patch
     convolution (``p × p`` filter, stride ``p``, no padding, no bias) acts on disjoint patches,
