@@ -19,7 +19,13 @@ quotients), so they are imported as lipcli's ``power_u{r}``/``power_v{r}`` (the 
 column vectors of reshape ``r``: ``_v1/_u1``, ``_v2/_u2``, ``_v3/_u3``, ``_u4/_v4``).  The CRC head's ``_u``/``_v`` (its curvature power
 vectors) are estimator state lipcli does not use.  MaxMin and the pairwise max pool are
 lipcli's ``maxmin`` and ``max``; the source's HouseHolder activations, LipPool and orthogonal
-heads, and BCOP/Cayley convolutions, are refused naming the missing piece.
+heads, and BCOP convolutions, are refused naming the missing piece.
+
+The source's Cayley LipConvNet (``conv_name='cayley'``: ``weight``, ``bias`` and the scale
+``alpha`` per layer) maps onto the same architecture with the ``cayley`` convolution of the
+lipcli-cayley plugin (the model needs it installed): the stride-2 layers' ``k//2`` filters
+(after their space-to-depth) are centred in lipcli's ``k × k`` and ``alpha`` is rescaled from
+the source's spectral Frobenius norm to lipcli's filter norm (:func:`_cayley_state`).
 """
 
 from __future__ import annotations
@@ -64,6 +70,30 @@ def _layers(b: int, w: int) -> list[tuple[str, str, int, int, int, int]]:
     return out
 
 
+def _cayley_shapes(c_in: int, c_out: int, k: int, stride: int) -> dict[str, tuple[int, ...]]:
+    """The source's ``Cayley`` layer: a stride-2 layer is a ``k//2 × k//2`` (at least 1×1)
+    convolution from ``4·in`` channels after its space-to-depth (``StridedConv``)."""
+    kk = max(1, k // 2) if stride == 2 else k
+    return {"weight": (c_out, c_in * stride * stride, kk, kk), "bias": (c_out,), "alpha": ()}
+
+
+def _cayley_state(tensors: Mapping[str, Any], src: str, k: int, size: int) -> dict[str, torch.Tensor]:
+    """lipcli-cayley's ``weight``, ``alpha`` and ``spatial_size`` for the source's layer on
+    ``size × size`` (rearranged) images.  The source's filter is centred in lipcli's ``k × k``
+    (a centred tap has phase 1: the same spectrum; its ``conj(rfft2)`` times the shift is
+    lipcli's centred correlation).  The source scales by ``α/‖Ŵ‖_F`` over the spectrum's half
+    plane at that size, lipcli by ``α'/‖W‖_F``: ``α' = α·‖W‖_F/‖Ŵ‖_F`` (float64, then float32)."""
+    src_w = tensors[f"{src}.weight"]
+    weight = src_w.new_zeros(src_w.shape[0], src_w.shape[1], k, k)
+    lo = (k - src_w.shape[-1]) // 2
+    weight[:, :, lo:lo + src_w.shape[-1], lo:lo + src_w.shape[-1]] = src_w
+    w64 = src_w.double()
+    spectrum = torch.fft.rfft2(w64, (size, size)).abs().square().sum().sqrt()
+    alpha = tensors[f"{src}.alpha"].double() * w64.square().sum().sqrt() / spectrum
+    return {"weight": weight, "alpha": alpha.to(src_w.dtype),
+            "spatial_size": torch.tensor((size, size), dtype=torch.int64)}
+
+
 def _refuse_unsupported(tensors: Mapping[str, Any]) -> None:
     names = set(tensors)
     thetas = [n for n in names if re.search(r"\.act\.theta\d?$", n)]
@@ -78,9 +108,10 @@ def _refuse_unsupported(tensors: Mapping[str, Any]) -> None:
                             "improved-l2 maps no lipcli head to it yet (use the lln or crc_full heads)")
     if any(n.startswith("features_layer.") for n in names):
         raise ImportRefused("cannot import the source's 'crc_ortho' features layer: no lipcli equivalent yet")
-    if "init_layer.ortho.weight" in names and "init_layer.ortho._u1" not in names:
-        raise ImportRefused("cannot import BCOP/Cayley convolutions from improved_l2_robustness "
-                            "checkpoints yet (improved-l2 maps SOC only)")
+    if "init_layer.ortho.weight" in names and not names & {"init_layer.ortho._u1", "init_layer.ortho.alpha"}:
+        raise ImportRefused("cannot import BCOP convolutions from improved_l2_robustness checkpoints yet "
+                            "(improved-l2 maps SOC and Cayley): missing piece: the source's BCOP parametrisation "
+                            "in lipcli-bcop")
 
 
 def _block_size(names: set[str], arch: str | None) -> int:
@@ -119,8 +150,10 @@ class ImprovedL2Importer:
         w = int(bias.shape[0])
         feat_pool, feat_act = 32 * w, 64 * w
         expected: dict[str, tuple[int, ...]] = {"shift": (3, 1, 1), "scale": (3, 1, 1)}
+        cayley = "init_layer.ortho.alpha" in names
         for src, _dst, c_in, c_out, k, s in _layers(b, w):
-            expected.update({f"{src}.{key}": shape for key, shape in _soc_shapes(c_in, c_out, k, s).items()})
+            shapes = _cayley_shapes(c_in, c_out, k, s) if cayley else _soc_shapes(c_in, c_out, k, s)
+            expected.update({f"{src}.{key}": shape for key, shape in shapes.items()})
         ignored: list[str] = []
         if "logits_layer.linear1.weight" in names:
             lw = tensors["logits_layer.linear1.weight"]
@@ -139,23 +172,29 @@ class ImprovedL2Importer:
             expected.update({"logits_layer.weight": (k, feat_pool), "logits_layer.bias": (k,)})
             head, pool, what = "lln", "max", "LLN head"
         model: dict[str, Any] = {
-            "arch": f"lipconvnet-{5 * b}:width={w}", "conv": "soc-fast", "activation": "maxmin",
+            "arch": f"lipconvnet-{5 * b}:width={w}", "conv": "cayley" if cayley else "soc-fast", "activation": "maxmin",
             "pool": pool, "head": head, "num_classes": k, "in_channels": 3, "image_size": (32, 32),
         }
         mean, std = _values(tensors, "shift", (3, 1, 1)), _values(tensors, "scale", (3, 1, 1))
         if mean is not None and std is not None and min(std) > 0:
             model.update(mean=tuple(mean), std=tuple(std))
         return ImportPlan(model=model, expected=expected, ignored=tuple(ignored), dataset=_DATASETS.get(k),
-                          description=f"LipConvNet-{5 * b} (width {w}), SOC, MaxMin, {what}, {k} classes",
-                          source_state={"blocks": b, "width": w})
+                          description=f"LipConvNet-{5 * b} (width {w}), {'Cayley' if cayley else 'SOC'}, MaxMin, "
+                                      f"{what}, {k} classes",
+                          source_state={"blocks": b, "width": w, "cayley": cayley})
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         b, w = plan.source_state["blocks"], plan.source_state["width"]
         out: dict[str, Any] = {"body.normalize.mean": tensors["shift"].flatten(),
                                "body.normalize.std": tensors["scale"].flatten()}
-        for src, dst, *_ in _layers(b, w):
-            out[f"{dst}.weight"] = tensors[f"{src}.weight"]
+        image = 32
+        for src, dst, _c_in, _c_out, k, s in _layers(b, w):
             out[f"{dst}.bias"] = tensors[f"{src}.bias"]
+            image //= s
+            if plan.source_state.get("cayley"):
+                out.update({f"{dst}.{key}": v for key, v in _cayley_state(tensors, src, k, image).items()})
+                continue
+            out[f"{dst}.weight"] = tensors[f"{src}.weight"]
             for r, (rows, cols) in enumerate(_POWER_VECTORS):
                 out[f"{dst}.power_u{r}"] = tensors[f"{src}.{rows}"].flatten()
                 out[f"{dst}.power_v{r}"] = tensors[f"{src}.{cols}"].flatten()
@@ -170,7 +209,8 @@ class ImprovedL2Importer:
 
     def source_certificates(self, model: Any, images: torch.Tensor) -> SourceCertificates | None:
         """The source's rule (``utils.evaluate_certificates``, ``exact=True``): the product of
-        per-layer power-iteration estimates (50 steps, as ``lipschitz_constant(exact=True)``)
+        per-layer power-iteration estimates (50 steps, as ``lipschitz_constant(exact=True)``;
+        its Cayley layers have no ``norm()``: ``1/min(scale)`` alone)
         and, for the LLN head, ``min`` over the top-9 other classes of
         ``(f_y - f_j) / ||ŵ_y - ŵ_j||`` divided by it; certified when ``> r``.  ``None`` for
         the CRC head (its certificate is not reproduced here)."""
@@ -178,7 +218,11 @@ class ImprovedL2Importer:
 
         if not hasattr(model.head, "normalized_weight"):
             return None
-        estimate = float(lipschitz_report(model, estimate=True, iters=50).estimate)
+        conv = getattr(model, "lipcli_config", {}).get("conv", {})
+        if isinstance(conv, dict) and conv.get("name") == "cayley":  # no norm() on Cayley layers: 1 each
+            estimate = 1.0 / float(model.body.normalize.std.min())
+        else:
+            estimate = float(lipschitz_report(model, estimate=True, iters=50).estimate)
         with torch.no_grad():
             logits = model(images)
             preds = logits.argmax(1)

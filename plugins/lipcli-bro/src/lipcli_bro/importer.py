@@ -1,6 +1,6 @@
 """Importer ``bronet-lipconvnet``: LipConvNet checkpoints saved by the BRONet authors' code
 (github.com/ntuaislab/BRONet, ``lipconvnet/trainer/trainer.py``: ``torch.save(model.state_dict(),
-...)`` of ``models/lip_convnets.py::LipConvNet`` with ``--conv-layer bro``) onto
+...)`` of ``models/lip_convnets.py::LipConvNet`` with ``--conv-layer bro`` or ``soc``) onto
 ``bronet-lipconvnet-<n>`` (:mod:`lipcli_bro.lipconvnet`) with the ``bro`` convolution in the
 authors' form (``rank_rule=lipconvnet,border=zero,ridge=1e-5``) and the ``lln`` head.
 
@@ -17,8 +17,15 @@ the same block reflector.  The rank of the square layers is ``mask_mapping(c, --
 Not in the checkpoint, so fixed as the authors' code fixes it: the MaxMin activation (their
 default; HouseHolder activations have parameters and are refused), the input normalisation
 (``utils/__init__.py``: the CIFAR-10 mean, std 0.2507, for every data set) and the image size
-(32 for 10 and 100 classes, 64 for 200: Tiny ImageNet), told apart by ``D``.  Dense layers
-(``--num-dense``) and the SOC, LOT and Cayley LipConvNets are refused naming the piece.
+(32 for 10 and 100 classes, 64 for 200: Tiny ImageNet), told apart by ``D``.
+
+Their SOC LipConvNet (``--conv-layer soc``; ``models/layers/soc.py``, the paper's SOC: a square
+``(C, C, k, k)`` filter, a bias and the power vectors ``_u1 .. _v4`` that fix its ``σ``) maps onto
+the same architecture with lipcli's ``soc-fast`` (15 terms in evaluation, as theirs), the filter
+as it is (both are ``conv2d``) and the power vectors as ``power_u{r}``/``power_v{r}`` (as the
+``improved-l2`` importer maps the paper's).  Dense layers (``--num-dense``) and the LOT and
+Cayley LipConvNets are refused naming the piece (their LOT layer zero-pads and adds ``1e-4`` in
+its Newton–Schulz iteration: lipcli-lot's layer has neither).
 """
 
 from __future__ import annotations
@@ -36,13 +43,21 @@ from .border import mask_mapping
 from .lipconvnet import AUTHORS_MEAN, AUTHORS_STD, DEPTHS, layer_plan
 
 SOURCE = "github.com/ntuaislab/BRONet"
-DESCRIPTION = "the BRONet authors' LipConvNet with BRO layers (lipconvnet/), LLN head"
+DESCRIPTION = "the BRONet authors' LipConvNet with BRO or SOC layers (lipconvnet/), LLN head"
 #: the authors' solve regularisation (``perturb_ratio`` in ``BRO.cal_wfft_ortho``)
 AUTHORS_RIDGE = 1e-5
 #: ``--bro-rank`` values tried first when reading the rank back (the authors' mask levels)
 _LEVELS = (0.125, 0.25, 0.5, 0.75, 1.0)
 _DATASETS = {10: "cifar10", 100: "cifar100"}
 _KEY = re.compile(r"layer([1-5])\.(\d+)\.(\w+)\.(\w+)$")
+#: the SOC layer's power vectors (their ``lipconvnet/models/layers/soc.py``, the paper's SOC):
+#: shape from ``(C, k)``, and the pairs that are lipcli's ``power_u{r}``/``power_v{r}`` (rows,
+#: columns of reshape ``r``; as the ``improved-l2`` importer maps the paper's)
+SOC_BUFFERS = {"_u1": lambda C, k: (1, C, 1, k), "_v1": lambda C, k: (C, 1, k, 1),
+               "_u2": lambda C, k: (1, C, k, 1), "_v2": lambda C, k: (C, 1, 1, k),
+               "_u3": lambda C, k: (1, C, k, k), "_v3": lambda C, k: (C, 1, 1, 1),
+               "_u4": lambda C, k: (C, 1, k, k), "_v4": lambda C, k: (1, C, 1, 1)}
+SOC_POWER_PAIRS = (("_v1", "_u1"), ("_v2", "_u2"), ("_v3", "_u3"), ("_u4", "_v4"))
 
 
 def source_prefix(name: str) -> str:
@@ -56,11 +71,11 @@ def _refuse_unsupported(names: set[str]) -> None:
     if any(part == "activation" for part, _ in parts):
         raise ImportRefused("cannot import the authors' HouseHolder activations ('hh1'/'hh2'): "
                             "bronet-lipconvnet maps MaxMin only")
-    others = sorted({leaf for part, leaf in parts if part == "conv" and leaf not in ("weight", "bias")})
+    others = sorted({leaf for part, leaf in parts if part == "conv" and leaf not in ("weight", "bias", *SOC_BUFFERS)})
     if others:
-        layer = "SOC" if "_u1" in others else "Cayley" if "alpha" in others else "non-BRO"
+        layer = "Cayley" if "alpha" in others else "LOT" if "lot" in " ".join(others).lower() else "non-BRO"
         raise ImportRefused(f"cannot import the authors' {layer} LipConvNet (conv.{others[0]}): "
-                            "bronet-lipconvnet maps the BRO layer only")
+                            "bronet-lipconvnet maps the BRO and SOC layers only")
     if any(n.startswith("dense_layers.") for n in names):
         raise ImportRefused("cannot import the authors' dense layers (--num-dense > 0): "
                             "bronet-lipconvnet has no lipcli piece for them")
@@ -107,6 +122,16 @@ def _rank_ratio(tensors: Mapping[str, Any], b: int, w: int) -> float:
                         "channels) follow no single --bro-rank: not the authors' LipConvNet")
 
 
+def _refuse_lot(tensors: Mapping[str, Any], b: int) -> None:
+    """Their LOT layer is an ``nn.Conv2d`` (``weight``, ``bias``): its stride-2 ``C → 2C``
+    filter is ``(2C, 4C, k, k)``, where BRO's is ``(4C, 2C, k, k)`` (rows ``max(in·s², out)``)."""
+    key = f"{source_prefix(f'layer2_conv{b}')}.weight"
+    t = tensors.get(key)
+    if t is not None and t.dim() == 4 and t.shape[0] < t.shape[1]:
+        raise ImportRefused(f"cannot import the authors' LOT LipConvNet ({key} {tuple(t.shape)}: an (out, in*4) "
+                            "filter): missing piece: lipcli-lot's zero border and the authors' 1e-4 regularisation")
+
+
 class BRONetLipConvNetImporter:
     """The ``bronet-lipconvnet`` importer (see the module)."""
 
@@ -121,39 +146,53 @@ class BRONetLipConvNetImporter:
         if side is None or w < 1:
             raise ImportRefused(f"last_layer.weight has {D} features, not 32*{w} (32x32 images) or 128*{w} "
                                 "(64x64): not the authors' LipConvNet with --num-dense 0")
-        ratio = _rank_ratio(tensors, b, w)
+        soc = any(n.endswith(".conv._u1") for n in names)
+        _refuse_lot(tensors, b)
+        ratio = 0.0 if soc else _rank_ratio(tensors, b, w)
         expected: dict[str, tuple[int, ...]] = {}
         sizes: dict[str, tuple[int, int]] = {}
         image = side
         for name, c_in, c_out, k, s in layer_plan(b, w):
             src = source_prefix(name)
             conv_in = c_in * s * s
+            expected[f"{src}.bias"] = (c_out,)
+            image //= s
+            sizes[name] = (image + 2 * (k // 2),) * 2
+            if soc:  # a square (C, C, k, k) filter and its power vectors
+                C = max(conv_in, c_out)
+                expected.update({f"{src}.weight": (C, C, k, k)}, **{f"{src}.{b_}": shape(C, k)
+                                                                      for b_, shape in SOC_BUFFERS.items()})
+                continue
             rank = min(conv_in, c_out) if conv_in != c_out else mask_mapping(c_out, ratio)
             if rank < 1:
                 raise ImportRefused(f"cannot import {src}: the authors' rank rule gives it 0 columns (an identity "
                                     "layer); lipcli's bro has rank at least 1")
-            expected.update({f"{src}.weight": (max(conv_in, c_out), rank, k, k), f"{src}.bias": (c_out,)})
-            image //= s
-            sizes[name] = (image + 2 * (k // 2),) * 2
+            expected[f"{src}.weight"] = (max(conv_in, c_out), rank, k, k)
         expected.update({"last_layer.weight": (K, D), "last_layer.bias": (K,)})
-        conv = f"bro:rank_ratio={ratio:g},rank_rule=lipconvnet,border=zero,ridge={AUTHORS_RIDGE:g}"
+        conv = "soc-fast" if soc else f"bro:rank_ratio={ratio:g},rank_rule=lipconvnet,border=zero,ridge={AUTHORS_RIDGE:g}"
         model: dict[str, Any] = {
             "arch": f"bronet-lipconvnet-{5 * b}:width={w}", "conv": conv, "activation": "maxmin",
             "pool": "max", "head": "lln", "num_classes": K, "in_channels": 3, "image_size": (side, side),
             "mean": AUTHORS_MEAN, "std": AUTHORS_STD,
         }
+        layer = "SOC" if soc else f"BRO (rank ratio {ratio:g})"
         return ImportPlan(model=model, expected=expected, ignored=(), dataset=_DATASETS.get(K) if side == 32 else None,
-                          description=f"BRONet LipConvNet-{5 * b} (width {w}), BRO (rank ratio {ratio:g}), "
-                                      f"MaxMin, LLN head, {K} classes",
-                          source_state={"blocks": b, "width": w, "sizes": sizes})
+                          description=f"BRONet LipConvNet-{5 * b} (width {w}), {layer}, MaxMin, LLN head, {K} classes",
+                          source_state={"blocks": b, "width": w, "sizes": sizes, "soc": soc})
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         out: dict[str, Any] = {"body.normalize.mean": torch.tensor(AUTHORS_MEAN),
                                "body.normalize.std": torch.tensor(AUTHORS_STD)}
         for name, *_ in layer_plan(plan.source_state["blocks"], plan.source_state["width"]):
             src = source_prefix(name)
-            out[f"body.{name}.weight"] = tensors[f"{src}.weight"].flip(-1, -2)  # convolution -> correlation
             out[f"body.{name}.bias"] = tensors[f"{src}.bias"]
+            if plan.source_state.get("soc"):  # conv2d on both sides; sigma from the imported vectors
+                out[f"body.{name}.weight"] = tensors[f"{src}.weight"]
+                for r, (rows, cols) in enumerate(SOC_POWER_PAIRS):
+                    out[f"body.{name}.power_u{r}"] = tensors[f"{src}.{rows}"].flatten()
+                    out[f"body.{name}.power_v{r}"] = tensors[f"{src}.{cols}"].flatten()
+                continue
+            out[f"body.{name}.weight"] = tensors[f"{src}.weight"].flip(-1, -2)  # convolution -> correlation
             out[f"body.{name}.spatial_size"] = torch.tensor(plan.source_state["sizes"][name], dtype=torch.int64)
         out["head.weight"] = tensors["last_layer.weight"]
         out["head.bias"] = tensors["last_layer.bias"]

@@ -33,11 +33,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 
 from lipcli.sdk.inputs import Normalize
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
+
+from .network_base import AuthorsNetwork, check_arguments, per_channel
 
 #: the authors' input normalisation (``lipconvnet/utils/__init__.py``, used for every data set)
 AUTHORS_MEAN = (0.4914, 0.4822, 0.4465)
@@ -61,15 +62,11 @@ def layer_plan(blocks: int, width: int, in_channels: int = 3) -> list[tuple[str,
     return plan
 
 
-def _per_channel(values: Sequence[float], channels: int) -> tuple[float, ...]:
-    """``values`` as a tuple, one entry repeated for every channel."""
-    values = tuple(values)
-    return values * channels if len(values) == 1 else values
-
-
-class BRONetLipConvNet(nn.Module):
+class BRONetLipConvNet(AuthorsNetwork):
     """The network of the module docstring (lipcli's architecture protocol: ``body``,
     ``head``, ``features``, ``forward``)."""
+
+    network_name = "the BRONet LipConvNet"
 
     def __init__(self, *, depth: int, conv: Component, activation: Component, pool: Component,
                  head: Component, num_classes: int, in_channels: int = 3,
@@ -81,15 +78,13 @@ class BRONetLipConvNet(nn.Module):
         if size[0] != size[1] or size[0] % TOTAL_STRIDE or size[0] < TOTAL_STRIDE:
             raise ValueError(f"the BRONet LipConvNet needs a square image whose side is a multiple of "
                              f"{TOTAL_STRIDE}, got {size[0]}x{size[1]}")
-        mean, std = _per_channel(mean, in_channels), _per_channel(std, in_channels)
-        for ok, message in ((depth % 5 == 0 and 5 <= depth <= DEPTHS[-1],
-                             f"depth must be a multiple of 5 in 5..{DEPTHS[-1]}, got {depth}"),
-                            (1 <= width <= MAX_WIDTH, f"width must be in 1..{MAX_WIDTH}, got {width}"),
-                            (num_classes >= 2, f"num_classes must be at least 2, got {num_classes}"),
-                            (len(mean) == len(std) == in_channels,
-                             f"mean/std need {in_channels} entries, got {len(mean)} and {len(std)}")):
-            if not ok:
-                raise ValueError(message)
+        mean, std = per_channel(mean, in_channels), per_channel(std, in_channels)
+        check_arguments(((depth % 5 == 0 and 5 <= depth <= DEPTHS[-1],
+                          f"depth must be a multiple of 5 in 5..{DEPTHS[-1]}, got {depth}"),
+                         (1 <= width <= MAX_WIDTH, f"width must be in 1..{MAX_WIDTH}, got {width}"),
+                         (num_classes >= 2, f"num_classes must be at least 2, got {num_classes}"),
+                         (len(mean) == len(std) == in_channels,
+                          f"mean/std need {in_channels} entries, got {len(mean)} and {len(std)}")))
         self.depth, self.width, self.num_classes = depth, width, num_classes
         self.in_channels, self.image_size = in_channels, size
         layers: OrderedDict[str, nn.Module] = OrderedDict()
@@ -102,21 +97,3 @@ class BRONetLipConvNet(nn.Module):
         self.body = nn.Sequential(layers)
         self.feature_dim = 32 * width * (size[0] // TOTAL_STRIDE) ** 2
         self.head = head.build(self.feature_dim, num_classes)
-
-    @torch.no_grad()
-    def refresh_power_iteration(self, steps: int = 50) -> None:
-        """Refresh layers that keep power-iteration state (none with ``--conv bro``)."""
-        for refresh in (getattr(m, "refresh", None) for m in self.modules() if m is not self):
-            if callable(refresh):
-                refresh(steps)
-
-    def features(self, x: Tensor) -> Tensor:
-        """Penultimate features ``(N, D)`` (normalisation included) of ``(N, in, S, S)`` inputs."""
-        expected = (self.in_channels, *self.image_size)
-        if x.dim() != 4 or tuple(x.shape[1:]) != expected:
-            raise ValueError(f"the BRONet LipConvNet expects inputs (N, {', '.join(map(str, expected))}); "
-                             f"got {tuple(x.shape)}")
-        return self.body(x)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.features(x))

@@ -2,9 +2,10 @@
 
 Provides one convolution component, ``bro``: ``lip train --conv bro`` (parameters inline,
 e.g. ``--conv bro:rank_ratio=0.25``), the authors' LipConvNet as the architectures
-``bronet-lipconvnet-<n>`` (:mod:`lipcli_bro.lipconvnet`), the importer ``bronet-lipconvnet``
-(:mod:`lipcli_bro.importer`) and the BRONet paper's recipes ``bronet`` and
-``bronet-lipconvnet`` (``recipes.toml`` beside this module).
+``bronet-lipconvnet-<n>`` (:mod:`lipcli_bro.lipconvnet`) and their backbone network as
+``bronet`` (:mod:`lipcli_bro.bronet`), the importers ``bronet-lipconvnet``
+(:mod:`lipcli_bro.importer`) and ``bronet`` (:mod:`lipcli_bro.bronet_importer`), and the
+BRONet paper's recipes ``bronet`` and ``bronet-lipconvnet`` (``recipes.toml`` beside this module).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from lipcli.sdk.specs import ORTHOGONAL, ArchSpec, ConvSpec, ImporterSpec, Param
 
 from .border import BORDERS, RANK_RULES
 from .bro import FACTORS, INITS, BROConv
+from .bronet import MAX_DENSE_WIDTH, MAX_DEPTH, BRONet
+from .bronet import MAX_WIDTH as BRONET_MAX_WIDTH
+from .bronet_importer import DESCRIPTION as BRONET_DESCRIPTION
+from .bronet_importer import BRONetImporter
 from .importer import DESCRIPTION, SOURCE, BRONetLipConvNetImporter
 from .lipconvnet import DEPTHS, MAX_WIDTH, BRONetLipConvNet
 
@@ -94,10 +99,35 @@ def lip_architectures() -> list[ArchSpec]:
                           help="channels of the first layer (the authors' --init-channels)"),),
         )
         for n in DEPTHS
-    ]
+    ] + [bronet_arch_spec()]
+
+
+#: the ``bronet`` arch's integer parameters: name, default (the authors' CIFAR-10 shapes), range, help
+_BRONET_PARAMS = (
+    ("depth", 12, 0, MAX_DEPTH, "backbone blocks (--conv layers)"),
+    ("width", 512, 2, BRONET_MAX_WIDTH, "backbone channels w"),
+    ("stem_kernel", 5, 1, 15, "odd kernel of the stride-2 stem"),
+    ("neck_patch", 4, 1, 16, "patch (kernel = stride) of the neck conv"),
+    ("dense", 8, 0, MAX_DEPTH, "Cholesky dense layers after the neck"),
+    ("dense_width", 2048, 2, MAX_DENSE_WIDTH, "width D of the dense layers"),
+)
+
+
+def bronet_arch_spec() -> ArchSpec:
+    """The BRONet authors' backbone network (:mod:`lipcli_bro.bronet`); defaults: their
+    CIFAR-10 configuration's shapes."""
+    return ArchSpec(
+        name="bronet",
+        factory=BRONet,
+        description="the BRONet authors' backbone network (bronet/): free stride-2 stem, depth x (--conv + act), "
+                    "Cholesky patch neck and dense layers (use --conv bro:border=zero,ridge=1e-7 --head lln)",
+        params=tuple(Param(name=name, type=int, default=default, min=low, max=high, help=text)
+                     for name, default, low, high, text in _BRONET_PARAMS),
+    )
 
 
 @hookimpl
 def lip_importers() -> list[ImporterSpec]:
     return [ImporterSpec(name="bronet-lipconvnet", factory=BRONetLipConvNetImporter, source=SOURCE,
-                         description=DESCRIPTION)]
+                         description=DESCRIPTION),
+            ImporterSpec(name="bronet", factory=BRONetImporter, source=SOURCE, description=BRONET_DESCRIPTION)]
