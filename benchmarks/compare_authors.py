@@ -21,15 +21,16 @@ between them) it prints
 
 ``--soc-networks 5,20`` adds the paper's whole network per depth (``authors_networks.py``: the
 authors' ``LipConvNet`` against ``lipcli.create_model("lipconvnet-N")`` with the same weights):
-``agree`` on the logits, ``train`` a full training step (forward, cross-entropy, backward, SGD
-step), ``eval`` a no-grad forward, at ``--net-batch`` and ``--net-width``.
-
-A method whose code cannot run here is skipped with a line saying why.
+``agree`` on the logits (float64, no power step), ``train`` a full training step (forward,
+cross-entropy, backward, SGD step; no eval column) at ``--net-batch`` and ``--net-width``, with
+the median seconds per step; ``--soc-dense`` adds lipcli with the opt-in dense form for tiny
+images (``lipcli.builtins.soc.settings.CPU_DENSE_SMALL_IMAGES``) timed in the same rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -195,10 +196,34 @@ def compare(provider: Provider, methods: list[str], threads: list[int], rounds: 
     return {"rows": rows, "skipped": skipped}
 
 
+def interleaved_times(fns: dict[str, Callable[[], None]], rounds: int, reps: int,
+                      warmup: int = 1) -> list[dict[str, float]]:
+    """Per round the mean time of ``reps`` calls of each function, the order rotating by one
+    between rounds."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    names, out = list(fns), []
+    for r in range(rounds):
+        times = {}
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fns[name]()
+            times[name] = (time.perf_counter() - t0) / reps
+        out.append(times)
+    return out
+
+
 def network_rows(provider: Provider, depths: list[int], threads: list[int], rounds: int, reps: int,
-                 batch: int, width: int, seed: int = 0,
+                 batch: int, width: int, seed: int = 0, dense: bool = False,
                  log: Callable[[str], None] = lambda s: None) -> dict:
-    """The SOC network rows (``authors_networks.py``) as :func:`compare`'s ``rows``/``skipped``."""
+    """The SOC network rows (``authors_networks.py``) as :func:`compare`'s ``rows``/``skipped``:
+    per depth and thread count the training-step ratio lipcli ÷ authors; with ``dense`` a second
+    row for lipcli with the opt-in ``settings.CPU_DENSE_SMALL_IMAGES``, timed in the same
+    interleaved rounds."""
+    from lipcli.builtins.soc import settings
+
     rows, skipped = [], []
     try:
         cls = provider("soc-network")
@@ -211,22 +236,36 @@ def network_rows(provider: Provider, depths: list[int], threads: list[int], roun
                                                                torch.float64)
             agree = authors_networks.network_agreement(theirs, ours, x)
             theirs, ours, x, y = authors_networks.network_pair(cls, depth, width, batch, seed)
+            variants = {"ours": (ours, False)}
+            if dense:
+                variants["dense"] = (copy.deepcopy(ours), True)
             for t in threads:
                 torch.set_num_threads(t)
-                step_ours = authors_networks.training_step(ours, x, y)
-                step_theirs = authors_networks.training_step(theirs, x, y)
-                row = {"method": "soc", "lipcli": f"lipconvnet-{depth} soc-fast", "what": what,
-                       "agree": agree, "dtype": "float64", "threads": t,
-                       "train": spread(interleaved_ratios(step_ours, step_theirs, rounds, reps))}
-                theirs.eval(), ours.eval()
-                row["eval"] = spread(interleaved_ratios(lambda: _step(ours, x, False),
-                                                        lambda: _step(theirs, x, False), rounds, reps))
-                rows.append(row)
-                log(format_row(row))
+                fns = {"theirs": authors_networks.training_step(theirs, x, y)}
+                for name, (model, on) in variants.items():
+                    fns[name] = _with_dense(authors_networks.training_step(model, x, y), on, settings)
+                times = interleaved_times(fns, rounds, reps)
+                for name in variants:
+                    row = {"method": "soc", "what": what, "agree": agree, "dtype": "float64", "threads": t,
+                           "lipcli": f"lipconvnet-{depth} soc-fast" + (" CPU_DENSE_SMALL_IMAGES" if name == "dense" else ""),
+                           "train": spread([r[name] / r["theirs"] for r in times]),
+                           "seconds": {k: statistics.median(r[k] for r in times) for k in fns}}
+                    rows.append(row)
+                    log(format_row(row))
         except Exception as exc:  # noqa: BLE001 - e.g. the authors' code needing CUDA
             skipped.append(f"soc ({what}): {type(exc).__name__}: {exc}"[:300])
             log(skipped[-1])
     return {"rows": rows, "skipped": skipped}
+
+
+def _with_dense(step: Callable[[], None], on: bool, settings) -> Callable[[], None]:
+    def run() -> None:
+        saved, settings.CPU_DENSE_SMALL_IMAGES = settings.CPU_DENSE_SMALL_IMAGES, on
+        try:
+            step()
+        finally:
+            settings.CPU_DENSE_SMALL_IMAGES = saved
+    return run
 
 
 def _ratio(d: dict) -> str:
@@ -234,8 +273,9 @@ def _ratio(d: dict) -> str:
 
 
 def format_row(r: dict) -> str:
-    return (f"| {r['method']} | {r['what']} | {r['agree']:.1e} ({r['dtype']}) | {r['threads']} "
-            f"| {_ratio(r['train'])} | {_ratio(r['eval'])} |")
+    what = r["what"] + (" (dense option)" if "DENSE" in r.get("lipcli", "") else "")
+    return (f"| {r['method']} | {what} | {r['agree']:.1e} ({r['dtype']}) | {r['threads']} "
+            f"| {_ratio(r['train'])} | {_ratio(r['eval']) if 'eval' in r else '—'} |")
 
 
 def table(result: dict) -> str:
@@ -263,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--net-batch", type=int, default=128, help="batch of the --soc-networks rows")
     ap.add_argument("--net-width", type=int, default=32, help="width of the --soc-networks rows")
     ap.add_argument("--networks-only", action="store_true", help="only the --soc-networks rows")
+    ap.add_argument("--soc-dense", action="store_true",
+                    help="--soc-networks: also time lipcli with the opt-in CPU_DENSE_SMALL_IMAGES (same rounds)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = ap.parse_args(argv)
     checkouts = {m: getattr(args, m) for m in METHODS if getattr(args, m) is not None}
@@ -288,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         provider, list(checkouts), threads, args.rounds, args.reps, args.batch, args.width, log=log)
     if depths:
         nets = network_rows(provider, depths, threads, args.rounds, args.reps, args.net_batch,
-                            args.net_width, log=log)
+                            args.net_width, dense=args.soc_dense, log=log)
         result["rows"] += nets["rows"]
         result["skipped"] += nets["skipped"]
     result["commits"] = {m: checkout_commit(p) for m, p in checkouts.items()}
