@@ -91,11 +91,14 @@ def _minus_transpose(X: Tensor, scale: float | Tensor | None = None) -> Tensor:
         X2 = X.view(C, C)
         Xt = torch.empty_like(X2)
         Xt.copy_(X2.t())  # the blocked transpose copy: both operands below are contiguous
+        out = torch.empty_like(X)  # written through a view; returned as a base tensor
         if scale is None:
-            return torch.sub(X2, Xt).view(X.shape)
+            torch.sub(X2, Xt, out=out.view(C, C))
+            return out
         # scaled (the gradient): the transposed copy carries −s, the add +s·X
         s = float(scale) if isinstance(scale, Tensor) else scale
-        return torch.add(Xt.mul_(-s), X2, alpha=s).view(X.shape)
+        torch.add(Xt.mul_(-s), X2, alpha=s, out=out.view(C, C))
+        return out
     elif (
         on_cpu and kh * kw > 1 and X.dtype in (torch.float32, torch.float64)
         and _exact_cpu_matmul()

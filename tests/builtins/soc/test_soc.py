@@ -409,6 +409,7 @@ def test_blocked_minus_transpose_is_bit_identical():
         assert torch.equal(filters._minus_transpose(X), want)
         assert torch.equal(filters._minus_transpose(X, 0.25), want * 0.25)
         assert torch.equal(X, X0)  # the scaled form scales its copy, not X
+        assert filters._minus_transpose(X)._base is None  # not a view: SOC scales it in place
 
 
 def test_fast_input_gradient_float64_matches_autograd():
