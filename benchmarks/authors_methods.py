@@ -52,12 +52,14 @@ AUTHORS_CODE = {
     "bro": ("lipconvnet/models/layers", "bro", "BRO"),
     "lot": ("", "lot_ortho_conv", "LOT"),
     "sll": ("core/models", "layers", "SDPBasedLipschitzConvLayer"),
+    "soc-network": ("", "lip_convnets", "LipConvNet"),  # the paper's network (authors_networks.py)
 }
 REPOSITORIES = {
     "soc": "github.com/singlasahil14/improved_l2_robustness",
     "bro": "github.com/ntuaislab/BRONet",
     "lot": "github.com/AI-secure/Layerwise-Orthogonal-Training",
     "sll": "github.com/araujoalexandre/Lipschitz-SLL-Networks",
+    "soc-network": "github.com/singlasahil14/improved_l2_robustness",
 }
 Provider = Callable[[str], type]
 
@@ -126,23 +128,25 @@ def _soc_cpu_stand_ins():
 def import_authors(checkout: dict[str, Path], shim_soc: bool = False) -> Provider:
     """A provider importing each method's class unmodified from ``checkout[method]`` (its folder
     put first on ``sys.path``; the modules it brings are taken out of ``sys.modules`` afterwards
-    so two checkouts' ``utils`` do not collide).  Raises :class:`Skip` with the reason."""
+    so two checkouts' ``utils`` do not collide).  ``soc-network`` comes from the ``soc``
+    checkout.  Raises :class:`Skip` with the reason."""
 
     def provide(method: str) -> type:
-        if method not in checkout:
+        repo = method.split("-")[0]
+        if repo not in checkout:
             raise Skip(f"{method}: no checkout given")
         sub, module, cls = AUTHORS_CODE[method]
-        folder = (checkout[method] / sub).resolve()
+        folder = (checkout[repo] / sub).resolve()
         if not (folder / f"{module}.py").is_file():
             raise Skip(f"{method}: {folder / (module + '.py')} not found")
-        if method == "soc" and not shim_soc and not torch.cuda.is_available():
+        if repo == "soc" and not shim_soc and not torch.cuda.is_available():
             raise Skip("soc: the authors' skew_ortho_conv.py compiles a cuDNN (CUDA) "
                        "extension at import and its utils.py needs apex; --shim-soc substitutes "
                        "torch.nn.grad.conv2d_weight for the extension")
         before = set(sys.modules)
         sys.path.insert(0, str(folder))
         try:
-            with _soc_cpu_stand_ins() if method == "soc" and shim_soc else contextlib.nullcontext():
+            with _soc_cpu_stand_ins() if repo == "soc" and shim_soc else contextlib.nullcontext():
                 mod = importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - a missing module, a failing compile: one line
             raise Skip(f"{method}: importing the authors' {module}.py failed: "

@@ -1,7 +1,8 @@
 """lipcli's layers against the authors' own code: output agreement and interleaved A/B time.
 
     python benchmarks/compare_authors.py --soc PATH --bro PATH --lot PATH --sll PATH \
-        [--shim-soc] [--rounds 5] [--threads 1,2] [--json]
+        [--shim-soc] [--rounds 5] [--threads 1,2] [--json] \
+        [--soc-networks 5,20 [--net-batch 128] [--net-width 32] [--networks-only]]
 
 Each PATH is a checkout the user fetched (nothing is fetched here): SOC
 github.com/singlasahil14/improved_l2_robustness, BRO github.com/ntuaislab/BRONet, LOT
@@ -18,12 +19,18 @@ between them) it prints
   (each round times both, in alternating order), at each thread count;
 * each checkout's commit (``git rev-parse HEAD``, or ``unknown``).
 
-A method whose code cannot run here is skipped with a line saying why.
+``--soc-networks 5,20`` adds the paper's whole network per depth (``authors_networks.py``: the
+authors' ``LipConvNet`` against ``lipcli.create_model("lipconvnet-N")`` with the same weights):
+``agree`` on the logits (float64, no power step), ``train`` a full training step (forward,
+cross-entropy, backward, SGD step; no eval column) at ``--net-batch`` and ``--net-width``, with
+the median seconds per step; ``--soc-dense`` adds lipcli with the opt-in dense form for tiny
+images (``lipcli.builtins.soc.settings.CPU_DENSE_SMALL_IMAGES``) timed in the same rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -36,6 +43,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from authors_methods import METHODS, REPOSITORIES, Method, Provider, Shape, Skip, checkout_commit, import_authors  # noqa: E402
+import authors_networks  # noqa: E402
 
 #: layer shapes per method: LipConvnet's kinds (stride 1 in = out, stride 2 doubling), small
 SHAPES = (Shape(16, 16, 16), Shape(32, 32, 8), Shape(16, 32, 16, 2), Shape(64, 128, 4, 2))
@@ -209,13 +217,86 @@ def compare(provider: Provider, methods: list[str], threads: list[int], rounds: 
     return {"rows": rows, "skipped": skipped}
 
 
+def interleaved_times(fns: dict[str, Callable[[], None]], rounds: int, reps: int,
+                      warmup: int = 1) -> list[dict[str, float]]:
+    """Per round the mean time of ``reps`` calls of each function, the order rotating by one
+    between rounds."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    names, out = list(fns), []
+    for r in range(rounds):
+        times = {}
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fns[name]()
+            times[name] = (time.perf_counter() - t0) / reps
+        out.append(times)
+    return out
+
+
+def network_rows(provider: Provider, depths: list[int], threads: list[int], rounds: int, reps: int,
+                 batch: int, width: int, seed: int = 0, dense: bool = False,
+                 log: Callable[[str], None] = lambda s: None) -> dict:
+    """The SOC network rows (``authors_networks.py``) as :func:`compare`'s ``rows``/``skipped``:
+    per depth and thread count the training-step ratio lipcli ÷ authors; with ``dense`` a second
+    row for lipcli with the opt-in ``settings.CPU_DENSE_SMALL_IMAGES``, timed in the same
+    interleaved rounds."""
+    from lipcli.builtins.soc import settings
+
+    rows, skipped = [], []
+    try:
+        cls = provider("soc-network")
+    except Skip as why:
+        return {"rows": [], "skipped": [str(why)]}
+    for depth in depths:
+        what = f"LipConvnet-{depth} SGD step w{width} b{batch}"
+        try:
+            theirs, ours, x, _ = authors_networks.network_pair(cls, depth, width, min(batch, 4), seed,
+                                                               torch.float64)
+            agree = authors_networks.network_agreement(theirs, ours, x)
+            theirs, ours, x, y = authors_networks.network_pair(cls, depth, width, batch, seed)
+            variants = {"ours": (ours, False)}
+            if dense:
+                variants["dense"] = (copy.deepcopy(ours), True)
+            for t in threads:
+                torch.set_num_threads(t)
+                fns = {"theirs": authors_networks.training_step(theirs, x, y)}
+                for name, (model, on) in variants.items():
+                    fns[name] = _with_dense(authors_networks.training_step(model, x, y), on, settings)
+                times = interleaved_times(fns, rounds, reps)
+                for name in variants:
+                    row = {"method": "soc", "what": what, "agree": agree, "dtype": "float64", "threads": t,
+                           "lipcli": f"lipconvnet-{depth} soc-fast" + (" CPU_DENSE_SMALL_IMAGES" if name == "dense" else ""),
+                           "train": spread([r[name] / r["theirs"] for r in times]),
+                           "seconds": {k: statistics.median(r[k] for r in times) for k in fns}}
+                    rows.append(row)
+                    log(format_row(row))
+        except Exception as exc:  # noqa: BLE001 - e.g. the authors' code needing CUDA
+            skipped.append(f"soc ({what}): {type(exc).__name__}: {exc}"[:300])
+            log(skipped[-1])
+    return {"rows": rows, "skipped": skipped}
+
+
+def _with_dense(step: Callable[[], None], on: bool, settings) -> Callable[[], None]:
+    def run() -> None:
+        saved, settings.CPU_DENSE_SMALL_IMAGES = settings.CPU_DENSE_SMALL_IMAGES, on
+        try:
+            step()
+        finally:
+            settings.CPU_DENSE_SMALL_IMAGES = saved
+    return run
+
+
 def _ratio(d: dict) -> str:
     return f"{d['median']:.2f} [{d['min']:.2f}..{d['max']:.2f}]"
 
 
 def format_row(r: dict) -> str:
-    return (f"| {r['method']} | {r['what']} | {r['agree']:.1e} ({r['dtype']}) | {r['threads']} "
-            f"| {_ratio(r['train'])} | {_ratio(r['eval'])} |")
+    what = r["what"] + (" (dense option)" if "DENSE" in r.get("lipcli", "") else "")
+    return (f"| {r['method']} | {what} | {r['agree']:.1e} ({r['dtype']}) | {r['threads']} "
+            f"| {_ratio(r['train'])} | {_ratio(r['eval']) if 'eval' in r else '—'} |")
 
 
 def table(result: dict) -> str:
@@ -240,6 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=8, help="LipConvnet-5 width of the network rows")
     ap.add_argument("--device", default="cpu",
                     help="where the timed calls run (cpu, cuda); the agreement runs on the CPU")
+    ap.add_argument("--soc-networks", default="", metavar="DEPTHS",
+                    help="also time the paper's whole LipConvnet training step at these depths (e.g. 5,20; needs --soc)")
+    ap.add_argument("--net-batch", type=int, default=128, help="batch of the --soc-networks rows")
+    ap.add_argument("--net-width", type=int, default=32, help="width of the --soc-networks rows")
+    ap.add_argument("--networks-only", action="store_true", help="only the --soc-networks rows")
+    ap.add_argument("--soc-dense", action="store_true",
+                    help="--soc-networks: also time lipcli with the opt-in CPU_DENSE_SMALL_IMAGES (same rounds)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = ap.parse_args(argv)
     checkouts = {m: getattr(args, m) for m in METHODS if getattr(args, m) is not None}
@@ -251,12 +339,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         threads = [int(t) for t in args.threads.split(",")]
+        depths = [int(d) for d in args.soc_networks.split(",") if d.strip()]
     except ValueError:
-        print(f"error: --threads wants numbers like 1,2, got {args.threads!r}", file=sys.stderr)
+        print(f"error: --threads and --soc-networks want numbers like 1,2, got "
+              f"{args.threads!r} / {args.soc_networks!r}", file=sys.stderr)
         return 2
-    result = compare(import_authors(checkouts, args.shim_soc), list(checkouts), threads,
-                     args.rounds, args.reps, args.batch, args.width,
-                     log=(lambda s: print(s, file=sys.stderr, flush=True)), device=args.device)
+    if depths and "soc" not in checkouts:
+        print("error: --soc-networks needs the SOC checkout (--soc PATH)", file=sys.stderr)
+        return 2
+    log = (lambda s: print(s, file=sys.stderr, flush=True))
+    provider = import_authors(checkouts, args.shim_soc)
+    result = {"rows": [], "skipped": []} if args.networks_only else compare(
+        provider, list(checkouts), threads, args.rounds, args.reps, args.batch, args.width, log=log,
+        device=args.device)
+    if depths:
+        nets = network_rows(provider, depths, threads, args.rounds, args.reps, args.net_batch,
+                            args.net_width, dense=args.soc_dense, log=log)
+        result["rows"] += nets["rows"]
+        result["skipped"] += nets["skipped"]
     result["commits"] = {m: checkout_commit(p) for m, p in checkouts.items()}
     result["torch"], result["cpu_threads"], result["device"] = torch.__version__, threads, args.device
     if args.device.startswith("cuda"):

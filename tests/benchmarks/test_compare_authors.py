@@ -177,6 +177,8 @@ def test_import_authors_from_a_folder_and_skips(tmp_path):
     assert got == [1, 2] and "layers" not in sys.modules
     with pytest.raises(am.Skip, match="no checkout"):
         am.import_authors({})("bro")
+    with pytest.raises(am.Skip, match="soc-network: no checkout"):  # the network comes from --soc
+        am.import_authors({"bro": tmp_path})("soc-network")
     with pytest.raises(am.Skip, match="not found"):
         am.import_authors({"lot": tmp_path})("lot")
     if not torch.cuda.is_available():
@@ -237,3 +239,80 @@ def test_move_takes_plain_tensor_attributes_along():
     assert m[0].eye.dtype == torch.float64  # .to() did not touch it
     ca.move(m, "meta")
     assert m[0].eye.device.type == "meta" and m[0].lin.weight.device.type == "meta"
+
+
+class StandInLipConvNet(nn.Module):
+    """The authors' ``LipConvNet`` constructor and state-dict names (``init_layer.ortho.*``,
+    ``block{n}.{j}.ortho.*``, the power vectors ``_u1 .. _v4`` in their shapes, ``shift``/``scale``,
+    ``logits_layer.*``) over lipcli's own network, so the benchmark's mapping must undo them."""
+
+    def __init__(self, conv_name, activation_name, pooling_name, last_name, init_channels, block_size,
+                 num_classes, fast_train):
+        super().__init__()
+        from lipcli.host.models import create_model
+
+        assert (conv_name, activation_name, pooling_name, last_name, fast_train) == ("soc", "maxmin", "max", "lln", True)
+        self.inner = create_model(f"lipconvnet-{5 * block_size}", conv="soc-fast", activation="maxmin",
+                                  pool="max", head="lln", num_classes=num_classes, width=init_channels)
+        self.blocks, self.width = block_size, init_channels
+
+    @property
+    def update_iters(self):
+        return self.inner.body.stem_conv.power_iters
+
+    @update_iters.setter
+    def update_iters(self, n):
+        for m in self.inner.modules():
+            if isinstance(m, SOC):
+                m.power_iters = n
+
+    def update_sigma(self):
+        self.inner.refresh_power_iteration(50)
+
+    def state_dict(self, *args, **kwargs):
+        from lipcli.builtins.lipconvnet.importer import _POWER_VECTORS, _layers, _soc_shapes
+
+        ours = self.inner.state_dict()
+        out = {"shift": ours["body.normalize.mean"].view(3, 1, 1),
+               "scale": ours["body.normalize.std"].view(3, 1, 1),
+               "logits_layer.weight": ours["head.weight"], "logits_layer.bias": ours["head.bias"]}
+        for src, dst, c_in, c_out, k, s in _layers(self.blocks, self.width):
+            shapes = _soc_shapes(c_in, c_out, k, s)
+            out[f"{src}.weight"], out[f"{src}.bias"] = ours[f"{dst}.weight"], ours[f"{dst}.bias"]
+            for r, (rows, cols) in enumerate(_POWER_VECTORS):
+                out[f"{src}.{rows}"] = ours[f"{dst}.power_u{r}"].view(shapes[rows])
+                out[f"{src}.{cols}"] = ours[f"{dst}.power_v{r}"].view(shapes[cols])
+        return out
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def test_network_rows_against_a_stand_in():
+    """The network rows map the stand-in's parameters into lipcli's network (agreement to
+    float64 rounding), and time the default and the dense option in the same rounds."""
+    torch.manual_seed(0)
+    out = ca.network_rows({"soc-network": StandInLipConvNet}.__getitem__, [5], [1], rounds=2, reps=1,
+                          batch=2, width=2, dense=True)
+    assert not out["skipped"]
+    assert [r["lipcli"] for r in out["rows"]] == ["lipconvnet-5 soc-fast",
+                                                  "lipconvnet-5 soc-fast CPU_DENSE_SMALL_IMAGES"]
+    for r in out["rows"]:
+        assert r["agree"] < 1e-12, r
+        assert r["train"]["rounds"] == 2 and 0 < r["train"]["min"] <= r["train"]["max"] < math.inf
+        assert set(r["seconds"]) == {"theirs", "ours", "dense"}
+        assert "—" in ca.format_row(r)
+    assert "(dense option)" in ca.format_row(out["rows"][1])
+
+
+def test_network_rows_skip_without_the_network():
+    def provider(name):
+        raise am.Skip(f"{name}: no checkout given")
+
+    assert ca.network_rows(provider, [5], [1], 1, 1, 2, 2) == {"rows": [], "skipped": ["soc-network: no checkout given"]}
+
+
+def test_cli_networks_need_the_soc_checkout(tmp_path, capsys):
+    assert ca.main(["--bro", str(tmp_path), "--soc-networks", "5"]) == 2
+    assert "--soc-networks needs the SOC checkout" in capsys.readouterr().err
+    assert ca.main(["--soc", str(tmp_path), "--soc-networks", "five"]) == 2

@@ -34,7 +34,9 @@ from torch import Tensor, nn
 
 from lipcli.builtins.soc.filters import _NormalisedSkew, _rank_one_factors, _skew_difference
 from lipcli.builtins.soc.power import PowerVectors
-from lipcli.builtins.soc.series import _working_format, soc_series, soc_series_fast, truncated_exp_norm_bound
+from lipcli.builtins.soc.series import (
+    _working_format, dense_applies, soc_series, soc_series_dense, soc_series_fast, truncated_exp_norm_bound,
+)
 from lipcli.numerics.conv import CONV_RESHAPES, conv_spectral_norm_upper_bound
 from lipcli.sdk.convbase import LipConvBase
 from lipcli.sdk.loading import tensors_will_be_loaded
@@ -222,9 +224,10 @@ class SOC(LipConvBase, PowerVectors):
         return x.contiguous(memory_format=_working_format(x))
 
     def _series(self, x: Tensor, S: Tensor, terms: int) -> Tensor:
-        if self.fast_grad and torch.is_grad_enabled() and (x.requires_grad or S.requires_grad):
-            return soc_series_fast(x, S, terms)
-        return soc_series(x, S, terms)
+        fast = self.fast_grad and torch.is_grad_enabled() and (x.requires_grad or S.requires_grad)
+        if dense_applies(x, S):  # opt-in (settings.CPU_DENSE_SMALL_IMAGES): tiny CPU images
+            return soc_series_dense(x, S, terms, fast)
+        return soc_series_fast(x, S, terms) if fast else soc_series(x, S, terms)
 
     def forward(self, x: Tensor) -> Tensor:
         # the series' output is a fresh tensor (or a channel slice of one) that nothing else

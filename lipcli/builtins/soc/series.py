@@ -41,7 +41,7 @@ from torch import Tensor
 from lipcli.builtins.soc import settings
 from lipcli.sdk.specs import CONVOLUTION_PROFILE_LABEL
 
-__all__ = ["soc_series", "soc_series_fast", "truncated_exp_norm_bound"]
+__all__ = ["soc_series", "soc_series_fast", "soc_series_dense", "dense_applies", "truncated_exp_norm_bound"]
 
 
 # --------------------------------------------------------------------------------------
@@ -301,6 +301,45 @@ def soc_series_fast(x: Tensor, S: Tensor, terms: int) -> Tensor:
     if terms < 2:
         raise ValueError("the fast SOC gradient needs at least 2 terms")
     return _FastSOCSeries.apply(x, S, terms)
+
+
+# --------------------------------------------------------------------------------------
+# The series on tiny CPU images as matrix products (settings.CPU_DENSE_SMALL_IMAGES, opt-in)
+# --------------------------------------------------------------------------------------
+def dense_applies(x: Tensor, S: Tensor) -> bool:
+    """Whether the opt-in dense form is used for ``x`` (``N, C, H, W``) and the filter ``S``:
+    :data:`~lipcli.builtins.soc.settings.CPU_DENSE_SMALL_IMAGES`, CPU, every output pixel
+    within the filter's reach of every input pixel, and fewer pixels than taps."""
+    H, W = x.shape[-2:]
+    kh, kw = S.shape[-2:]
+    return (settings.CPU_DENSE_SMALL_IMAGES and x.device.type == "cpu" and H * W < kh * kw
+            and H - 1 <= kh // 2 and W - 1 <= kw // 2 and (H, W) != (1, 1))
+
+
+def dense_matrix(S: Tensor, H: int, W: int) -> Tensor:
+    """The ``(C·H·W) × (C·H·W)`` matrix of ``conv2d(·, S, padding=k//2)`` on ``H×W`` images
+    whose every tap pair is inside the filter (:func:`dense_applies`): ``M[(o,p),(i,q)] =
+    S[o, i, q_y − p_y + k//2, q_x − p_x + k//2]`` (a gather of ``S``, differentiable; exactly
+    skew when ``S`` is)."""
+    kh, kw = S.shape[-2:]
+    py, px = torch.meshgrid(torch.arange(H), torch.arange(W), indexing="ij")
+    py, px = py.reshape(-1), px.reshape(-1)
+    A = (py[None, :] - py[:, None] + kh // 2).to(S.device)
+    B = (px[None, :] - px[:, None] + kw // 2).to(S.device)
+    C, P = S.shape[0], H * W
+    return S[:, :, A, B].permute(0, 2, 1, 3).reshape(C * P, S.shape[1] * P)
+
+
+def soc_series_dense(x: Tensor, S: Tensor, terms: int, fast: bool) -> Tensor:
+    """:func:`soc_series` (``fast``: :func:`soc_series_fast`) of ``x`` computed with the dense
+    matrix of ``S`` as a ``1×1`` filter on ``1×1`` images (matrix products); the same map up
+    to floating-point rounding."""
+    n, C, H, W = x.shape
+    M = dense_matrix(S, H, W)
+    x1 = x.contiguous().view(n, C * H * W, 1, 1)
+    M1 = M.view(M.shape[0], M.shape[1], 1, 1)
+    z = soc_series_fast(x1, M1, terms) if fast else soc_series(x1, M1, terms)
+    return z.view(n, C, H, W)
 
 
 # --------------------------------------------------------------------------------------

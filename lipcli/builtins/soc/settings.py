@@ -14,6 +14,8 @@ import os
 
 #: the environment variable that sets :data:`CUDA_CHANNELS_LAST` (``0``, ``false`` or ``no``: off)
 CUDA_CHANNELS_LAST_ENV = "LIPCLI_CUDA_CHANNELS_LAST"
+#: the environment variable that sets :data:`CPU_DENSE_SMALL_IMAGES` (``1``, ``true`` or ``yes``: on)
+CPU_DENSE_SMALL_IMAGES_ENV = "LIPCLI_SOC_CPU_DENSE"
 
 
 def _env_switch(name: str) -> bool:
@@ -36,3 +38,12 @@ CHANNELS_LAST_MIN_PIXELS: int | None = 64
 #: ``soc-fast`` unchanged, ``soc`` 17 % faster at batch 512).  The environment variable
 #: ``LIPCLI_CUDA_CHANNELS_LAST=0`` turns it off (:data:`CUDA_CHANNELS_LAST_ENV`, read once, here).
 CUDA_CHANNELS_LAST: bool = _env_switch(CUDA_CHANNELS_LAST_ENV)
+
+#: CPU series on images so small that every output pixel sees every input pixel through the
+#: filter (``H, W ≤ k//2 + 1`` and ``H·W < k²``: 2×2 images under a 3×3 filter) run as matrix
+#: products with the layer's dense ``(C·H·W)²`` matrix instead of convolutions (the same linear
+#: map; fewer multiply-adds, since the convolution also multiplies the padding).  Off by
+#: default: the values differ from the convolutions' by floating-point rounding only, so models
+#: trained with it are not bit-identical to those trained without.  ``LIPCLI_SOC_CPU_DENSE=1``
+#: turns it on (:data:`CPU_DENSE_SMALL_IMAGES_ENV`, read once, here).
+CPU_DENSE_SMALL_IMAGES: bool = os.environ.get(CPU_DENSE_SMALL_IMAGES_ENV, "0").strip().lower() in ("1", "true", "yes")

@@ -401,11 +401,15 @@ def test_fused_and_plain_fast_gradients_agree(monkeypatch, c, k, hw):
 
 def test_blocked_minus_transpose_is_bit_identical():
     gen = torch.Generator().manual_seed(13)
-    X = torch.randn(512, 512, 1, 1, generator=gen)
-    assert X.numel() >= filters._TILE_MIN_ENTRIES  # the blocked path is taken
-    want = X - transpose_filter(X)
-    assert torch.equal(filters._minus_transpose(X), want)
-    assert torch.equal(filters._minus_transpose(X, 0.25), want * 0.25)
+    for C in (512, 520):  # any size above the threshold
+        X = torch.randn(C, C, 1, 1, generator=gen)
+        X0 = X.clone()
+        assert X.numel() >= filters._TILE_MIN_ENTRIES  # the blocked path is taken
+        want = X - transpose_filter(X)
+        assert torch.equal(filters._minus_transpose(X), want)
+        assert torch.equal(filters._minus_transpose(X, 0.25), want * 0.25)
+        assert torch.equal(X, X0)  # the scaled form scales its copy, not X
+        assert filters._minus_transpose(X)._base is None  # not a view: SOC scales it in place
 
 
 def test_fast_input_gradient_float64_matches_autograd():
