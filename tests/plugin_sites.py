@@ -5,6 +5,7 @@ environment stays untouched) and run real ``lip`` subprocesses with that folder 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from lipcli.testing import LipResult, install_distributions, run_lip
@@ -21,3 +22,14 @@ def install_plugins(names: list[str], target: Path, build: Path) -> Path:
 def lip(args, *, site: Path | None, extra_env=None, cwd=None) -> LipResult:
     """Run ``python -m lipcli ARGS`` with ``site`` (if any) first on ``PYTHONPATH``."""
     return run_lip(args, subprocess=True, site=site, env=extra_env, cwd=cwd)
+
+
+def lip_using(args, *, site: Path, modules: tuple[str, ...], extra_env=None) -> LipResult:
+    """Run ``lip ARGS`` with the plugins whose top-level packages are ``modules``: in-process
+    (Typer's test runner) where this environment imports them all (.ci/run installs every
+    distribution, so the code is the same as in ``site``), else a real ``lip`` process with
+    ``site`` on ``PYTHONPATH``.  Discovery from ``site`` in a real process is each end-to-end
+    test's own ``lip plugins`` subprocess; this runs the other behaviours (train, certify)."""
+    if all(importlib.util.find_spec(m) is not None for m in modules):
+        return run_lip(args, env=extra_env)
+    return lip(args, site=site, extra_env=extra_env)

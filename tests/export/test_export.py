@@ -104,7 +104,9 @@ def lipcli_reference(model_path: Path, images: torch.Tensor) -> dict:
 CASES = [
     pytest.param("lln", 5, "pt2", id="lln-5-pt2"),
     pytest.param("mlp", 5, "torchscript", id="crc-5-torchscript"),
-    pytest.param("lln", 5, "onnx", id="lln-5-onnx", marks=needs_onnx),
+    # the LLN certificate through ONNX runs fast in plugins/lipcli-liresnet (test_liresnet_export),
+    # ONNX's metadata record in crc-5-onnx: this case only in the slow suite
+    pytest.param("lln", 5, "onnx", id="lln-5-onnx", marks=[pytest.mark.slow, needs_onnx]),
     pytest.param("mlp", 5, "onnx", id="crc-5-onnx", marks=needs_onnx),
     pytest.param("lln", 20, "torchscript", id="lln-20-torchscript", marks=pytest.mark.slow),
     pytest.param("mlp", 20, "pt2", id="crc-20-pt2", marks=pytest.mark.slow),

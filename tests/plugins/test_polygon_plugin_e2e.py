@@ -1,8 +1,9 @@
 """End to end with a real third-party distribution: plugins/lipcli-polygon-pool.
 
 The plugin is pip-installed (``--target``, so the shared environment is untouched) and put on
-PYTHONPATH of real ``lip`` subprocesses; it is discovered through the ``lipcli`` entry-point
-group, trains, certifies, and its absence is reported with an install hint.
+PYTHONPATH of a real ``lip plugins`` subprocess: it is discovered through the ``lipcli``
+entry-point group; it trains and certifies (in-process where the environment has it, see
+:func:`plugin_sites.lip_using`), and a real process without it reports that with a hint.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin_sites import install_plugins, lip as _lip
+from plugin_sites import install_plugins, lip as _lip, lip_using
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +34,12 @@ def test_polygon_plugin_end_to_end(plugin_site, tmp_path):
     assert info["components"] == {"pool": ["polygon"]} and info["error"] is None
 
     model = tmp_path / "poly.safetensors"
-    trained = _lip(
+    trained = lip_using(
         ["train", "--dataset", "digits", "--arch", "lipconvnet-5", "--width", "4",
          "--pool", "polygon:vertices=5", "--epochs", "1", "--batch-size", "32",
          "--limit-train", "64", "--limit-test", "32", "--no-lipschitz-estimate", "-q",
          "--out", str(model)],
-        site=plugin_site,
+        site=plugin_site, modules=("lipcli_polygon_pool",),
     )
     assert trained.exit_code == 0, trained.stderr
     from lipcli.host.modelfile import read_metadata
@@ -47,8 +48,8 @@ def test_polygon_plugin_end_to_end(plugin_site, tmp_path):
     assert pool["name"] == "polygon" and pool["params"]["vertices"] == 5
     assert pool["distribution"] == "lipcli-polygon-pool"
 
-    cert = _lip(["certify", str(model), "--radii", "36,72", "--limit", "32", "--json",
-                 "--no-write", "-q"], site=plugin_site)
+    cert = lip_using(["certify", str(model), "--radii", "36,72", "--limit", "32", "--json",
+                      "--no-write", "-q"], site=plugin_site, modules=("lipcli_polygon_pool",))
     assert cert.exit_code == 0, cert.stderr
     summary = json.loads(cert.stdout)
     assert summary["total"] == 32 and summary["sound"] is True

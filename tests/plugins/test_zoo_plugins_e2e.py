@@ -1,8 +1,9 @@
 """End to end with the activation/head/certificate distributions plugins/lipcli-householder and
 plugins/lipcli-ortho-head, pip-installed beside (not into) the environment: both entry
-points are discovered by ``lip plugins``, a model with ``--activation householder:order=2
---head ortho`` trains and is certified by ``margin`` through real ``lip`` subprocesses, the
-model file records both distributions, and loading it without them names what to install."""
+points are discovered by a real ``lip plugins`` subprocess, a model with ``--activation
+householder:order=2 --head ortho`` trains and is certified by ``margin`` (in-process where the
+environment has both, see :func:`plugin_sites.lip_using`), the model file records both
+distributions, and a real process loading it without them names what to install."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from plugin_sites import install_plugins, lip
+from plugin_sites import install_plugins, lip, lip_using
 
 DISTS = {"householder": "lipcli-householder", "ortho": "lipcli-ortho-head"}
+MODULES = ("lipcli_householder", "lipcli_ortho_head")
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +37,12 @@ def test_entry_points_train_certify_and_missing(site, tmp_path):
     assert all(plugins[n]["error"] is None for n in DISTS)
 
     model = tmp_path / "hh-ortho.safetensors"
-    trained = lip(
+    trained = lip_using(
         ["train", "--dataset", "digits", "--arch", "lipconvnet-5", "--width", "4",
          "--activation", "householder:order=2", "--head", "ortho", "--epochs", "1",
          "--batch-size", "32", "--limit-train", "64", "--limit-test", "16",
          "--no-lipschitz-estimate", "-q", "--out", str(model)],
-        site=site,
+        site=site, modules=MODULES,
     )
     assert trained.exit_code == 0, trained.stderr
     from lipcli.host.modelfile import read_metadata
@@ -50,8 +52,8 @@ def test_entry_points_train_certify_and_missing(site, tmp_path):
     assert config["activation"]["params"] == {"order": 2}
     assert config["head"]["distribution"] == "lipcli-ortho-head"
 
-    cert = lip(["certify", str(model), "--radii", "36,72", "--limit", "16", "--json",
-                "--no-write", "-q"], site=site)
+    cert = lip_using(["certify", str(model), "--radii", "36,72", "--limit", "16", "--json",
+                      "--no-write", "-q"], site=site, modules=MODULES)
     assert cert.exit_code == 0, cert.stderr
     summary = json.loads(cert.stdout)
     assert summary["certificate"]["name"] == "margin" and summary["sound"] is True
