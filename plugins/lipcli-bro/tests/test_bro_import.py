@@ -71,7 +71,8 @@ P = "layer2.1.conv."
     (lambda s: s["last_layer.weight"].view(-1)[0].fill_(float("nan")), "tensor 'last_layer.weight' contains NaN"),
     (lambda s: s.__setitem__("layer1.0.activation.theta", torch.ones(1, 1, 1, 1)), "HouseHolder activations"),
     (lambda s: s.__setitem__("layer1.0.conv.alpha", torch.ones(1)), "the authors' Cayley LipConvNet"),
-    (lambda s: s.__setitem__("layer2.1.conv.weight", torch.ones(8, 16, 3, 3)), "the authors' LOT LipConvNet"),
+    (lambda s: s.__setitem__("layer2.1.conv.weight", torch.ones(8, 16, 3, 3)),  # one LOT-shaped filter: read as
+     "has shape (3, 2, 3, 3), expected (2, 3, 3, 3) for BRONet LipConvNet-10 (width 2), LOT"),  # LOT, BRO ones refused
     (lambda s: s.__setitem__("dense_layers.0.weight", torch.ones(1)), "dense layers (--num-dense > 0)"),
     (lambda s: s.__setitem__("last_layer.weight", torch.ones(10, 48)), "last_layer.weight has 48 features"),
 ], ids=["missing", "extra", "shape", "nan", "householder", "cayley", "lot", "dense", "features"])
