@@ -5,26 +5,19 @@ norm, the source's certificate rule, and one-line refusals."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
+from improved_l2_fixture import check_changed_copy_refused, check_source_rule, imported_case
 
-from lipcli.builtins.lipconvnet.importer import ImprovedL2Importer
-from lipcli.testing import check_import_fixture, check_import_refused, load_model
+from lipcli.testing import load_model
 
 BCOPConv = pytest.importorskip("lipcli_bcop.bcop", reason="lipcli-bcop is not installed").BCOPConv
-DATA = Path(__file__).resolve().parents[1] / "data" / "import"
 CASE = "improved_l2_bcop_lln_d5_w2"
 
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    rec = json.loads((DATA / f"{CASE}.logits.json").read_text())
-    x = torch.rand(*rec["inputs"], generator=torch.Generator().manual_seed(rec["input_seed"]))
-    report = check_import_fixture(DATA / f"{CASE}.pt", "improved-l2", tmp_path_factory.mktemp("bcop") / "m.safetensors")
-    return report, rec, x
+    return imported_case(CASE, tmp_path_factory.mktemp("bcop"))
 
 
 def test_logits_are_the_papers(imported):
@@ -53,11 +46,7 @@ def test_the_tap_layout_matters(imported):
 
 
 def test_source_rule_is_the_papers_certificate(imported):
-    report, rec, x = imported
-    model, _mf = load_model(report.model_file)
-    src = ImprovedL2Importer().source_certificates(model, x)
-    assert src.lipschitz == pytest.approx(rec["source_lipschitz"], rel=1e-6)
-    assert torch.allclose(src.radii.float(), torch.tensor(rec["source_radii"]).clamp_min(0), rtol=1e-4, atol=1e-5)
+    check_source_rule(*imported)
 
 
 def _other_mask(s: dict) -> None:
@@ -73,7 +62,4 @@ def _other_mask(s: dict) -> None:
      "tensor 'block4.0.ortho.conv_matrices' contains NaN"),
 ], ids=["missing", "shape", "mask", "nan"])
 def test_bad_checkpoints_are_one_line(tmp_path, change, message):
-    state = torch.load(DATA / f"{CASE}.pt", weights_only=True)
-    change(state)
-    torch.save(state, tmp_path / "variant.pt")
-    check_import_refused(tmp_path / "variant.pt", "improved-l2", message)
+    check_changed_copy_refused(CASE, change, message, tmp_path)

@@ -13,8 +13,10 @@ from lipcli.testing import load_model, run_lip
 from lipcli_bro.bro import BROConv
 from lipcli_bro.importer import BRONetLipConvNetImporter
 
-#: two BRO LipConvNets (identity and Kaiming starts) and their SOC LipConvNet
-CASES = ["bronet_lipconvnet_b2_w2_c10", "bronet_lipconvnet_b1_w2_c100", "bronet_lipconvnet_soc_b2_w2_c10"]
+#: two BRO LipConvNets (identity and Kaiming starts), their SOC LipConvNet and two LOT ones
+#: (``--lln``; their LOT last layer, 100 classes: test_bro_import_lot.py)
+CASES = ["bronet_lipconvnet_b2_w2_c10", "bronet_lipconvnet_b1_w2_c100", "bronet_lipconvnet_soc_b2_w2_c10",
+         "bronet_lipconvnet_lot_b2_w2_c10", "bronet_lipconvnet_lot_b1_w2_c100"]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,7 @@ def imported(tmp_path_factory) -> dict:
 def test_import_matches_the_authors_model(imported, case):
     report, rec = imported[case], record(case)
     check_matches(report, rec, rec["lipconvnet_args"]["num_classes"])
-    # 1/0.2507 for the normalisation, a little above 1 for every BRO layer (ridge, rounding)
+    # 1/0.2507 for the normalisation, a little above 1 for every BRO, SOC or LOT layer (ridge, eps, rounding)
     assert report.jacobian_norm <= report.bound < (1 / 0.2507) * 1.01
 
 
