@@ -225,7 +225,8 @@ class ImprovedL2Importer:
             model.update(mean=tuple(mean), std=tuple(std))
         return ImportPlan(model=model, expected=expected, ignored=tuple(ignored), dataset=_DATASETS.get(k),
                           description=f"LipConvNet-{5 * b} (width {w}), "
-                                      f"{'Cayley' if cayley else 'BCOP' if bcop else 'SOC'}, MaxMin, {what}, {k} classes",
+                                      f"{'Cayley' if cayley else 'BCOP' if bcop else 'SOC'}, MaxMin, {what}, "
+                                      f"{k} classes",
                           source_state={"blocks": b, "width": w, "cayley": cayley, "bcop": bcop})
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:

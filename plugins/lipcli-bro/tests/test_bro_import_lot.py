@@ -49,7 +49,8 @@ def test_the_filter_orientation_matters(tmp_path):
         state[key] = state[key].flip(-1, -2)
     torch.save(state, tmp_path / "flipped.pt")
     out = tmp_path / "m.safetensors"
-    assert run_lip(["import", str(tmp_path / "flipped.pt"), "--from", "bronet-lipconvnet", "--out", str(out)]).exit_code == 0
+    code = run_lip(["import", str(tmp_path / "flipped.pt"), "--from", "bronet-lipconvnet", "--out", str(out)]).exit_code
+    assert code == 0
     model, _mf = load_model(out)
     rec = record(case)
     with torch.no_grad():

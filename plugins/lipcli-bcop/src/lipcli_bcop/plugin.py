@@ -22,7 +22,8 @@ def bcop_spec() -> ConvSpec:
             Param(name="bjorck_iters", type=int, default=20, min=1, max=200,
                   help="Minimum Bjorck orthogonalisation steps per training step (then on to convergence; eval: to convergence)"),
             Param(name="taps", type=str, default="lipcli", choices=TAPS,
-                  help="authors: each tap's matrix transposed when in*s^2 <= out (the BCOP authors' layout; lip import)"),
+                  help="authors: each tap's matrix transposed when in*s^2 <= out (the BCOP authors' layout, "
+                       "for lip import)"),
         ),
         promises=(),
     )

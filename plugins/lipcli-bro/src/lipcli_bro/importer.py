@@ -191,7 +191,8 @@ class BRONetLipConvNetImporter:
                 f"bro:rank_ratio={ratio:g},rank_rule=lipconvnet,border=zero,ridge={AUTHORS_RIDGE:g}")
         model: dict[str, Any] = {
             "arch": f"bronet-lipconvnet-{5 * b}:width={w}", "conv": conv, "activation": "maxmin",
-            "pool": "max", "head": "lot" if lot_head else "lln", "num_classes": K, "in_channels": 3, "image_size": (side, side),
+            "pool": "max", "head": "lot" if lot_head else "lln", "num_classes": K, "in_channels": 3,
+            "image_size": (side, side),
             "mean": AUTHORS_MEAN, "std": AUTHORS_STD,
         }
         layer = "SOC" if soc else "LOT" if lot else f"BRO (rank ratio {ratio:g})"
@@ -237,4 +238,5 @@ class BRONetLipConvNetImporter:
             top = logits.gather(1, preds[:, None])
             radii = ((top - (logits - own * 1e6)) / (spread * lipschitz)).min(dim=1).values
         return SourceCertificates(predictions=preds, radii=radii, lipschitz=lipschitz,
-                                  label="the source's L = 1/max(std): every BRO, SOC or LOT layer taken as exactly 1-Lipschitz")
+                                  label="the source's L = 1/max(std): every BRO, SOC or LOT layer taken as "
+                                        "exactly 1-Lipschitz")
