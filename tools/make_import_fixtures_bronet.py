@@ -6,11 +6,14 @@ Usage (development time only; the test suite never runs this or fetches anything
     pip install --target /tmp/pydeps einops          # their SOC modules import it
     PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_bronet.py bronet /tmp/bronet/bronet
     PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_bronet.py lipconvnet-soc /tmp/bronet/lipconvnet
+    PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_bronet.py lipconvnet-lot /tmp/bronet/lipconvnet
 
-``lipconvnet-soc``: their ``lipconvnet/`` LipConvNet with ``--conv-layer soc`` (the case
-``bronet_lipconvnet_soc_b2_w2_c10``), made as ``tools/make_import_fixtures.py
+``lipconvnet-soc`` / ``lipconvnet-lot``: their ``lipconvnet/`` LipConvNet with ``--conv-layer
+soc`` (the case ``bronet_lipconvnet_soc_b2_w2_c10``) or ``lot`` (``bronet_lipconvnet_lot_*``:
+``--lln`` and their LOT last layer), made as ``tools/make_import_fixtures.py
 bronet-lipconvnet`` makes the BRO cases (behind the loader's normalisation, three SGD steps,
-``torch.save(model.state_dict())``, their ``lln_certificates`` with ``L = 1/max(std)``).
+``torch.save(model.state_dict())``, their ``lln_certificates`` or, without ``--lln``,
+``ortho_certificates``, with ``L = 1/max(std)``).
 
 For each case it builds the authors' ``BRONet`` (``bronet/models/model.py``; tiny, the
 ``benchmark_reproduce`` configurations' layer types: BRO backbone, Cholesky neck and dense
@@ -55,29 +58,37 @@ CASES = {
 }
 
 
-#: their lipconvnet/ LipConvNet with SOC layers: the authors' LipConvNet arguments
-SOC_CASES = {"bronet_lipconvnet_soc_b2_w2_c10": dict(conv_name="soc", activation="maxmin", init_channels=2,
-                                                     block_size=2, num_classes=10, input_size=32, lln=True)}
+#: their lipconvnet/ LipConvNet with SOC or LOT layers: the authors' LipConvNet arguments, by --conv-layer
+LIPCONVNET_CASES = {
+    "soc": {"bronet_lipconvnet_soc_b2_w2_c10": dict(conv_name="soc", activation="maxmin", init_channels=2,
+                                                    block_size=2, num_classes=10, input_size=32, lln=True)},
+    "lot": {"bronet_lipconvnet_lot_b2_w2_c10": dict(conv_name="lot", activation="maxmin", init_channels=2,
+                                                    block_size=2, num_classes=10, input_size=32, lln=True),
+            "bronet_lipconvnet_lot_b1_w2_c100": dict(conv_name="lot", activation="maxmin", init_channels=2,
+                                                     block_size=1, num_classes=100, input_size=32, lln=False)},
+}
 
 
-def lipconvnet_soc(src: Path) -> None:
-    """The SOC LipConvNet cases (module docstring); ``Tensor.cuda`` is the identity (a shim for
-    ``utils/__init__.py``'s module-level ``.cuda()``)."""
+def lipconvnet_cases(src: Path, conv: str) -> None:
+    """The SOC or LOT LipConvNet cases (module docstring); ``Tensor.cuda`` is the identity (a
+    shim for ``utils/__init__.py``'s module-level ``.cuda()``)."""
     from make_import_fixtures import _LoaderNormalized
 
     torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
     sys.path.insert(0, str(src))
     from models.lip_convnets import LipConvNet  # the authors' modules
     from utils import cifar10_mean, cifar10_std
-    from utils.eval import lln_certificates
+    from utils.eval import lln_certificates, ortho_certificates
 
     mean, std = torch.tensor(cifar10_mean).view(3, 1, 1), torch.tensor(cifar10_std).view(3, 1, 1)
-    for case, kwargs in SOC_CASES.items():
+    for case, kwargs in LIPCONVNET_CASES[conv].items():
         torch.manual_seed(0)
         model = LipConvNet(**kwargs)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         logits = _train_a_little(_LoaderNormalized(model, mean, std), opt, kwargs["num_classes"])
-        radii = lln_certificates(logits, logits.argmax(1), model.last_layer, 1 / torch.max(std))
+        L = 1 / torch.max(std)
+        radii = (lln_certificates(logits, logits.argmax(1), model.last_layer, L) if kwargs["lln"]
+                 else ortho_certificates(logits, logits.argmax(1), L))
         torch.save(model.state_dict(), OUT / f"{case}.pt")
         record = {"source": "github.com/ntuaislab/BRONet", "commit": COMMIT, "importer": "bronet-lipconvnet",
                   "lipconvnet_args": kwargs, "input_seed": INPUT_SEED, "inputs": [NUM_INPUTS, 3, 32, 32],
@@ -88,8 +99,8 @@ def lipconvnet_soc(src: Path) -> None:
 
 def main() -> None:
     which, src = sys.argv[1], Path(sys.argv[2])
-    if which == "lipconvnet-soc":
-        lipconvnet_soc(src)
+    if which in ("lipconvnet-soc", "lipconvnet-lot"):
+        lipconvnet_cases(src, which.removeprefix("lipconvnet-"))
         return
     torch.distributed.get_world_size = lambda *a, **k: 1  # the shim (module docstring)
     sys.path.insert(0, str(src))

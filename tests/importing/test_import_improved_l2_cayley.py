@@ -5,29 +5,21 @@ source's certificate rule, and one-line refusals."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
+from improved_l2_fixture import DATA, check_changed_copy_refused, check_source_rule, imported_case
 
-from lipcli.builtins.lipconvnet.importer import ImprovedL2Importer
-from lipcli.testing import check_import_fixture, check_import_refused, load_model, run_lip
+from lipcli.testing import load_model, run_lip
 
 CayleyConv = pytest.importorskip("lipcli_cayley.cayley", reason="lipcli-cayley is not installed").CayleyConv
-DATA = Path(__file__).resolve().parents[1] / "data" / "import"
 CASE = "improved_l2_cayley_lln_d5_w2"
 
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    rec = json.loads((DATA / f"{CASE}.logits.json").read_text())
-    x = torch.rand(*rec["inputs"], generator=torch.Generator().manual_seed(rec["input_seed"]))
     # the source's own float32 logits are off from its float64 run by 1.5e-5 relative (complex64
     # inverse): against them 2e-5; against the float64 run lipcli's float32 model meets 1e-5
-    report = check_import_fixture(DATA / f"{CASE}.pt", "improved-l2", tmp_path_factory.mktemp("cay") / "m.safetensors",
-                                  rtol=2e-5)
-    return report, rec, x
+    return imported_case(CASE, tmp_path_factory.mktemp("cay"), rtol=2e-5)
 
 
 def test_logits_are_the_papers_to_float32_and_float64_rounding(imported):
@@ -57,21 +49,15 @@ def test_alpha_is_rescaled(tmp_path, imported):
 
 
 def test_source_rule_is_the_papers_certificate(imported):
-    report, rec, x = imported
-    model, _mf = load_model(report.model_file)
-    src = ImprovedL2Importer().source_certificates(model, x)
-    assert src.lipschitz == pytest.approx(rec["source_lipschitz"], rel=1e-6)
-    assert torch.allclose(src.radii.float(), torch.tensor(rec["source_radii"]).clamp_min(0), rtol=1e-4, atol=1e-5)
+    check_source_rule(*imported)
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda s: [s.pop(k) for k in list(s) if k.endswith(".alpha")], "BCOP"),
+    (lambda s: [s.pop(k) for k in list(s) if k.endswith(".alpha")],  # read as SOC: its power vectors missing
+     "missing keys for importer 'improved-l2': "),
     (lambda s: s.pop("block3.0.ortho.alpha"), "missing keys for importer 'improved-l2': block3.0.ortho.alpha"),
     (lambda s: s.__setitem__("block1.0.ortho.weight", torch.ones(8, 8, 3, 3)),
      "tensor 'block1.0.ortho.weight' has shape (8, 8, 3, 3), expected (8, 8, 1, 1)"),
 ], ids=["bcop", "missing", "shape"])
 def test_bad_checkpoints_are_one_line(tmp_path, change, message):
-    state = torch.load(DATA / f"{CASE}.pt", weights_only=True)
-    change(state)
-    torch.save(state, tmp_path / "variant.pt")
-    check_import_refused(tmp_path / "variant.pt", "improved-l2", message)
+    check_changed_copy_refused(CASE, change, message, tmp_path)

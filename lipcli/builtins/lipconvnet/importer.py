@@ -19,13 +19,23 @@ quotients), so they are imported as lipcli's ``power_u{r}``/``power_v{r}`` (the 
 column vectors of reshape ``r``: ``_v1/_u1``, ``_v2/_u2``, ``_v3/_u3``, ``_u4/_v4``).  The CRC head's ``_u``/``_v`` (its curvature power
 vectors) are estimator state lipcli does not use.  MaxMin and the pairwise max pool are
 lipcli's ``maxmin`` and ``max``; the source's HouseHolder activations, LipPool and orthogonal
-heads, and BCOP convolutions, are refused naming the missing piece.
+heads are refused naming the missing piece.
 
 The source's Cayley LipConvNet (``conv_name='cayley'``: ``weight``, ``bias`` and the scale
 ``alpha`` per layer) maps onto the same architecture with the ``cayley`` convolution of the
 lipcli-cayley plugin (the model needs it installed): the stride-2 layers' ``k//2`` filters
 (after their space-to-depth) are centred in lipcli's ``k × k`` and ``alpha`` is rescaled from
 the source's spectral Frobenius norm to lipcli's filter norm (:func:`_cayley_state`).
+
+The source's BCOP LipConvNet (``conv_name='bcop'``: ``conv_matrices`` ``(2k−1, c, c)``, their
+half-rank ``mask`` and ``bias`` per layer, ``c = max(in·s², out)``) maps onto lipcli-bcop's
+``bcop:taps=authors`` (the plugin installed): their filter is ``H·Π_t(P_t + (I−P_t)z_x)(Q_t +
+(I−Q_t)z_y)`` with ``H``, ``P_t``, ``Q_t`` from the orthogonal polar factors of
+``conv_matrices[0]``, ``[1+2t]``, ``[2+2t]`` (``P = VVᵀ``, ``V`` the first ``c//2`` columns),
+each tap transposed when ``in·s² ≤ out`` — lipcli-bcop's form with ``ortho = O₀`` (``O₀ᵀ`` when
+``in·s² > out``) and ``proj_x``/``proj_y`` the ``V`` (:func:`_bcop_state`; orthonormal columns,
+which Björck leaves as they are).  Their Björck iteration (20 steps from a power-iteration
+scale) is taken as converged: lipcli's eval iterates to convergence.
 """
 
 from __future__ import annotations
@@ -53,6 +63,41 @@ def _soc_shapes(c_in: int, c_out: int, k: int, stride: int) -> dict[str, tuple[i
     return {"weight": (C, C, k, k), "bias": (c_out,), "_u1": (1, C, 1, k), "_v1": (C, 1, k, 1),
             "_u2": (1, C, k, 1), "_v2": (C, 1, 1, k), "_u3": (1, C, k, k), "_v3": (C, 1, 1, 1),
             "_u4": (C, 1, k, k), "_v4": (1, C, 1, 1)}
+
+
+def _bcop_shapes(c_in: int, c_out: int, k: int, stride: int) -> dict[str, tuple[int, ...]]:
+    c = max(c_out, c_in * stride * stride)
+    return {"conv_matrices": (2 * k - 1, c, c), "mask": (2 * k - 2, 1, c), "bias": (c_out,)}
+
+
+def _polar(m: torch.Tensor) -> torch.Tensor:
+    """The orthogonal polar factor ``UVᵀ`` of each square matrix, in float64."""
+    u, _s, vh = torch.linalg.svd(m.double())
+    return u @ vh
+
+
+def _bcop_state(tensors: Mapping[str, Any], src: str, c_in: int, c_out: int) -> dict[str, torch.Tensor]:
+    """lipcli-bcop's ``ortho``, ``proj_x``, ``proj_y`` (``taps=authors``) for the source's layer."""
+    ortho = _polar(tensors[f"{src}.conv_matrices"])
+    c = ortho.shape[-1]
+    r = max(1, c // 2)
+    dtype = tensors[f"{src}.conv_matrices"].dtype
+    head = ortho[0] if c_in <= c_out else ortho[0].T
+    return {"ortho": head.to(dtype), "proj_x": ortho[1::2, :, :r].to(dtype), "proj_y": ortho[2::2, :, :r].to(dtype)}
+
+
+def _check_bcop_masks(tensors: Mapping[str, Any], layers: list[tuple[str, str, int, int, int, int]]) -> None:
+    """Their ``mask`` keeps the first ``c//2`` columns (rank ``c/2`` projectors), as lipcli-bcop."""
+    for src, _dst, c_in, c_out, k, s in layers:
+        shape = _bcop_shapes(c_in, c_out, k, s)["mask"]
+        t = tensors.get(f"{src}.mask")
+        if t is None or tuple(t.shape) != shape or not bool(torch.isfinite(t).all()):
+            continue  # the host refuses it with the shape check
+        want = torch.zeros(shape, dtype=t.dtype)
+        want[..., : shape[-1] // 2] = 1
+        if not torch.equal(t, want):
+            raise ImportRefused(f"cannot import {src}.mask: not the authors' half-rank mask (ones in the first "
+                                f"{shape[-1] // 2} of {shape[-1]} columns), the projector rank lipcli-bcop has")
 
 
 def _layers(b: int, w: int) -> list[tuple[str, str, int, int, int, int]]:
@@ -108,10 +153,6 @@ def _refuse_unsupported(tensors: Mapping[str, Any]) -> None:
                             "improved-l2 maps no lipcli head to it yet (use the lln or crc_full heads)")
     if any(n.startswith("features_layer.") for n in names):
         raise ImportRefused("cannot import the source's 'crc_ortho' features layer: no lipcli equivalent yet")
-    if "init_layer.ortho.weight" in names and not names & {"init_layer.ortho._u1", "init_layer.ortho.alpha"}:
-        raise ImportRefused("cannot import BCOP convolutions from improved_l2_robustness checkpoints yet "
-                            "(improved-l2 maps SOC and Cayley): missing piece: the source's BCOP parametrisation "
-                            "in lipcli-bcop")
 
 
 def _block_size(names: set[str], arch: str | None) -> int:
@@ -151,8 +192,11 @@ class ImprovedL2Importer:
         feat_pool, feat_act = 32 * w, 64 * w
         expected: dict[str, tuple[int, ...]] = {"shift": (3, 1, 1), "scale": (3, 1, 1)}
         cayley = "init_layer.ortho.alpha" in names
+        bcop = "init_layer.ortho.conv_matrices" in names
+        if bcop:
+            _check_bcop_masks(tensors, _layers(b, w))
         for src, _dst, c_in, c_out, k, s in _layers(b, w):
-            shapes = _cayley_shapes(c_in, c_out, k, s) if cayley else _soc_shapes(c_in, c_out, k, s)
+            shapes = (_cayley_shapes if cayley else _bcop_shapes if bcop else _soc_shapes)(c_in, c_out, k, s)
             expected.update({f"{src}.{key}": shape for key, shape in shapes.items()})
         ignored: list[str] = []
         if "logits_layer.linear1.weight" in names:
@@ -172,25 +216,30 @@ class ImprovedL2Importer:
             expected.update({"logits_layer.weight": (k, feat_pool), "logits_layer.bias": (k,)})
             head, pool, what = "lln", "max", "LLN head"
         model: dict[str, Any] = {
-            "arch": f"lipconvnet-{5 * b}:width={w}", "conv": "cayley" if cayley else "soc-fast", "activation": "maxmin",
+            "arch": f"lipconvnet-{5 * b}:width={w}",
+            "conv": "cayley" if cayley else "bcop:taps=authors" if bcop else "soc-fast", "activation": "maxmin",
             "pool": pool, "head": head, "num_classes": k, "in_channels": 3, "image_size": (32, 32),
         }
         mean, std = _values(tensors, "shift", (3, 1, 1)), _values(tensors, "scale", (3, 1, 1))
         if mean is not None and std is not None and min(std) > 0:
             model.update(mean=tuple(mean), std=tuple(std))
         return ImportPlan(model=model, expected=expected, ignored=tuple(ignored), dataset=_DATASETS.get(k),
-                          description=f"LipConvNet-{5 * b} (width {w}), {'Cayley' if cayley else 'SOC'}, MaxMin, "
-                                      f"{what}, {k} classes",
-                          source_state={"blocks": b, "width": w, "cayley": cayley})
+                          description=f"LipConvNet-{5 * b} (width {w}), "
+                                      f"{'Cayley' if cayley else 'BCOP' if bcop else 'SOC'}, MaxMin, {what}, "
+                                      f"{k} classes",
+                          source_state={"blocks": b, "width": w, "cayley": cayley, "bcop": bcop})
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         b, w = plan.source_state["blocks"], plan.source_state["width"]
         out: dict[str, Any] = {"body.normalize.mean": tensors["shift"].flatten(),
                                "body.normalize.std": tensors["scale"].flatten()}
         image = 32
-        for src, dst, _c_in, _c_out, k, s in _layers(b, w):
+        for src, dst, c_in, c_out, k, s in _layers(b, w):
             out[f"{dst}.bias"] = tensors[f"{src}.bias"]
             image //= s
+            if plan.source_state.get("bcop"):
+                out.update({f"{dst}.{key}": v for key, v in _bcop_state(tensors, src, c_in, c_out).items()})
+                continue
             if plan.source_state.get("cayley"):
                 out.update({f"{dst}.{key}": v for key, v in _cayley_state(tensors, src, k, image).items()})
                 continue
@@ -210,7 +259,7 @@ class ImprovedL2Importer:
     def source_certificates(self, model: Any, images: torch.Tensor) -> SourceCertificates | None:
         """The source's rule (``utils.evaluate_certificates``, ``exact=True``): the product of
         per-layer power-iteration estimates (50 steps, as ``lipschitz_constant(exact=True)``;
-        its Cayley layers have no ``norm()``: ``1/min(scale)`` alone)
+        its Cayley and BCOP layers have no ``norm()``: ``1/min(scale)`` alone)
         and, for the LLN head, ``min`` over the top-9 other classes of
         ``(f_y - f_j) / ||ŵ_y - ŵ_j||`` divided by it; certified when ``> r``.  ``None`` for
         the CRC head (its certificate is not reproduced here)."""
@@ -219,7 +268,7 @@ class ImprovedL2Importer:
         if not hasattr(model.head, "normalized_weight"):
             return None
         conv = getattr(model, "lipcli_config", {}).get("conv", {})
-        if isinstance(conv, dict) and conv.get("name") == "cayley":  # no norm() on Cayley layers: 1 each
+        if isinstance(conv, dict) and conv.get("name") in ("cayley", "bcop"):  # no norm() on them: 1 each
             estimate = 1.0 / float(model.body.normalize.std.min())
         else:
             estimate = float(lipschitz_report(model, estimate=True, iters=50).estimate)

@@ -13,8 +13,10 @@ from lipcli.testing import load_model, run_lip
 from lipcli_bro.bro import BROConv
 from lipcli_bro.importer import BRONetLipConvNetImporter
 
-#: two BRO LipConvNets (identity and Kaiming starts) and their SOC LipConvNet
-CASES = ["bronet_lipconvnet_b2_w2_c10", "bronet_lipconvnet_b1_w2_c100", "bronet_lipconvnet_soc_b2_w2_c10"]
+#: two BRO LipConvNets (identity and Kaiming starts), their SOC LipConvNet and two LOT ones
+#: (``--lln``; their LOT last layer, 100 classes: test_bro_import_lot.py)
+CASES = ["bronet_lipconvnet_b2_w2_c10", "bronet_lipconvnet_b1_w2_c100", "bronet_lipconvnet_soc_b2_w2_c10",
+         "bronet_lipconvnet_lot_b2_w2_c10", "bronet_lipconvnet_lot_b1_w2_c100"]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,7 @@ def imported(tmp_path_factory) -> dict:
 def test_import_matches_the_authors_model(imported, case):
     report, rec = imported[case], record(case)
     check_matches(report, rec, rec["lipconvnet_args"]["num_classes"])
-    # 1/0.2507 for the normalisation, a little above 1 for every BRO layer (ridge, rounding)
+    # 1/0.2507 for the normalisation, a little above 1 for every BRO, SOC or LOT layer (ridge, eps, rounding)
     assert report.jacobian_norm <= report.bound < (1 / 0.2507) * 1.01
 
 
@@ -71,7 +73,8 @@ P = "layer2.1.conv."
     (lambda s: s["last_layer.weight"].view(-1)[0].fill_(float("nan")), "tensor 'last_layer.weight' contains NaN"),
     (lambda s: s.__setitem__("layer1.0.activation.theta", torch.ones(1, 1, 1, 1)), "HouseHolder activations"),
     (lambda s: s.__setitem__("layer1.0.conv.alpha", torch.ones(1)), "the authors' Cayley LipConvNet"),
-    (lambda s: s.__setitem__("layer2.1.conv.weight", torch.ones(8, 16, 3, 3)), "the authors' LOT LipConvNet"),
+    (lambda s: s.__setitem__("layer2.1.conv.weight", torch.ones(8, 16, 3, 3)),  # one LOT-shaped filter: read as
+     "has shape (3, 2, 3, 3), expected (2, 3, 3, 3) for BRONet LipConvNet-10 (width 2), LOT"),  # LOT, BRO ones refused
     (lambda s: s.__setitem__("dense_layers.0.weight", torch.ones(1)), "dense layers (--num-dense > 0)"),
     (lambda s: s.__setitem__("last_layer.weight", torch.ones(10, 48)), "last_layer.weight has 48 features"),
 ], ids=["missing", "extra", "shape", "nan", "householder", "cayley", "lot", "dense", "features"])

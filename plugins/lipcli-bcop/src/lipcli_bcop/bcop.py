@@ -177,6 +177,11 @@ def bjorck_converged(M: Tensor) -> Tensor:
     return A
 
 
+#: ``taps``: lipcli's ``H·Π`` filter as it is, or the BCOP authors' layout (transposed taps when
+#: ``in·s² ≤ out``: their ``convolution_orthogonal_generator_projs``)
+TAPS = ("lipcli", "authors")
+
+
 def bcop_kernel(H: Tensor, Vx: Tensor, Vy: Tensor) -> Tensor:
     """The filter ``H · Π_t (P_t + (I − P_t) z_x)(Q_t + (I − Q_t) z_y)`` as a tensor
     ``(c, c, k, k)``, ``k = 1 + len(Vx)``, with ``P_t = Vx[t] Vx[t]ᵀ``, ``Q_t = Vy[t] Vy[t]ᵀ``."""
@@ -199,11 +204,15 @@ class BCOPConv(LipConvBase):
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
-                 *, bjorck_iters: int = 20) -> None:
+                 *, bjorck_iters: int = 20, taps: str = "lipcli") -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride)
         if bjorck_iters < 1:
             raise ValueError(f"bjorck_iters must be at least 1, got {bjorck_iters}")
+        if taps not in TAPS:
+            raise ValueError(f"taps must be one of {', '.join(TAPS)}, got {taps!r}")
         self.bjorck_iters = int(bjorck_iters)
+        #: "authors": every tap's matrix transposed when ``in·s² ≤ out`` (:func:`_authors_taps`)
+        self.taps = taps
         c = max(self.conv_in_channels, self.out_channels)
         r = max(1, c // 2)
         self.channels = c
@@ -223,13 +232,23 @@ class BCOPConv(LipConvBase):
         H = bjorck_train(self.ortho, self.bjorck_iters)
         Vx = bjorck_train(self.proj_x, self.bjorck_iters)
         Vy = bjorck_train(self.proj_y, self.bjorck_iters)
-        return bcop_kernel(H, Vx, Vy)[: self.out_channels, : self.conv_in_channels]
+        return self._taps(bcop_kernel(H, Vx, Vy))[: self.out_channels, : self.conv_in_channels]
+
+    def operator_settings(self) -> tuple:
+        return (self.taps,)
+
+    def _taps(self, K: Tensor) -> Tensor:
+        """``taps="authors"`` and ``in·s² ≤ out``: the filter of ``K(z)ᵀ`` (paraunitary as
+        ``K(z)``: ``K(z)ᵀ = K(z̄)ᴴ`` for a real filter), the layout of the BCOP authors' code."""
+        if self.taps == "authors" and self.conv_in_channels <= self.out_channels:
+            return K.transpose(0, 1)
+        return K
 
     def compute_eval_operator(self, size: tuple[int, int] | None) -> Tensor:
         """The eval filter: Björck to convergence in float64, cast to the parameters' dtype
         (cached by the base class; the bound is computed for it)."""
         H, Vx, Vy = (bjorck_converged(p) for p in (self.ortho, self.proj_x, self.proj_y))
-        K = bcop_kernel(H, Vx, Vy).to(self.ortho.dtype)
+        K = self._taps(bcop_kernel(H, Vx, Vy)).to(self.ortho.dtype)
         return K[: self.out_channels, : self.conv_in_channels].contiguous()
 
     def apply_operator(self, x: Tensor, op: Tensor) -> Tensor:
@@ -249,7 +268,8 @@ class BCOPConv(LipConvBase):
         return conv_gram_norm_upper_bound(op)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", bjorck_iters={self.bjorck_iters}"
+        return super().extra_repr() + f", bjorck_iters={self.bjorck_iters}" + (
+            f", taps={self.taps}" if self.taps != "lipcli" else "")
 
     # ------------------------------------------------------------------ eval lowering
     def eval_linear_map(self, input_shape: tuple[int, ...]) -> LinearMap | None:

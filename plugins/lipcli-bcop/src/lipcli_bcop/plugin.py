@@ -8,7 +8,7 @@ from __future__ import annotations
 from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.specs import ConvSpec, Param
 
-from .bcop import BCOPConv
+from .bcop import TAPS, BCOPConv
 
 
 def bcop_spec() -> ConvSpec:
@@ -21,6 +21,9 @@ def bcop_spec() -> ConvSpec:
         params=(
             Param(name="bjorck_iters", type=int, default=20, min=1, max=200,
                   help="Minimum Bjorck orthogonalisation steps per training step (then on to convergence; eval: to convergence)"),
+            Param(name="taps", type=str, default="lipcli", choices=TAPS,
+                  help="authors: each tap's matrix transposed when in*s^2 <= out (the BCOP authors' layout, "
+                       "for lip import)"),
         ),
         promises=(),
     )

@@ -23,9 +23,12 @@ Their SOC LipConvNet (``--conv-layer soc``; ``models/layers/soc.py``, the paper'
 ``(C, C, k, k)`` filter, a bias and the power vectors ``_u1 .. _v4`` that fix its ``σ``) maps onto
 the same architecture with lipcli's ``soc-fast`` (15 terms in evaluation, as theirs), the filter
 as it is (both are ``conv2d``) and the power vectors as ``power_u{r}``/``power_v{r}`` (as the
-``improved-l2`` importer maps the paper's).  Dense layers (``--num-dense``) and the LOT and
-Cayley LipConvNets are refused naming the piece (their LOT layer zero-pads and adds ``1e-4`` in
-its Newton–Schulz iteration: lipcli-lot's layer has neither).
+``improved-l2`` importer maps the paper's).  Their LOT LipConvNet (``--conv-layer lot``;
+``models/layers/lot.py``, the LOT authors' layer line for line: an ``(out, in·s², k, k)`` filter
+and a bias) maps onto the same architecture with lipcli-lot's ``lot:border=zero`` (zero pad
+``k//2`` and crop, ``ε = 10⁻⁴``, 10 Newton–Schulz iterations; the ``lot`` importer's mapping), the
+filter as it is; their 1×1 LOT last layer (no ``--lln``, 32×32 images) is lipcli-lot's ``lot``
+head.  Dense layers (``--num-dense``) and the Cayley LipConvNet are refused naming the piece.
 """
 
 from __future__ import annotations
@@ -43,9 +46,11 @@ from .border import mask_mapping
 from .lipconvnet import AUTHORS_MEAN, AUTHORS_STD, DEPTHS, layer_plan
 
 SOURCE = "github.com/ntuaislab/BRONet"
-DESCRIPTION = "the BRONet authors' LipConvNet with BRO or SOC layers (lipconvnet/), LLN head"
+DESCRIPTION = "the BRONet authors' LipConvNet with BRO, SOC or LOT layers (lipconvnet/), LLN or LOT head"
 #: the authors' solve regularisation (``perturb_ratio`` in ``BRO.cal_wfft_ortho``)
 AUTHORS_RIDGE = 1e-5
+#: lipcli-lot's LOT layer in the authors' form (zero pad and crop; their eps and iterations are its defaults)
+AUTHORS_LOT = "lot:border=zero"
 #: ``--bro-rank`` values tried first when reading the rank back (the authors' mask levels)
 _LEVELS = (0.125, 0.25, 0.5, 0.75, 1.0)
 _DATASETS = {10: "cifar10", 100: "cifar100"}
@@ -122,14 +127,21 @@ def _rank_ratio(tensors: Mapping[str, Any], b: int, w: int) -> float:
                         "channels) follow no single --bro-rank: not the authors' LipConvNet")
 
 
-def _refuse_lot(tensors: Mapping[str, Any], b: int) -> None:
+def _is_lot(tensors: Mapping[str, Any], b: int) -> bool:
     """Their LOT layer is an ``nn.Conv2d`` (``weight``, ``bias``): its stride-2 ``C → 2C``
     filter is ``(2C, 4C, k, k)``, where BRO's is ``(4C, 2C, k, k)`` (rows ``max(in·s², out)``)."""
-    key = f"{source_prefix(f'layer2_conv{b}')}.weight"
-    t = tensors.get(key)
-    if t is not None and t.dim() == 4 and t.shape[0] < t.shape[1]:
-        raise ImportRefused(f"cannot import the authors' LOT LipConvNet ({key} {tuple(t.shape)}: an (out, in*4) "
-                            "filter): missing piece: lipcli-lot's zero border and the authors' 1e-4 regularisation")
+    t = tensors.get(f"{source_prefix(f'layer2_conv{b}')}.weight")
+    return t is not None and t.dim() == 4 and t.shape[0] < t.shape[1]
+
+
+def _last_layer(tensors: Mapping[str, Any], lot: bool) -> tuple[int, int, bool]:
+    """``(K, D, lot_head)``: an ``NormalizedLinear`` ``(K, D)`` (``--lln``) or, in a LOT
+    LipConvNet, their 1×1 LOT last layer ``(K, D, 1, 1)``."""
+    t = tensors.get("last_layer.weight")
+    if lot and t is not None and t.dim() == 4 and tuple(t.shape[2:]) == (1, 1):
+        return int(t.shape[0]), int(t.shape[1]), True
+    K, D = _shape(tensors, "last_layer.weight", 2)
+    return K, D, False
 
 
 class BRONetLipConvNetImporter:
@@ -141,14 +153,17 @@ class BRONetLipConvNetImporter:
         b = _blocks(names, arch)
         first = _shape(tensors, "layer1.0.conv.bias", 1)[0]
         w = first if b > 1 else first // 2
-        K, D = _shape(tensors, "last_layer.weight", 2)
+        lot = _is_lot(tensors, b)
+        K, D, lot_head = _last_layer(tensors, lot)
         side = {32 * w: 32, 128 * w: 64}.get(D)
         if side is None or w < 1:
             raise ImportRefused(f"last_layer.weight has {D} features, not 32*{w} (32x32 images) or 128*{w} "
                                 "(64x64): not the authors' LipConvNet with --num-dense 0")
+        if lot_head and side != 32:
+            raise ImportRefused(f"cannot import the authors' 1x1 LOT last layer on {side}x{side} images (their "
+                                "forward gives 4 logits a class): lipcli-lot's lot head takes 32x32")
         soc = any(n.endswith(".conv._u1") for n in names)
-        _refuse_lot(tensors, b)
-        ratio = 0.0 if soc else _rank_ratio(tensors, b, w)
+        ratio = 0.0 if soc or lot else _rank_ratio(tensors, b, w)
         expected: dict[str, tuple[int, ...]] = {}
         sizes: dict[str, tuple[int, int]] = {}
         image = side
@@ -163,22 +178,28 @@ class BRONetLipConvNetImporter:
                 expected.update({f"{src}.weight": (C, C, k, k)}, **{f"{src}.{b_}": shape(C, k)
                                                                       for b_, shape in SOC_BUFFERS.items()})
                 continue
+            if lot:  # an (out, in*s^2, k, k) filter, as the lot importer maps the LOT authors'
+                expected[f"{src}.weight"] = (c_out, conv_in, k, k)
+                continue
             rank = min(conv_in, c_out) if conv_in != c_out else mask_mapping(c_out, ratio)
             if rank < 1:
                 raise ImportRefused(f"cannot import {src}: the authors' rank rule gives it 0 columns (an identity "
                                     "layer); lipcli's bro has rank at least 1")
             expected[f"{src}.weight"] = (max(conv_in, c_out), rank, k, k)
-        expected.update({"last_layer.weight": (K, D), "last_layer.bias": (K,)})
-        conv = "soc-fast" if soc else f"bro:rank_ratio={ratio:g},rank_rule=lipconvnet,border=zero,ridge={AUTHORS_RIDGE:g}"
+        expected.update({"last_layer.weight": (K, D, 1, 1) if lot_head else (K, D), "last_layer.bias": (K,)})
+        conv = ("soc-fast" if soc else AUTHORS_LOT if lot else
+                f"bro:rank_ratio={ratio:g},rank_rule=lipconvnet,border=zero,ridge={AUTHORS_RIDGE:g}")
         model: dict[str, Any] = {
             "arch": f"bronet-lipconvnet-{5 * b}:width={w}", "conv": conv, "activation": "maxmin",
-            "pool": "max", "head": "lln", "num_classes": K, "in_channels": 3, "image_size": (side, side),
+            "pool": "max", "head": "lot" if lot_head else "lln", "num_classes": K, "in_channels": 3,
+            "image_size": (side, side),
             "mean": AUTHORS_MEAN, "std": AUTHORS_STD,
         }
-        layer = "SOC" if soc else f"BRO (rank ratio {ratio:g})"
+        layer = "SOC" if soc else "LOT" if lot else f"BRO (rank ratio {ratio:g})"
         return ImportPlan(model=model, expected=expected, ignored=(), dataset=_DATASETS.get(K) if side == 32 else None,
-                          description=f"BRONet LipConvNet-{5 * b} (width {w}), {layer}, MaxMin, LLN head, {K} classes",
-                          source_state={"blocks": b, "width": w, "sizes": sizes, "soc": soc})
+                          description=f"BRONet LipConvNet-{5 * b} (width {w}), {layer}, MaxMin, "
+                                      f"{'LOT' if lot_head else 'LLN'} head, {K} classes",
+                          source_state={"blocks": b, "width": w, "sizes": sizes, "soc": soc, "lot_head": lot_head})
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         out: dict[str, Any] = {"body.normalize.mean": torch.tensor(AUTHORS_MEAN),
@@ -192,24 +213,30 @@ class BRONetLipConvNetImporter:
                     out[f"body.{name}.power_u{r}"] = tensors[f"{src}.{rows}"].flatten()
                     out[f"body.{name}.power_v{r}"] = tensors[f"{src}.{cols}"].flatten()
                 continue
-            out[f"body.{name}.weight"] = tensors[f"{src}.weight"].flip(-1, -2)  # convolution -> correlation
+            weight = tensors[f"{src}.weight"]  # BRO's rfft2 is a convolution, lipcli's a correlation; LOT's not
+            out[f"body.{name}.weight"] = weight if plan.model["conv"] == AUTHORS_LOT else weight.flip(-1, -2)
             out[f"body.{name}.spatial_size"] = torch.tensor(plan.source_state["sizes"][name], dtype=torch.int64)
-        out["head.weight"] = tensors["last_layer.weight"]
+        out["head.weight"] = tensors["last_layer.weight"].flatten(1)  # the LOT head's (K, D, 1, 1) too
         out["head.bias"] = tensors["last_layer.bias"]
         return {k: v.contiguous() for k, v in out.items()}
 
     def source_certificates(self, model: Any, images: torch.Tensor) -> SourceCertificates:
         """The source's rule (``utils/eval.py``, ``evaluate_certificates`` with
         ``lln_certificates``): ``L = 1/max(std)`` times 1 for every BRO layer, and the smallest
-        ``(f_y − f_j)/(‖ŵ_y − ŵ_j‖·L)`` over every other class ``j``; certified when ``> eps``."""
+        ``(f_y − f_j)/(‖ŵ_y − ŵ_j‖·L)`` over every other class ``j``; with their LOT last layer
+        ``(f_y − max_{j≠y} f_j)/(√2·L)`` (``ortho_certificates``); certified when ``> eps``."""
         lipschitz = 1.0 / max(AUTHORS_STD)
         with torch.no_grad():
             logits = model(images)
             preds = logits.argmax(1)
             own = torch.nn.functional.one_hot(preds, logits.shape[1]).to(logits.dtype)
-            rows = model.head.normalized_weight()
-            spread = (rows[preds].unsqueeze(1) - rows.unsqueeze(0)).norm(dim=2) + own  # 1 on the own class
+            if type(model.head).__name__ != "LOTHead":  # lln_certificates (lipcli-lot's head named, not imported)
+                rows = model.head.normalized_weight()
+                spread = (rows[preds].unsqueeze(1) - rows.unsqueeze(0)).norm(dim=2) + own  # 1 on the own class
+            else:  # their LOT last layer: ortho_certificates
+                spread = torch.full_like(logits, 2.0 ** 0.5)
             top = logits.gather(1, preds[:, None])
             radii = ((top - (logits - own * 1e6)) / (spread * lipschitz)).min(dim=1).values
         return SourceCertificates(predictions=preds, radii=radii, lipschitz=lipschitz,
-                                  label="the source's L = 1/max(std): every BRO layer taken as exactly 1-Lipschitz")
+                                  label="the source's L = 1/max(std): every BRO, SOC or LOT layer taken as "
+                                        "exactly 1-Lipschitz")
