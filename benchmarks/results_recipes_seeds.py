@@ -51,10 +51,12 @@ def recipe_values(lip: list[str]) -> dict[str, dict]:
     return found
 
 
-def configs(values: dict[str, dict], epochs: int) -> dict[str, list[str]]:
-    """``{config: lip train options}`` (without seed, output and device)."""
+def configs(values: dict[str, dict], epochs: int,
+            widths: dict[str, int | None] = WIDTHS) -> dict[str, list[str]]:
+    """``{config: lip train options}`` (without seed, output and device); ``widths``: recipe ->
+    the width it trains at (None: its own)."""
     runs = {"lc5@defaults": ["--arch", "lipconvnet-5", "--width", "8", "--epochs", str(epochs)]}
-    for name, width in WIDTHS.items():
+    for name, width in widths.items():
         if name not in values:
             continue
         v, common = values[name], ["--epochs", str(epochs)]
@@ -124,12 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     lip = [sys.executable, "-m", "lipcli"]
     deadline = time.time() + args.deadline_s
-    runs = configs(recipe_values(lip), 1 if args.smoke else args.epochs)
+    widths = dict.fromkeys(WIDTHS, 8) if args.smoke else WIDTHS  # smoke: every network at width 8
+    runs = configs(recipe_values(lip), 1 if args.smoke else args.epochs, widths)
     if args.only:
         runs = {k: v for k, v in runs.items() if k in args.only.split(",")}
     extra = ["--limit-train", "48", "--limit-test", "16", "--batch-size", "16"] if args.smoke else []
-    if args.smoke:  # the residual networks at width 8
-        runs = {k: [o if p != "--width" else "8" for p, o in zip(["", *v], v)] for k, v in runs.items()}
     if args.list:
         for k, v in runs.items():
             print(k, " ".join(v))

@@ -43,3 +43,10 @@ def test_reference_config_and_only_installed_recipes():
     assert _opts(runs["lc5@defaults"]) == {"--arch": "lipconvnet-5", "--width": "8", "--epochs": "7"}
     assert set(runs) == {"lc5@defaults", "liresnet@recipe", "liresnet@defaults", "lot@recipe",
                          "lot@defaults"}
+
+
+def test_widths_override_reaches_recipe_and_defaults():
+    runs = rrs.configs(VALUES, epochs=1, widths=dict.fromkeys(rrs.WIDTHS, 8))
+    assert _opts(runs["liresnet@recipe"])["--width"] == "8"
+    assert _opts(runs["liresnet@defaults"])["--arch"] == "liresnet:depth=12,width=8"
+    assert _opts(runs["lot@defaults"])["--arch"] == "lipconvnet-5:width=8"
