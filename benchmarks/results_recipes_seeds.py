@@ -1,7 +1,8 @@
 """Each recipe against lipcli's defaults for the same network, on digits, over seeds.
 
     python benchmarks/results_recipes_seeds.py OUTDIR [--epochs 30] [--seeds 0,1,2] [--jobs 6]
-        [--device cuda] [--deadline-s S] [--only CONFIG,...] [--smoke]
+        [--device cuda] [--deadline-s S] [--only CONFIG,...] [--widths RECIPE=W,...]
+        [--arch-set "RECIPE:KEY=V,...;..."] [--smoke]
     python benchmarks/results_seeds.py OUTDIR --raw FILE          # the table, mean ± sd
 
 For every recipe of ``CONFIGS`` two configs, each trained once per seed on the digits set:
@@ -51,18 +52,39 @@ def recipe_values(lip: list[str]) -> dict[str, dict]:
     return found
 
 
-def configs(values: dict[str, dict], epochs: int,
-            widths: dict[str, int | None] = WIDTHS) -> dict[str, list[str]]:
+def set_params(arch: str, params: dict[str, str]) -> str:
+    """``arch`` (``name[:k=v,...]``) with ``params`` set (replaced where present, else added)."""
+    for key, value in params.items():
+        pattern = rf"([:,]){re.escape(key)}=[^,]*"
+        if re.search(pattern, arch):
+            arch = re.sub(pattern, rf"\g<1>{key}={value}", arch)
+        else:
+            arch += ("," if ":" in arch else ":") + f"{key}={value}"
+    return arch
+
+
+def configs(values: dict[str, dict], epochs: int, widths: dict[str, int | None] = WIDTHS,
+            arch_set: dict[str, dict[str, str]] | None = None) -> dict[str, list[str]]:
     """``{config: lip train options}`` (without seed, output and device); ``widths``: recipe ->
-    the width it trains at (None: its own)."""
+    the width it trains at (None: its own); ``arch_set``: recipe -> architecture parameters
+    set for both of its configs (e.g. a CPU's ``dense_width``)."""
+    arch_set = arch_set or {}
     runs = {"lc5@defaults": ["--arch", "lipconvnet-5", "--width", "8", "--epochs", str(epochs)]}
     for name, width in widths.items():
         if name not in values:
             continue
         v, common = values[name], ["--epochs", str(epochs)]
-        if width is not None:
+        arch = str(v.get("arch", ""))
+        params = dict(arch_set.get(name, {}))
+        if width is not None and re.search(r"[:,]width=\d+", arch):  # inside the arch: lip train
+            params["width"] = str(width)                              # refuses two widths
+        elif width is not None:
             common += ["--width", str(width)]
-        recipe = ["--recipe", name, *common]
+        if params:
+            arch = set_params(arch, params)
+        recipe = ["--recipe", name, *common] + (["--arch", arch] if name in arch_set else [])
+        if name not in arch_set and width is not None and "width" in params:
+            recipe += ["--width", str(width)]  # the recipe's own arch, its width overridden
         for key in SCALED:
             if v.get(key):
                 recipe += [f"--{key.replace('_', '-')}", f"{v[key] * epochs / v['epochs']:g}"]
@@ -70,15 +92,35 @@ def configs(values: dict[str, dict], epochs: int,
         defaults = ["--epochs", str(epochs)]
         for key in NETWORK:
             if v.get(key):
-                defaults += [f"--{key}", str(v[key])]
-        if width is not None:  # the width inside the arch when it names one (lip train refuses two)
-            arch = str(v.get("arch", ""))
-            if re.search(r"[:,]width=\d+", arch):
-                defaults[defaults.index("--arch") + 1] = re.sub(r"([:,])width=\d+", rf"\g<1>width={width}", arch)
-            else:
-                defaults += ["--width", str(width)]
+                defaults += [f"--{key}", arch if key == "arch" else str(v[key])]
+        if width is not None and "width" not in params:
+            defaults += ["--width", str(width)]
         runs[f"{name}@defaults"] = defaults
     return runs
+
+
+def parse_arch_set(text: str) -> dict[str, dict[str, str]]:
+    """``"liresnet:dense_width=256;bronet:dense_width=256"`` -> ``{recipe: {key: value}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for item in filter(None, text.split(";")):
+        name, _, rest = item.partition(":")
+        pairs = [p.partition("=") for p in rest.split(",") if p]
+        if name not in WIDTHS or not pairs or any(not k or not v for k, _, v in pairs):
+            raise SystemExit(f"--arch-set: {item!r} is not RECIPE:KEY=VALUE,... with RECIPE one of "
+                             f"{', '.join(WIDTHS)}")
+        out[name] = {k: v for k, _, v in pairs}
+    return out
+
+
+def parse_widths(text: str, base: dict[str, int | None] = WIDTHS) -> dict[str, int | None]:
+    """``"liresnet=16,lot=8"`` -> ``base`` with those recipes' widths replaced (unknown: error)."""
+    widths = dict(base)
+    for item in filter(None, text.split(",")):
+        name, _, width = item.partition("=")
+        if name not in widths or not width.isdigit():
+            raise SystemExit(f"--widths: {item!r} is not RECIPE=WIDTH with RECIPE one of {', '.join(widths)}")
+        widths[name] = int(width)
+    return widths
 
 
 def run_one(lip: list[str], out: Path, name: str, options: list[str], device: str,
@@ -121,13 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline-s", type=float, default=1e9)
     ap.add_argument("--only", default="", help="configs, comma-separated (default: all)")
     ap.add_argument("--attack-steps", type=int, default=50)
+    ap.add_argument("--widths", default="", help="RECIPE=W,... : train these recipes' networks at "
+                    "width W (a CPU's scale) instead of WIDTHS'")
+    ap.add_argument("--arch-set", default="", help="RECIPE:KEY=VALUE,...;... : architecture "
+                    "parameters set for both of a recipe's configs (a CPU's dense_width)")
     ap.add_argument("--smoke", action="store_true", help="tiny runs: checks every config starts")
     ap.add_argument("--list", action="store_true", help="print the configs' commands and stop")
     args = ap.parse_args(argv)
     lip = [sys.executable, "-m", "lipcli"]
     deadline = time.time() + args.deadline_s
-    widths = dict.fromkeys(WIDTHS, 8) if args.smoke else WIDTHS  # smoke: every network at width 8
-    runs = configs(recipe_values(lip), 1 if args.smoke else args.epochs, widths)
+    widths = dict.fromkeys(WIDTHS, 8) if args.smoke else parse_widths(args.widths)  # smoke: all at 8
+    runs = configs(recipe_values(lip), 1 if args.smoke else args.epochs, widths,
+                   parse_arch_set(args.arch_set))
     if args.only:
         runs = {k: v for k, v in runs.items() if k in args.only.split(",")}
     extra = ["--limit-train", "48", "--limit-test", "16", "--batch-size", "16"] if args.smoke else []

@@ -105,6 +105,16 @@ def _improved_l2(src: Path) -> None:
                   "importer": "improved-l2", "lipconvnet_args": kwargs, "input_seed": INPUT_SEED,
                   "inputs": [NUM_INPUTS, 3, 32, 32], "logits": logits.tolist(),
                   "source_lipschitz": lip, "source_radii": certs.min(dim=1).values.tolist()}
+        if kwargs["last_name"] == "crc_full":
+            # test_robust.py's rule for this head (evaluate_certificates_precise): the head's
+            # certificates of the prediction in feature space, divided by ``lip``; its curvature
+            # power method starts from torch's global generator, seeded here
+            with torch.no_grad():
+                features = model(fixed_inputs(), only_features=True)
+                torch.manual_seed(0)
+                _l, crc = model.logits_layer.certificates(features, logits.argmax(1))
+            record["source_crc_certs"] = crc.tolist()
+            record["source_radii"] = (crc / lip).min(dim=1).values.tolist()
         (OUT / f"{case}.logits.json").write_text(json.dumps(record, indent=1) + "\n")
         print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
 

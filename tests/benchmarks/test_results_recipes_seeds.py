@@ -50,3 +50,35 @@ def test_widths_override_reaches_recipe_and_defaults():
     assert _opts(runs["liresnet@recipe"])["--width"] == "8"
     assert _opts(runs["liresnet@defaults"])["--arch"] == "liresnet:depth=12,width=8"
     assert _opts(runs["lot@defaults"])["--arch"] == "lipconvnet-5:width=8"
+
+
+def test_widths_option_replaces_only_the_named_recipes():
+    widths = rrs.parse_widths("liresnet=16,lot=8")
+    assert widths["liresnet"] == 16 and widths["lot"] == 8
+    assert {k: v for k, v in widths.items() if k not in ("liresnet", "lot")} == \
+        {k: v for k, v in rrs.WIDTHS.items() if k not in ("liresnet", "lot")}
+    assert _opts(rrs.configs(VALUES, 30, widths)["lot@recipe"])["--width"] == "8"
+    for bad in ("nosuch=8", "lot=x", "lot"):
+        try:
+            rrs.parse_widths(bad)
+        except SystemExit as exc:
+            assert "RECIPE=WIDTH" in str(exc)
+        else:
+            raise AssertionError(bad)
+
+
+def test_arch_set_reaches_both_configs_with_one_width():
+    arch_set = rrs.parse_arch_set("liresnet:dense_width=256,depth=6")
+    runs = rrs.configs(VALUES, 30, dict(rrs.WIDTHS, liresnet=16), arch_set)
+    recipe, defaults = _opts(runs["liresnet@recipe"]), _opts(runs["liresnet@defaults"])
+    assert recipe["--arch"] == defaults["--arch"] == "liresnet:depth=6,width=16,dense_width=256"
+    assert "--width" not in recipe and "--width" not in defaults  # lip train refuses two widths
+    assert recipe["--recipe"] == "liresnet" and recipe["--warmup-epochs"] == "0.75"
+    assert rrs.set_params("lipconvnet-10", {"hidden": "8"}) == "lipconvnet-10:hidden=8"
+    for bad in ("nosuch:a=1", "liresnet:", "liresnet:a="):
+        try:
+            rrs.parse_arch_set(bad)
+        except SystemExit as exc:
+            assert "RECIPE:KEY=VALUE" in str(exc)
+        else:
+            raise AssertionError(bad)

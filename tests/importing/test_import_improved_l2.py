@@ -211,3 +211,37 @@ def test_source_rule_reproduces_the_authors_certificates(imported):
     assert src.lipschitz == pytest.approx(record["source_lipschitz"], rel=1e-4)
     want = torch.tensor(record["source_radii"], dtype=torch.float64)
     assert torch.allclose(src.radii.double(), want, rtol=1e-4, atol=1e-6), (src.radii, want)
+
+
+def test_crc_source_rule_reproduces_the_papers_precise_certificates(imported):
+    """The paper's ``crc_full`` rule (``evaluate_certificates_precise``, the curvature power
+    method seeded as the fixture script seeded it) on the imported head: the authors' per-class
+    certificates, converged pairs (> 0) and unconverged ones (0: their Newton stops short)."""
+    from lipcli.builtins.lipconvnet.importer import ImprovedL2Importer
+    from lipcli.builtins.lipconvnet.source_crc import paper_crc_certificates
+
+    record = json.loads((DATA / f"{CASES[1]}.logits.json").read_text())
+    model, _mf = load_model(imported[CASES[1]])
+    x = _fixed_inputs(record)
+    with torch.no_grad():
+        features = model.features(x)
+        preds = model.head(features).argmax(1)
+    want = torch.tensor(record["source_crc_certs"])
+    assert (want > 0).any() and (want == 0).any()
+    got = paper_crc_certificates(model.head, features, preds, seed=0)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (got, want)
+    src = ImprovedL2Importer().source_certificates(model, x)
+    assert src.lipschitz == pytest.approx(record["source_lipschitz"], rel=1e-4)
+    assert torch.allclose(src.radii.float(), torch.tensor(record["source_radii"]), atol=1e-6)
+    assert "curvature estimate" in src.label
+
+
+def test_compare_reports_the_crc_source_rule(tmp_path, cifar10_root):
+    out = tmp_path / "m.safetensors"
+    code, stdout, stderr = _lip("import", str(DATA / f"{CASES[1]}.pt"), "--from", "improved-l2",
+                                "--out", str(out), "--compare", "--data-dir", str(cifar10_root),
+                                "--radii", "0,36", "--json")
+    assert code == 0, stderr
+    cmp = json.loads(stdout)["compare"]
+    assert cmp["note"] is None and cmp["source_lipschitz"] < cmp["lipcli_lipschitz"]
+    assert all(r["source_certified_accuracy"] is not None and r["source_only"] >= 0 for r in cmp["rows"])

@@ -257,24 +257,34 @@ class ImprovedL2Importer:
         return {k: v.contiguous() for k, v in out.items()}
 
     def source_certificates(self, model: Any, images: torch.Tensor) -> SourceCertificates | None:
-        """The source's rule (``utils.evaluate_certificates``, ``exact=True``): the product of
-        per-layer power-iteration estimates (50 steps, as ``lipschitz_constant(exact=True)``;
-        its Cayley and BCOP layers have no ``norm()``: ``1/min(scale)`` alone)
-        and, for the LLN head, ``min`` over the top-9 other classes of
-        ``(f_y - f_j) / ||ŵ_y - ŵ_j||`` divided by it; certified when ``> r``.  ``None`` for
-        the CRC head (its certificate is not reproduced here)."""
+        """The source's rule: the product of per-layer power-iteration estimates (50 steps, as
+        ``lipschitz_constant(exact=True)``; its Cayley and BCOP layers have no ``norm()``:
+        ``1/min(scale)`` alone) and the head's certificate divided by it, the smallest over the
+        top-9 other classes; certified when ``> r``.  LLN head (``utils.evaluate_certificates``):
+        ``(f_y - f_j) / ||ŵ_y - ŵ_j||``.  CRC head (``evaluate_certificates_precise``, what
+        ``test_robust.py`` runs for ``crc_full``): :func:`~.source_crc.paper_crc_certificates`,
+        its estimated curvature and unconverged pairs at 0 included."""
+        from lipcli.builtins.lipconvnet.source_crc import paper_crc_certificates
         from lipcli.lipschitz.report import lipschitz_report
 
-        if not hasattr(model.head, "normalized_weight"):
+        crc = hasattr(model.head, "fc1") and hasattr(model.head, "fc2")
+        if not crc and not hasattr(model.head, "normalized_weight"):
             return None
         conv = getattr(model, "lipcli_config", {}).get("conv", {})
         if isinstance(conv, dict) and conv.get("name") in ("cayley", "bcop"):  # no norm() on them: 1 each
             estimate = 1.0 / float(model.body.normalize.std.min())
         else:
             estimate = float(lipschitz_report(model, estimate=True, iters=50).estimate)
+        label = "power-iteration estimate (the source's lipschitz_constant(exact=True))"
         with torch.no_grad():
-            logits = model(images)
+            features = model.features(images)
+            logits = model.head(features)
             preds = logits.argmax(1)
+            if crc:
+                certs = paper_crc_certificates(model.head, features, preds)
+                radii = certs.min(1).values.double().clamp_min(0) / estimate
+                return SourceCertificates(predictions=preds, radii=radii, lipschitz=estimate,
+                                          label=label + "; CRC with a power-iteration curvature estimate")
             other = logits.clone()
             other[torch.arange(len(preds)), preds] = -torch.inf
             top = other.topk(min(_NUM_OTHER, logits.shape[1] - 1), dim=1).indices
@@ -282,5 +292,4 @@ class ImprovedL2Importer:
             diff = logits.gather(1, preds[:, None]) - logits.gather(1, top)
             dist = torch.sqrt(2 * (1 - wn @ wn.T))[preds[:, None], top]
             radii = (diff / dist).min(1).values.clamp_min(0) / estimate
-        return SourceCertificates(predictions=preds, radii=radii, lipschitz=estimate,
-                                  label="power-iteration estimate (the source's lipschitz_constant(exact=True))")
+        return SourceCertificates(predictions=preds, radii=radii, lipschitz=estimate, label=label)
