@@ -68,11 +68,13 @@ def train(
     lr: Annotated[Optional[float], typer.Option("--lr", help=f"Learning rate (default per optimiser: "
         f"{_LRS}).")] = _D.lr,
     momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum.")] = _D.momentum,
+    betas: Annotated[str, typer.Option("--betas", help="Adam's B1,B2 for adamw and nadam.")] = ",".join(
+        f"{b:g}" for b in _D.betas),
     lookahead: Annotated[int, typer.Option("--lookahead", help="Wrap the optimiser in Lookahead, syncing "
         f"every K steps (alpha {_D.lookahead_alpha}); 0: off.")] = _D.lookahead,
-    schedule: Annotated[str, typer.Option("--schedule", help=f"LR schedule per step: {' or '.join(SCHEDULES)} "
+    schedule: Annotated[str, typer.Option("--schedule", help=f"LR schedule per step: {', '.join(SCHEDULES)} "
         f"(step: x{_D.lr_gamma:g} at {' and '.join(f'{m:.0%}' for m in _D.lr_milestones)} of "
-        "training).")] = _D.schedule,
+        "training; triangular: SLL's, 0 -> lr at 40%, lr/20 at 80%, 0 at the end).")] = _D.schedule,
     warmup_epochs: Annotated[float, typer.Option("--warmup-epochs", help="Linear LR warm-up over this many "
         "epochs.")] = _D.warmup_epochs,
     weight_decay: Annotated[float, typer.Option("--weight-decay", help="Weight decay on conv filters and the "

@@ -21,8 +21,8 @@ The trainer names no loss or head: it only calls the protocol
 (:mod:`~lipcli.train.objective`).
 
 Optimisers and schedules (:mod:`~lipcli.train.optim`): ``--optimizer sgd`` (the recipe's,
-default) ``| adamw | nadam``, ``--lookahead K`` (Lookahead every K steps), ``--schedule step``
-(default) ``| cosine`` with ``--warmup-epochs``; the resolved choice is recorded in the model
+default) ``| adamw | nadam`` (``--betas``), ``--lookahead K`` (Lookahead every K steps),
+``--schedule step`` (default) ``| cosine | triangular`` with ``--warmup-epochs``; the resolved choice is recorded in the model
 file.  Extra training data (``--extra-data``, ``--extra-ratio``): :mod:`lipcli.train.extradata`
 (reading and checking the arrays) and :mod:`~lipcli.train.mixing` (mixed batches).
 

@@ -18,8 +18,11 @@ from lipcli.train.errors import TrainUsageError, literal
 
 #: optimisers (``--optimizer``) and the learning rate each uses when ``--lr`` is not given
 OPTIMIZER_LR: dict[str, float] = {"sgd": 0.1, "adamw": 1e-3, "nadam": 1e-3}
-#: learning-rate schedules (``--schedule``): the paper's step decay, or cosine to 0
-SCHEDULES: tuple[str, ...] = ("step", "cosine")
+#: learning-rate schedules (``--schedule``): the paper's step decay, cosine to 0, or SLL's
+#: triangular one (0 -> lr at 40 %, lr/20 at 80 %, 0 at the end)
+SCHEDULES: tuple[str, ...] = ("step", "cosine", "triangular")
+#: Adam's (beta1, beta2) for adamw and nadam: torch's defaults
+DEFAULT_BETAS: tuple[float, float] = (0.9, 0.999)
 #: the fraction of each batch drawn from ``--extra-data`` when ``--extra-ratio`` is not given
 DEFAULT_EXTRA_RATIO = 0.5
 #: data loader worker processes on CUDA when ``workers`` is not given (0 on CPU)
@@ -88,6 +91,7 @@ class TrainConfig:
     optimizer: str = "sgd"
     lr: float | None = None
     momentum: float = 0.9
+    betas: list[float] = field(default_factory=lambda: list(DEFAULT_BETAS))
     weight_decay: float = 5e-4
     lookahead: int = 0
     lookahead_alpha: float = 0.5
@@ -184,6 +188,8 @@ class TrainConfig:
         need(self.extra_ratio is None or (0 < self.extra_ratio < 1),
              "{extra_ratio} must be in (0, 1)" + got("extra_ratio"))
         need(0 <= self.momentum < 1, "{momentum} must be in [0, 1)" + got("momentum"))
+        need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+             "{betas} must be two numbers in [0, 1)" + got("betas"))
         need(self.weight_decay >= 0, "{weight_decay} must be >= 0" + got("weight_decay"))
         need(self.lr_gamma > 0, "lr_gamma must be positive" + got("lr_gamma"))
         need(
@@ -247,6 +253,14 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad("a table of settings")
         return dict(value)
+    if key == "betas":  # a list, or "B1,B2" as --betas gives it
+        parts = value.split(",") if isinstance(value, str) else value
+        try:
+            if not isinstance(parts, (list, tuple)) or any(isinstance(v, bool) for v in parts):
+                raise ValueError
+            return [float(v) for v in parts]
+        except ValueError:
+            raise bad("two numbers, B1,B2") from None
     if key == "lr_milestones":
         if not isinstance(value, (list, tuple)) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in value

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from lipcli.sdk.weight_decay import no_weight_decay_names
+from lipcli.train.config import DEFAULT_BETAS
 
 
 def recipe_sgd(param_groups: list[dict[str, Any]], *, lr: float, momentum: float) -> torch.optim.SGD:
@@ -57,18 +59,19 @@ def weight_decay_groups(model: nn.Module, weight_decay: float) -> list[dict[str,
 # optimiser choices (--optimizer, --lookahead) and schedules (--schedule, --warmup-epochs)
 # ---------------------------------------------------------------------------------------------
 def make_optimizer(name: str, param_groups: list[dict[str, Any]], *, lr: float,
-                   momentum: float) -> torch.optim.Optimizer:
+                   momentum: float, betas: Sequence[float] = DEFAULT_BETAS) -> torch.optim.Optimizer:
     """``sgd`` (the recipe's, :func:`recipe_sgd`), ``adamw`` or ``nadam`` over the
     weight-decay groups.  AdamW and NAdam decay the weights decoupled from the gradient
-    (Loshchilov & Hutter), with torch's default betas (0.9, 0.999) and eps 1e-8; ``momentum``
-    is SGD's only."""
+    (Loshchilov & Hutter), with ``betas`` (default torch's) and eps 1e-8;
+    ``momentum`` is SGD's only."""
     if name == "sgd":
         return recipe_sgd(param_groups, lr=lr, momentum=momentum)
     groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in param_groups]
+    b1, b2 = (float(b) for b in betas)
     if name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr)
+        return torch.optim.AdamW(groups, lr=lr, betas=(b1, b2))
     if name == "nadam":
-        return torch.optim.NAdam(groups, lr=lr, decoupled_weight_decay=True)
+        return torch.optim.NAdam(groups, lr=lr, betas=(b1, b2), decoupled_weight_decay=True)
     raise ValueError(f"unknown optimizer {name!r}")
 
 
@@ -141,18 +144,24 @@ def make_schedule(optimizer: torch.optim.Optimizer, *, schedule: str, total_step
     Otherwise a ``LambdaLR`` with factor ``w(t) · s(t)``: the linear warm-up
     ``w(t) = min(1, (t + 1) / warmup_steps)`` and ``s(t)`` = the same step decay, or for
     ``cosine`` ``½ (1 + cos(π · min(1, (t − W) / (T − W))))`` after the ``W`` warm-up steps
-    (from the base rate down to 0 at the last step ``T``).
+    (from the base rate down to 0 at the last step ``T``), or for ``triangular`` SLL's
+    ``TriangularLRScheduler`` (Lipschitz-SLL-Networks ``core/utils.py``): linear through
+    ``(0, 0)``, ``(⌊2T/5⌋, 1)``, ``(⌊4T/5⌋, 1/20)``, ``(T, 0)``, and as their loop calls it
+    (``scheduler.step(t)`` after step ``t``) step ``t ≥ 1`` runs at the value at ``t − 1``
+    and step 0 at the full rate.
     """
     steps = [int(f * total_steps) for f in milestones]
     if schedule == "step" and warmup_steps == 0:
         return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=steps, gamma=gamma)
-    if schedule not in ("step", "cosine"):
+    if schedule not in ("step", "cosine", "triangular"):
         raise ValueError(f"unknown schedule {schedule!r}")
 
     def factor(t: int) -> float:
         warm = min(1.0, (t + 1) / warmup_steps) if warmup_steps else 1.0
         if schedule == "step":
             return warm * gamma ** sum(1 for m in steps if t >= m)
+        if schedule == "triangular":
+            return warm * (1.0 if t == 0 else triangular(t - 1, total_steps))
         span = max(1, total_steps - warmup_steps)
         progress = min(1.0, max(0.0, (t - warmup_steps) / span))
         return warm * 0.5 * (1.0 + math.cos(math.pi * progress))
@@ -160,11 +169,24 @@ def make_schedule(optimizer: torch.optim.Optimizer, *, schedule: str, total_step
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def triangular(t: float, total_steps: int) -> float:
+    """SLL's triangular factor at step ``t`` of ``total_steps`` (see :func:`make_schedule`)."""
+    xs = (0, total_steps * 2 // 5, total_steps * 4 // 5, total_steps)
+    ys = (0.0, 1.0, 1.0 / 20.0, 0.0)
+    if t <= xs[0]:
+        return ys[0]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if t <= x1:
+            return y1 if x1 == x0 else y0 + (y1 - y0) * (t - x0) / (x1 - x0)
+    return ys[-1]
+
+
 def build_optimization(cfg: Any, model: nn.Module, *, steps_per_epoch: int) -> tuple[list, Any, Any]:
     """The weight-decay groups, optimiser (with lookahead where asked) and per-step scheduler
     of a run (``cfg``: a resolved :class:`~lipcli.train.config.TrainConfig`)."""
     groups = weight_decay_groups(model, cfg.weight_decay)
-    optimizer = make_optimizer(cfg.optimizer, groups, lr=cfg.lr, momentum=cfg.momentum)
+    optimizer = make_optimizer(cfg.optimizer, groups, lr=cfg.lr, momentum=cfg.momentum,
+                               betas=cfg.betas)
     if cfg.lookahead:
         optimizer = Lookahead(optimizer, k=cfg.lookahead, alpha=cfg.lookahead_alpha)
     total = cfg.epochs * steps_per_epoch

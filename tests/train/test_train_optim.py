@@ -49,6 +49,43 @@ def test_warmup_and_cosine_values():
     assert values == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("total", [37, 100])
+def test_triangular_is_slls_interp_scheduler_as_their_loop_steps_it(total):
+    """Lipschitz-SLL-Networks' loop: the optimiser starts at ``lr``, and after step ``t``
+    ``scheduler.step(t)`` sets ``np.interp(t, [0, 2T//5, 4T//5, T], [0, lr, lr/20, 0])``."""
+    import numpy as np
+
+    lr = 0.01
+    want = [lr]
+    for t in range(total - 1):
+        want.append(float(np.interp([t], [0, total * 2 // 5, total * 4 // 5, total], [0, lr, lr / 20, 0])[0]))
+    opt = sgd(lr)
+    sched = make_schedule(opt, schedule="triangular", total_steps=total, warmup_steps=0, milestones=[0.5], gamma=0.1)
+    assert lrs(sched, opt, total) == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("name", ["adamw", "nadam"])
+def test_betas_reach_adam(name):
+    model = torch.nn.Linear(3, 2)
+    groups = [{"params": list(model.parameters()), "weight_decay": 0.0, "names": ["w", "b"]}]
+    assert make_optimizer(name, groups, lr=0.01, momentum=0.9, betas=[0.5, 0.9]).defaults["betas"] == (0.5, 0.9)
+    assert make_optimizer(name, groups, lr=0.01, momentum=0.9).defaults["betas"] == (0.9, 0.999)
+
+
+def test_betas_setting_is_checked_and_parsed():
+    from lipcli.sdk.errors import LipUsageError
+    from lipcli.train.errors import TrainUsageError
+
+    assert TrainConfig().updated({"betas": "0.5,0.9"}).betas == [0.5, 0.9]
+    assert TrainConfig().updated({"betas": [0.5, 0.9]}).betas == [0.5, 0.9]
+    for bad in ("0.5", "1,0.9", "0.5,-0.1", "0.1,0.2,0.3"):
+        with pytest.raises(TrainUsageError, match="betas"):
+            TrainConfig().updated({"betas": bad}).validate()
+    for bad in ("a,b", True, [True, 0.9]):
+        with pytest.raises(LipUsageError, match="betas"):
+            TrainConfig().updated({"betas": bad})
+
+
 @pytest.mark.parametrize("name, cls", [("sgd", torch.optim.SGD), ("adamw", torch.optim.AdamW),
                                        ("nadam", torch.optim.NAdam)])
 def test_optimizers_keep_the_weight_decay_groups(name, cls):
