@@ -27,6 +27,20 @@ def test_hand_computed_example():
     # gamma 0: the offset cross-entropy times the temperature
     plain = logit_annealing(logits, torch.tensor([0]), offset=1.0, temperature=0.5, gamma=0.0)
     assert abs(float(plain) - 0.5 * ce) < 1e-14
+    # alpha (BRONet's LipConvNet FocalLoss alpha): alpha * tau * (1 - p)^gamma * CE
+    scaled = logit_annealing(logits, torch.tensor([0]), offset=1.0, temperature=0.5, gamma=2.0, alpha=0.25)
+    assert abs(float(scaled) - 0.25 * 0.5 * (1 - p) ** 2 * ce) < 1e-14
+
+
+def test_alpha_reaches_the_loss_and_is_recorded():
+    torch.manual_seed(0)
+    model = create_model("lipconvnet-5", width=4, num_classes=10).eval()
+    x, y = torch.rand(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
+    plain, quarter = la_factory(context(model), eps=0.0), la_factory(context(model), eps=0.0, alpha=0.25)
+    torch.testing.assert_close(quarter(model, x, y).loss, 0.25 * plain(model, x, y).loss)
+    assert quarter.resolved_params()["alpha"] == 0.25 and plain.resolved_params()["alpha"] == 1.0
+    with pytest.raises(ValueError, match="alpha"):
+        la_factory(context(model), alpha=0.0)
 
 
 def test_gradient_matches_finite_differences():

@@ -8,13 +8,16 @@ temperature ``τ`` and annealing exponent ``γ``::
 
     z' = (z − ξ · onehot(l)) / τ
     CE_i = CE(z'_i, l_i),    p_i = exp(−CE_i)           (the softmax probability of l)
-    loss = mean_i  τ · (1 − p_i)^γ · CE_i
+    loss = mean_i  α · τ · (1 − p_i)^γ · CE_i
 
 The factor ``(1 − p)^γ`` anneals the push on examples whose margin is already large, so the
 limited capacity of a Lipschitz network goes to the examples near the decision boundary (the
 paper's argument: for a Lipschitz-bounded network, CE keeps enlarging all margins at the
 expense of the hard ones).  ``γ = 0`` is the offset cross-entropy of Prach & Lampert (ECCV
-2022) scaled by ``τ``.
+2022) scaled by ``τ``.  ``α`` (``alpha``, default 1: BRONet's ``bronet/`` backbone code has
+none) is the focal factor of BRONet's LipConvNet code (``--la_alpha 0.25``,
+``lipconvnet/utils/custom_loss.py`` ``FocalLoss``): a constant scale of the loss, which with
+SGD and weight decay changes the balance of the two.
 
 With ``eps > 0`` (default, the authors' ``lip_reg``), ``z`` are the EMMA logits: every
 non-target logit is raised by its clipped certified-radius margin
@@ -59,12 +62,13 @@ MAX_GAMMA = 100.0
 
 
 def logit_annealing(logits: torch.Tensor, labels: torch.Tensor, *, offset: float,
-                    temperature: float, gamma: float) -> torch.Tensor:
-    """``mean_i τ (1 − p_i)^γ CE_i`` on ``(logits − ξ onehot) / τ`` (module docstring)."""
+                    temperature: float, gamma: float, alpha: float = 1.0) -> torch.Tensor:
+    """``mean_i α τ (1 − p_i)^γ CE_i`` on ``(logits − ξ onehot) / τ`` (module docstring)."""
     z = (logits - offset * F.one_hot(labels, logits.shape[1]).to(logits.dtype)) / temperature
     ce = F.cross_entropy(z, labels, reduction="none")
     p = torch.exp(-ce)
-    return (temperature * (1.0 - p).pow(gamma) * ce).mean()
+    loss = (temperature * (1.0 - p).pow(gamma) * ce).mean()
+    return loss if alpha == 1.0 else alpha * loss
 
 
 class LogitAnnealingLoss(nn.Module):
@@ -72,10 +76,11 @@ class LogitAnnealingLoss(nn.Module):
 
     def __init__(self, context: LossContext, *, temperature: float, offset: float, gamma: float,
                  eps: float, min_ratio: float, min_eps: float = 1.0, max_eps: float = 1.0,
-                 ramp: float = 0.5) -> None:
+                 ramp: float = 0.5, alpha: float = 1.0) -> None:
         super().__init__()
         self.context = context
         self.temperature, self.offset, self.gamma = float(temperature), float(offset), float(gamma)
+        self.alpha = float(alpha)
         self.eps, self.min_ratio = float(eps), float(min_ratio)
         self.ramp = EpsRamp(check_eps_schedule(eps, min_eps, max_eps, ramp))
         self._checked = False
@@ -96,18 +101,19 @@ class LogitAnnealingLoss(nn.Module):
                 K = logit_difference_lipschitz(model, feats, self.context)
                 z = emma_logits(logits, labels, K, self.ramp.value(), self.min_ratio)
             loss = logit_annealing(z, labels, offset=self.offset, temperature=self.temperature,
-                                   gamma=self.gamma)
+                                   gamma=self.gamma, alpha=self.alpha)
         parts = {} if self.ramp.schedule.constant else {"eps": self.ramp.current.detach().clone()}
         return LossOutput(loss, logits.detach(), parts)
 
     def resolved_params(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "offset": self.offset, "gamma": self.gamma,
-                **self.ramp.params(), "min_ratio": self.min_ratio}
+                **self.ramp.params(), "min_ratio": self.min_ratio, "alpha": self.alpha}
 
 
 def la_factory(context: LossContext, *, temperature: float = 0.75, offset: float = 2.0,
                gamma: float = 5.0, eps: float = DEFAULT_EPS, min_ratio: float = 0.01,
-               min_eps: float = 1.0, max_eps: float = 1.0, ramp: float = 0.5) -> LogitAnnealingLoss:
+               min_eps: float = 1.0, max_eps: float = 1.0, ramp: float = 0.5,
+               alpha: float = 1.0) -> LogitAnnealingLoss:
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if not offset >= 0:
@@ -118,5 +124,8 @@ def la_factory(context: LossContext, *, temperature: float = 0.75, offset: float
         raise ValueError(f"eps must be >= 0, got {eps}")
     if not 0 < min_ratio <= 1:
         raise ValueError(f"min_ratio must be in (0, 1], got {min_ratio}")
+    if not 0 < alpha <= 1e3:
+        raise ValueError(f"alpha must be in (0, 1000], got {alpha}")
     return LogitAnnealingLoss(context, temperature=temperature, offset=offset, gamma=gamma,
-                              eps=eps, min_ratio=min_ratio, min_eps=min_eps, max_eps=max_eps, ramp=ramp)
+                              eps=eps, min_ratio=min_ratio, min_eps=min_eps, max_eps=max_eps, ramp=ramp,
+                              alpha=alpha)

@@ -24,6 +24,8 @@ def la_spec() -> LossSpec:
                   help="EMMA radius in input space (0: plain logits, any head)"),
             Param(name="min_ratio", type=float, default=0.01, min=0.0, min_open=True, max=1.0,
                   help="EMMA clip floor"),
+            Param(name="alpha", type=float, default=1.0, min=0.0, min_open=True, max=1e3,
+                  help="focal factor, a scale of the loss (BRONet's LipConvNet code: 0.25)"),
             *eps_schedule_params(),
         ),
     )
