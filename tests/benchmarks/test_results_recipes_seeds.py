@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import results_recipes_seeds as rrs  # noqa: E402
 
@@ -58,13 +60,7 @@ def test_widths_option_replaces_only_the_named_recipes():
     assert {k: v for k, v in widths.items() if k not in ("liresnet", "lot")} == \
         {k: v for k, v in rrs.WIDTHS.items() if k not in ("liresnet", "lot")}
     assert _opts(rrs.configs(VALUES, 30, widths)["lot@recipe"])["--width"] == "8"
-    for bad in ("nosuch=8", "lot=x", "lot"):
-        try:
-            rrs.parse_widths(bad)
-        except SystemExit as exc:
-            assert "RECIPE=WIDTH" in str(exc)
-        else:
-            raise AssertionError(bad)
+    _refused(rrs.parse_widths, ("nosuch=8", "lot=x", "lot"), "RECIPE=WIDTH")
 
 
 def test_arch_set_reaches_both_configs_with_one_width():
@@ -75,10 +71,11 @@ def test_arch_set_reaches_both_configs_with_one_width():
     assert "--width" not in recipe and "--width" not in defaults  # lip train refuses two widths
     assert recipe["--recipe"] == "liresnet" and recipe["--warmup-epochs"] == "0.75"
     assert rrs.set_params("lipconvnet-10", {"hidden": "8"}) == "lipconvnet-10:hidden=8"
-    for bad in ("nosuch:a=1", "liresnet:", "liresnet:a="):
-        try:
-            rrs.parse_arch_set(bad)
-        except SystemExit as exc:
-            assert "RECIPE:KEY=VALUE" in str(exc)
-        else:
-            raise AssertionError(bad)
+    _refused(rrs.parse_arch_set, ("nosuch:a=1", "liresnet:", "liresnet:a="), "RECIPE:KEY=VALUE")
+
+
+def _refused(parse, bad_values, message: str) -> None:
+    """Each bad value stops the runner with one message naming the expected form."""
+    for bad in bad_values:
+        with pytest.raises(SystemExit, match=message):
+            parse(bad)

@@ -124,13 +124,18 @@ def test_arch_must_agree_with_the_checkpoint(tmp_path):
     assert code == 2 and not out.exists()
 
 
-def test_certify_and_compare_on_the_imported_model(tmp_path, cifar10_root):
-    out = tmp_path / "m.safetensors"
-    code, stdout, stderr = _lip("import", str(DATA / f"{CASES[0]}.pt"), "--from", "improved-l2",
+def _compare(case: str, out: Path, cifar10_root: Path) -> dict:
+    """``lip import CASE --compare --radii 0,36 --json``: its ``compare`` record."""
+    code, stdout, stderr = _lip("import", str(DATA / f"{case}.pt"), "--from", "improved-l2",
                                 "--out", str(out), "--compare", "--data-dir", str(cifar10_root),
                                 "--radii", "0,36", "--json")
     assert code == 0, stderr
-    cmp = json.loads(stdout)["compare"]
+    return json.loads(stdout)["compare"]
+
+
+def test_certify_and_compare_on_the_imported_model(tmp_path, cifar10_root):
+    out = tmp_path / "m.safetensors"
+    cmp = _compare(CASES[0], out, cifar10_root)
     assert cmp["source_lipschitz"] < cmp["lipcli_lipschitz"]  # the estimate is below the bound
     rows = cmp["rows"]
     assert [r["radius_units"] for r in rows] == [0, 36]
@@ -237,11 +242,6 @@ def test_crc_source_rule_reproduces_the_papers_precise_certificates(imported):
 
 
 def test_compare_reports_the_crc_source_rule(tmp_path, cifar10_root):
-    out = tmp_path / "m.safetensors"
-    code, stdout, stderr = _lip("import", str(DATA / f"{CASES[1]}.pt"), "--from", "improved-l2",
-                                "--out", str(out), "--compare", "--data-dir", str(cifar10_root),
-                                "--radii", "0,36", "--json")
-    assert code == 0, stderr
-    cmp = json.loads(stdout)["compare"]
+    cmp = _compare(CASES[1], tmp_path / "m.safetensors", cifar10_root)
     assert cmp["note"] is None and cmp["source_lipschitz"] < cmp["lipcli_lipschitz"]
     assert all(r["source_certified_accuracy"] is not None and r["source_only"] >= 0 for r in cmp["rows"])
