@@ -74,17 +74,17 @@ def configs(values: dict[str, dict], epochs: int, widths: dict[str, int | None] 
         if name not in values:
             continue
         v, common = values[name], ["--epochs", str(epochs)]
-        arch = str(v.get("arch", ""))
-        params = dict(arch_set.get(name, {}))
-        if width is not None and re.search(r"[:,]width=\d+", arch):  # inside the arch: lip train
-            params["width"] = str(width)                              # refuses two widths
+        arch, params = str(v.get("arch", "")), dict(arch_set.get(name, {}))
+        inside = width is not None and re.search(r"[:,]width=\d+", arch) is not None
+        if inside:  # the width inside the arch: lip train refuses a second one
+            params["width"] = str(width)
         elif width is not None:
             common += ["--width", str(width)]
-        if params:
-            arch = set_params(arch, params)
-        recipe = ["--recipe", name, *common] + (["--arch", arch] if name in arch_set else [])
-        if name not in arch_set and width is not None and "width" in params:
-            recipe += ["--width", str(width)]  # the recipe's own arch, its width overridden
+        arch = set_params(arch, params)
+        if name in arch_set:  # the recipe's arch replaced as a whole
+            recipe = ["--recipe", name, *common, "--arch", arch]
+        else:  # the recipe's own arch; only its width overridden
+            recipe = ["--recipe", name, *common] + (["--width", str(width)] if inside else [])
         for key in SCALED:
             if v.get(key):
                 recipe += [f"--{key.replace('_', '-')}", f"{v[key] * epochs / v['epochs']:g}"]
@@ -93,7 +93,7 @@ def configs(values: dict[str, dict], epochs: int, widths: dict[str, int | None] 
         for key in NETWORK:
             if v.get(key):
                 defaults += [f"--{key}", arch if key == "arch" else str(v[key])]
-        if width is not None and "width" not in params:
+        if width is not None and not inside:
             defaults += ["--width", str(width)]
         runs[f"{name}@defaults"] = defaults
     return runs

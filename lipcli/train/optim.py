@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from lipcli.sdk.weight_decay import no_weight_decay_names
-from lipcli.train.config import DEFAULT_BETAS
+from lipcli.train.config import DEFAULT_BETAS, SCHEDULES
 
 
 def recipe_sgd(param_groups: list[dict[str, Any]], *, lr: float, momentum: float) -> torch.optim.SGD:
@@ -153,7 +153,7 @@ def make_schedule(optimizer: torch.optim.Optimizer, *, schedule: str, total_step
     steps = [int(f * total_steps) for f in milestones]
     if schedule == "step" and warmup_steps == 0:
         return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=steps, gamma=gamma)
-    if schedule not in ("step", "cosine", "triangular"):
+    if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}")
 
     def factor(t: int) -> float:

@@ -78,11 +78,11 @@ def _dual_search(x, w1, b1, w2_diff, b2_diff, eta_lo, eta_hi):
         eta = 0.5 * (eta_lo + eta_hi)
         for j in range(INNER_ITERS + 1):
             z = (x + delta) @ w1.T + b1
-            grad_dual = delta + eta[:, None] * ((torch.sigmoid(z) * w2_diff) @ w1)
+            sig = torch.sigmoid(z)
+            grad_dual = delta + eta[:, None] * ((sig * w2_diff) @ w1)
             norm = grad_dual.norm(dim=1)
             if j == INNER_ITERS or bool((norm < TOLERANCE_MULTIPLIER * GRAD_TOL).all()):
                 break
-            sig = torch.sigmoid(z)
             delta = delta - _newton_step(w1, eta[:, None] * w2_diff * sig * (1 - sig), grad_dual)
         above = (_softplus(z) * w2_diff).sum(1) + b2_diff > 0
         eta_lo = torch.where(above, eta, eta_lo)

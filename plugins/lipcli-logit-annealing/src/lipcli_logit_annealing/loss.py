@@ -67,8 +67,7 @@ def logit_annealing(logits: torch.Tensor, labels: torch.Tensor, *, offset: float
     z = (logits - offset * F.one_hot(labels, logits.shape[1]).to(logits.dtype)) / temperature
     ce = F.cross_entropy(z, labels, reduction="none")
     p = torch.exp(-ce)
-    loss = (temperature * (1.0 - p).pow(gamma) * ce).mean()
-    return loss if alpha == 1.0 else alpha * loss
+    return alpha * (temperature * (1.0 - p).pow(gamma) * ce).mean()
 
 
 class LogitAnnealingLoss(nn.Module):
