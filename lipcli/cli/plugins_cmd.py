@@ -81,7 +81,7 @@ def _print_tables(host: PluginHost, registry: Registry, verbose: bool) -> None:
     console.print(table)
     comp = Table(title="Components", title_justify="left")
     for col in ("kind", "name", "plugin", "promises", "description"):
-        comp.add_column(col)
+        comp.add_column(col, overflow="fold")  # a narrow terminal folds a long name, never cuts it
     for kind in KIND_TITLES:
         for spec in registry.specs(kind):
             desc = spec.description

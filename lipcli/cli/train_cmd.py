@@ -90,6 +90,7 @@ def train(
         "kernel launches).")] = _D.cuda_graphs,
     augment: Annotated[bool, typer.Option("--augment/--no-augment", help="Random crop (+ flip) "
         "augmentation.")] = _D.augment,
+    augmentation: Annotated[str, typer.Option("--augmentation", help="Augmentation policy.")] = _D.augmentation,
     # here RegistryCommand adds the loss parameters' shortcut options (Param.shortcut)
     grad_clip: Annotated[Optional[float], typer.Option("--grad-clip", help="Gradient-norm clipping "
         "(default: the loss's; 0 = off).")] = _D.grad_clip,

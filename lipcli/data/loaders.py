@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from lipcli.sdk.errors import LipUsageError, SettingError
 from lipcli.host.plugins import Registry, get_registry
 from lipcli.sdk.specs import Component, DatasetSpec
+from lipcli.data.augmentation import apply_augmentation
 
 
 @dataclass
@@ -245,12 +246,14 @@ def load_data(
     *,
     download: bool = False,
     augment: bool = True,
+    augmentation: Component | None = None,
     val_split: float = 0.0,
     limit_train: int | None = None,
     limit_test: int | None = None,
     seed: int = 0,
 ) -> DataBundle:
-    """Build the train (augmented), validation (un-augmented, held out of train) and test sets.
+    """Build the train (augmented; with ``augmentation``, by that policy), validation
+    (un-augmented, held out of train) and test sets.
 
     Normalisation: the train split's ``mean``/``std`` attributes when present (data-derived
     statistics), else the spec's constants.  Classes: the train split's ``classes``, else
@@ -258,6 +261,8 @@ def load_data(
     """
     spec: DatasetSpec = component.spec  # type: ignore[assignment]
     train_full = _build(component, root, "train", download=download, augment=augment)
+    if augment and augmentation is not None:
+        apply_augmentation(train_full, augmentation, spec.name)
     train_plain = _build(component, root, "train", download=False, augment=False) if val_split > 0 else None
     test_full = _build(component, root, "test", download=False, augment=False)
     data_loaded(root)

@@ -16,6 +16,7 @@ DEFAULT_COMPONENTS: dict[str, str] = {
     "pool": "max",
     "head": "lln",
     "dataset": "cifar10",
+    "augmentation": "crop-flip",
 }
 #: the layer kinds an architecture is assembled from (the keys ``create_model`` takes)
 LAYER_KINDS: tuple[str, ...] = ("conv", "activation", "pool", "head")

@@ -54,6 +54,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "lipcli.lipconvnet": "lipcli.builtins.lipconvnet.plugin",
     "lipcli.datasets": "lipcli.builtins.datasets.plugin",
     "lipcli.losses": "lipcli.builtins.losses.plugin",
+    "lipcli.augmentations": "lipcli.builtins.augmentations.plugin",
 }
 
 #: spec kind -> plural title (the hook's name without ``lip_``), e.g. ``"pool": "pools"``

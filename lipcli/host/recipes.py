@@ -18,7 +18,7 @@ from lipcli.sdk.specs import RecipeSpec
 #: recipe values that name a component -> the component's kind
 COMPONENT_SETTINGS: dict[str, str] = {
     "arch": "arch", "conv": "conv", "activation": "activation", "pool": "pool", "head": "head",
-    "loss": "loss", "dataset": "dataset",
+    "loss": "loss", "dataset": "dataset", "augmentation": "augmentation",
 }
 
 __all__ = ["COMPONENT_SETTINGS", "overrides", "problems", "resolve_recipe", "split_label"]

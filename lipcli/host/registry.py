@@ -214,6 +214,15 @@ def parse_component_choice(text: str) -> tuple[str, dict[str, str]]:
     return name.strip(), params
 
 
+def component_choice_text(name: str, params: dict[str, Any]) -> str:
+    """``"name:key=value,..."`` with every parameter written out (the inverse of
+    :func:`parse_component_choice`; floats as ``repr``, booleans as ``true``/``false``)."""
+    def text(v: Any) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else repr(v) if isinstance(v, float) else str(v)
+
+    return name + ("" if not params else ":" + ",".join(f"{k}={text(v)}" for k, v in params.items()))
+
+
 def split_component_choices(text: str) -> list[str]:
     """Split a comma-separated list of component choices, keeping inline parameters with
     their component: ``"soc-fast,polygon:vertices=8,radius=1.5,max"`` ->

@@ -11,6 +11,7 @@ import pluggy
 
 from lipcli.sdk.specs import (
     ActivationSpec,
+    AugmentationSpec,
     ArchSpec,
     CertificateSpec,
     ConvSpec,
@@ -68,6 +69,11 @@ def lip_losses() -> list[LossSpec]:
 
 
 @hookspec
+def lip_augmentations() -> list[AugmentationSpec]:
+    """Training augmentation policies, e.g. ``crop-flip``, ``randaugment``, ``color-jitter``."""
+
+
+@hookspec
 def lip_recipes() -> list[RecipeSpec]:
     """Training recipes: named, versioned ``lip train`` settings from a paper, each value
     with the file of the authors' code it was read from (``lip train --recipe NAME``)."""
@@ -88,6 +94,7 @@ HOOK_KINDS: dict[str, str] = {
     "lip_architectures": ArchSpec.kind,
     "lip_datasets": DatasetSpec.kind,
     "lip_losses": LossSpec.kind,
+    "lip_augmentations": AugmentationSpec.kind,
     "lip_recipes": RecipeSpec.kind,
     "lip_importers": ImporterSpec.kind,
 }

@@ -24,6 +24,9 @@ kind             factory call
                  a ``torch.utils.data.Dataset`` yielding ``(image in [0, 1], label)``
 ``loss``         ``factory(context, **params)`` -> a training loss ``nn.Module``:
                  ``loss(model, images, labels) -> LossOutput`` (see :mod:`lipcli.sdk.losses`)
+``augmentation`` ``factory(base, **params)`` -> the training transform ``(C, H, W) -> (C, H, W)``;
+                 ``base`` is the data set's :class:`~lipcli.sdk.augment.RandomCropFlip`
+                 (see :mod:`lipcli.sdk.augment`)
 ``recipe``       ``factory()`` -> a copy of the recipe's ``values`` (set by
                  :class:`RecipeSpec` itself; a recipe is data, see :mod:`lipcli.sdk.recipes`)
 ``importer``     ``factory(**params)`` -> a source importer (``plan``, ``convert``, optional
@@ -39,6 +42,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from lipcli.sdk.params import PARAM_TYPES, Param  # noqa: F401 - Param: part of every spec (and re-exported)
 from lipcli.sdk.recipes import RecipeResult, RecipeSource  # noqa: F401 - the recipe spec's parts
 
 #: Promise: the component is 1-Lipschitz in the l2 norm (exactly, by construction).
@@ -52,115 +56,6 @@ SOUND = "sound"
 #: convolutions it computes in another form (a fused convolution-plus-add, a matrix product
 #: for 1×1 filters on 1×1 images), so that ``lip bench profile`` counts them as convolution
 CONVOLUTION_PROFILE_LABEL = "lipcli::soc_convolution"
-
-_PARAM_TYPES = (int, float, str, bool)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Param:
-    """A typed, defaulted parameter of a component (``name=value`` on the command line)."""
-
-    name: str
-    type: type
-    default: Any
-    help: str = ""
-    choices: tuple[Any, ...] | None = None
-    #: a ``loss`` parameter only: a setting of its own (a settings-file key and the ``lip
-    #: train`` option ``--KEY`` with ``_`` written ``-``) that sets this parameter of whichever
-    #: loss is chosen, e.g. ``attack_radius`` for ``crc-lip``'s ``radius``; ``None``: only
-    #: inline (``--loss NAME:name=value``)
-    shortcut: str | None = None
-    #: the declared range of an ``int`` or ``float`` parameter (inclusive; ``None``: open
-    #: that side): it keeps the memory and time a value asks for proportional to what a user
-    #: could mean; :meth:`check` refuses a value outside it (command line and model files)
-    min: int | float | None = None
-    max: int | float | None = None
-    #: ``min`` itself excluded (a ``float`` that must be positive: ``min=0.0, min_open=True``)
-    min_open: bool = False
-    #: ``max`` itself excluded
-    max_open: bool = False
-    #: an ``int`` that must be odd (a kernel size)
-    odd: bool = False
-    #: a value accepted outside the range that means "chosen automatically" (``0`` for SLL's
-    #: ``kernel``: the architecture's)
-    auto: int | float | None = None
-
-    def __post_init__(self) -> None:
-        if self.type not in _PARAM_TYPES:
-            raise TypeError(f"Param {self.name!r}: type must be one of int, float, str, bool")
-        if not self.name.isidentifier():
-            raise ValueError(f"Param name {self.name!r} is not a valid identifier")
-        if self.shortcut is not None and not (self.shortcut.isidentifier() and self.shortcut.islower()):
-            raise ValueError(f"Param {self.name!r}: shortcut {self.shortcut!r} is not a lower-case identifier")
-        if self.has_range:
-            if self.type not in (int, float):
-                raise TypeError(f"Param {self.name!r}: only int and float parameters take a range")
-            if self.odd and self.type is not int:
-                raise TypeError(f"Param {self.name!r}: odd is for int parameters")
-            if self.min is not None and self.max is not None and not self.min <= self.max:
-                raise ValueError(f"Param {self.name!r}: min {self.min} is above max {self.max}")
-            self.check(self.default)  # a default outside its own range is a spec bug
-
-    @property
-    def has_range(self) -> bool:
-        """Whether a range (``min``, ``max``, ``odd``) is declared."""
-        return self.min is not None or self.max is not None or self.odd
-
-    def range_text(self) -> str:
-        """The declared range in words, e.g. ``"1..1000"``, ``"(0, 1]"``, ``"an odd number in 1..15 (or 0)"``."""
-        if self.type is int and not (self.min_open or self.max_open):
-            low = "" if self.min is None else str(self.min)
-            text = f"{low}..{'' if self.max is None else self.max}"
-        else:
-            low = "(-inf" if self.min is None else f"{'(' if self.min_open else '['}{self.min:g}"
-            high = "inf)" if self.max is None else f"{self.max:g}{')' if self.max_open else ']'}"
-            text = f"{low}, {high}"
-        if self.odd:
-            text = f"an odd number in {text}"
-        return text if self.auto is None else f"{text} (or {self.auto})"
-
-    def _in_range(self, value: int | float) -> bool:
-        if self.auto is not None and value == self.auto:
-            return True
-        if self.min is not None and not (value > self.min if self.min_open else value >= self.min):
-            return False
-        if self.max is not None and not (value < self.max if self.max_open else value <= self.max):
-            return False
-        return not (self.odd and value % 2 == 0) and value == value  # NaN is in no range
-
-    def parse(self, text: str) -> Any:
-        """Convert a command-line string to this parameter's type (``ValueError`` if bad)."""
-        if self.type is bool:
-            low = text.strip().lower()
-            if low in ("1", "true", "yes", "on"):
-                value: Any = True
-            elif low in ("0", "false", "no", "off"):
-                value = False
-            else:
-                raise ValueError(f"{self.name}: expected true/false, got {text!r}")
-        else:
-            try:
-                value = self.type(text)
-            except ValueError:
-                raise ValueError(
-                    f"{self.name}: expected {self.type.__name__}, got {text!r}"
-                ) from None
-        return self.check(value)
-
-    def check(self, value: Any) -> Any:
-        """Validate (and coerce int -> float) a Python value for this parameter."""
-        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
-            raise ValueError(
-                f"{self.name}: expected {self.type.__name__}, got {type(value).__name__}"
-            )
-        if self.choices is not None and value not in self.choices:
-            raise ValueError(f"{self.name}: must be one of {', '.join(map(str, self.choices))}")
-        if self.has_range and not self._in_range(value):
-            raise ValueError(f"{self.name} must be {'' if self.odd else 'in '}{self.range_text()}, got {value!r}")
-        return value
-
 
 @dataclass(frozen=True, kw_only=True)
 class ComponentSpec:
@@ -297,6 +192,15 @@ class LossSpec(ComponentSpec):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AugmentationSpec(ComponentSpec):
+    """A training augmentation policy (``lip train --augmentation NAME``): the transform the
+    training split applies to each image instead of its own crop and flip (protocol in
+    :mod:`lipcli.sdk.augment`)."""
+
+    kind: ClassVar[str] = "augmentation"
+
+
+@dataclass(frozen=True, kw_only=True)
 class RecipeSpec(ComponentSpec):
     """A named, versioned set of ``lip train`` settings (``values``: settings keys ->
     values, component choices as ``"name:key=value,..."``) from ``paper``, each value with
@@ -321,7 +225,7 @@ class RecipeSpec(ComponentSpec):
         if not self.version.strip() or "@" in self.version or not self.paper.strip():
             raise ValueError(f"recipe {self.name!r}: needs a version (no '@') and a paper")
         for key, value in self.values.items():
-            if not all(isinstance(v, _PARAM_TYPES) for v in (value if isinstance(value, list) else [value])):
+            if not all(isinstance(v, PARAM_TYPES) for v in (value if isinstance(value, list) else [value])):
                 raise TypeError(f"recipe {self.name!r}: value {key!r} must be int, float, str, bool or a list")
         unsourced = sorted(set(self.values) ^ set(self.sources))
         if unsourced:
@@ -353,7 +257,7 @@ class ImporterSpec(ComponentSpec):
 SPEC_KINDS: dict[str, type[ComponentSpec]] = {
     cls.kind: cls
     for cls in (ConvSpec, ActivationSpec, PoolSpec, HeadSpec, CertificateSpec, ArchSpec,
-                DatasetSpec, LossSpec, RecipeSpec, ImporterSpec)
+                DatasetSpec, LossSpec, AugmentationSpec, RecipeSpec, ImporterSpec)
 }
 
 

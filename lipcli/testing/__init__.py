@@ -25,6 +25,8 @@ naturally inside pytest) and returns a small report of what it measured.
 * :func:`check_activation_spec`, :func:`check_gradient_norm_preserving`,
   :func:`check_head_lipschitz` -- activations and heads; :func:`check_channel_module` holds
   the module checks pools and activations share.
+* :func:`check_augmentation` -- an augmentation policy: float ``[0, 1]`` images of the data
+  set's shape, the same outputs for the same torch seed, the input left alone.
 * :func:`check_conv_spec`, :func:`check_conv_network_bound` -- convolutions;
   :func:`affine_matrix`, :func:`singular_values` and :func:`randomise_parameters` for a
   layer's own tests (its dense matrix, its spectrum, weights unlike the initialisation's).
@@ -140,6 +142,7 @@ from lipcli.testing.modules import (
 from lipcli.testing.ranges import RangeEdge, check_param_ranges, range_edges
 from lipcli.testing.recipes import check_recipe, check_recipes, recipe_table
 from lipcli.testing.specs import check_component_spec
+from lipcli.testing.augment import check_augmentation
 
 __all__ = [
     "ActivationCheckReport",
@@ -162,6 +165,7 @@ __all__ = [
     "check_channel_module",
     "check_channel_spec",
     "check_component_spec",
+    "check_augmentation",
     "check_param_ranges",
     "range_edges",
     "RangeEdge",

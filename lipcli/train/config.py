@@ -79,6 +79,9 @@ class TrainConfig:
     data_dir: str | None = None
     download: bool = False
     augment: bool = True
+    # the training augmentation policy (an ``augmentation`` component; the default is the data
+    # set's own crop and flip, which every model file without this key was trained with)
+    augmentation: str = DEFAULT_COMPONENTS["augmentation"]
     val_split: float = 0.0
     keep_best: bool = False
     limit_train: int | None = None
@@ -281,7 +284,7 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad("a number")
         return float(value)
-    if isinstance(value, dict) and "name" in value and key in ("arch", "conv", "activation", "pool", "head", "dataset", "loss"):
+    if isinstance(value, dict) and "name" in value and key in ("arch", "conv", "activation", "pool", "head", "dataset", "loss", "augmentation"):
         params = value.get("params") or {}
         return value["name"] + ("" if not params else ":" + ",".join(f"{k}={v}" for k, v in params.items()))
     if not isinstance(value, str):

@@ -5,6 +5,7 @@ argument is validated before anything is written."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from lipcli.train.reporting import Reporter
 from lipcli.train.results import TrainSummary
 from lipcli.train.parts import RunSettings
 from lipcli.train.run import TrainingRun
+from lipcli.data.augmentation import resolve_augmentation
 from lipcli.data.loaders import check_data_dir, load_data, resolve_dataset
 from lipcli.host.models import ComponentParameterError, build_model, make_config
 from lipcli.host.plugins import Registry, get_registry, parse_component_choice
@@ -40,7 +42,7 @@ def _component_names(cfg: TrainConfig) -> dict[str, str]:
 
 
 RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs", "lr", "eval_batch_size"})
-COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset", "loss")
+COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset", "loss", "augmentation")
 
 
 def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Registry) -> bool:
@@ -101,6 +103,7 @@ class _Setup:
     comps: dict[str, Component]
     data_comp: Component
     loss_comp: Component
+    augmentation: Component
     root: str | None
     device: torch.device
     paths: RunPaths
@@ -126,6 +129,8 @@ def _configure(config: TrainConfig | None, ctx: DistContext, reg: Registry, *, r
     for kind, choice in _component_names(cfg).items():
         comps[kind] = _arch_component(cfg, reg) if kind == "arch" else reg.component(kind, choice)
     data_comp = resolve_dataset(cfg.dataset, reg)
+    augmentation_text, augmentation = resolve_augmentation(cfg.augmentation, cfg.augment, reg)
+    cfg = dataclasses.replace(cfg, augmentation=augmentation_text)
     cfg, loss_comp = resolve_loss(cfg.resolved(), comps["head"], data_comp.name, reg)
     root = check_data_dir(data_comp, cfg.data_dir, cfg.download)
     device = ctx.resolve_device(cfg.device)
@@ -140,7 +145,7 @@ def _configure(config: TrainConfig | None, ctx: DistContext, reg: Registry, *, r
         0 if device.type == "cpu"
         else min(MAX_CUDA_WORKERS, max(1, (os.cpu_count() or 2) // ctx.local_world_size - 1))
     )
-    return _Setup(cfg=cfg, comps=comps, data_comp=data_comp, loss_comp=loss_comp, root=root,
+    return _Setup(cfg=cfg, comps=comps, data_comp=data_comp, loss_comp=loss_comp, augmentation=augmentation, root=root,
                   device=device, paths=paths, workers=workers, ckpt_tensors=ckpt_tensors,
                   ckpt_meta=ckpt_meta)
 
@@ -150,7 +155,7 @@ def _data_and_model(setup: _Setup, *, download: bool) -> tuple[Any, Any, dict[st
     data, the model configuration and the model (seeded, on the CPU)."""
     cfg, comps = setup.cfg, setup.comps
     data = load_data(
-        setup.data_comp, setup.root, download=download, augment=cfg.augment,
+        setup.data_comp, setup.root, download=download, augment=cfg.augment, augmentation=setup.augmentation,
         val_split=cfg.val_split, limit_train=cfg.limit_train, limit_test=cfg.limit_test,
         seed=cfg.seed,
     )

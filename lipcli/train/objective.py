@@ -21,13 +21,7 @@ from lipcli.sdk.specs import Component, LossSpec
 from lipcli.train.config import TrainConfig
 from lipcli.train.errors import TrainUsageError, literal
 from lipcli.host.plugins import Registry, parse_component_choice
-
-
-def _choice_text(name: str, params: dict[str, Any]) -> str:
-    def text(v: Any) -> str:
-        return ("true" if v else "false") if isinstance(v, bool) else repr(v) if isinstance(v, float) else str(v)
-
-    return name + ("" if not params else ":" + ",".join(f"{k}={text(v)}" for k, v in params.items()))
+from lipcli.host.registry import component_choice_text
 
 
 def resolve_loss(cfg: TrainConfig, head: Component, dataset_name: str, reg: Registry) -> tuple[TrainConfig, Component]:
@@ -51,7 +45,7 @@ def resolve_loss(cfg: TrainConfig, head: Component, dataset_name: str, reg: Regi
     for key, value in recipe.items():
         given.setdefault(key, value)
     component = reg.component("loss", name, given)
-    changes: dict[str, Any] = {"loss_shortcuts": {}, "loss": _choice_text(name, component.params)}
+    changes: dict[str, Any] = {"loss_shortcuts": {}, "loss": component_choice_text(name, component.params)}
     if cfg.grad_clip is None:
         changes["grad_clip"] = float(spec.grad_clip)
     return dataclasses.replace(cfg, **changes), component

@@ -20,6 +20,7 @@ from lipcli.host import plugins
 from lipcli.cli import app
 from lipcli.sdk.errors import DuplicateComponentError, LipUsageError, PluginError, UnknownComponentError
 from lipcli.sdk.specs import (
+    AugmentationSpec,
     RecipeSource,
     RecipeSpec,
     ActivationSpec,
@@ -81,6 +82,10 @@ class AllHooksPlugin:
         return [LossSpec(name="t-loss", factory=_factory, description="test loss")]
 
     @hookimpl
+    def lip_augmentations(self):
+        return [AugmentationSpec(name="t-augmentation", factory=_factory, description="test augmentation")]
+
+    @hookimpl
     def lip_recipes(self):
         source = RecipeSource(repo="o/r", commit="0" * 40, path="train.py", key="--lr")
         return [RecipeSpec(name="t-recipe", version="1", paper="test paper", description="test recipe",
@@ -118,7 +123,7 @@ def test_every_hook_is_exercised(host):
     assert host.plugins["all-hooks"].components == {
         "conv": ["t-conv"], "activation": ["t-act"], "pool": ["t-pool"], "head": ["t-head"],
         "certificate": ["t-cert"], "arch": ["t-arch"], "dataset": ["t-data"],
-        "loss": ["t-loss"], "recipe": ["t-recipe"], "importer": ["t-import"],
+        "loss": ["t-loss"], "augmentation": ["t-augmentation"], "recipe": ["t-recipe"], "importer": ["t-import"],
     }
     comp = reg.component("conv", "t-conv:k=5")
     assert comp.params == {"k": 5}

@@ -1,5 +1,5 @@
 """What the built-in data sets share: the splits, the image size and training augmentation
-(random crop + flip) and the in-memory data set.  (The CIFAR normalisation, every
+(random crop + flip, :mod:`lipcli.sdk.augment`) and the in-memory data set.  (The CIFAR normalisation, every
 LipConvnet's default, is a neutral constant of the host: :mod:`lipcli._util.constants`.)"""
 
 from __future__ import annotations
@@ -7,41 +7,14 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from lipcli.sdk.augment import CROP_PADDING, IMAGE_SIZE, RandomCropFlip
 from lipcli.sdk.errors import LipUsageError
 
-IMAGE_SIZE = 32
-CROP_PADDING = 4
+__all__ = ["CROP_PADDING", "IMAGE_SIZE", "SPLITS", "RandomCropFlip", "TensorImageDataset", "check_split"]
+
 SPLITS = ("train", "test")
-
-
-class RandomCropFlip:
-    """Zero-pad by ``padding``, take a random ``size`` crop, flip horizontally with p = 1/2.
-
-    Operates on a ``(C, H, W)`` tensor; equivalent to torchvision's
-    ``RandomCrop(size, padding=padding)`` (fill 0) followed by ``RandomHorizontalFlip()``
-    (the flip is skipped when ``flip`` is false).  Uses torch's global generator.
-    """
-
-    def __init__(self, size: int = IMAGE_SIZE, padding: int = CROP_PADDING, flip: bool = True) -> None:
-        self.size, self.padding, self.flip = size, padding, flip
-
-    def __call__(self, image: torch.Tensor) -> torch.Tensor:
-        p = self.padding
-        if p:
-            image = F.pad(image, (p, p, p, p))
-        h, w = image.shape[-2:]
-        top = int(torch.randint(0, h - self.size + 1, (1,)))
-        left = int(torch.randint(0, w - self.size + 1, (1,)))
-        image = image[..., top : top + self.size, left : left + self.size]
-        if self.flip and bool(torch.rand(1) < 0.5):
-            image = image.flip(-1)
-        return image.contiguous()
-
-    def __repr__(self) -> str:
-        return f"RandomCropFlip(size={self.size}, padding={self.padding}, flip={self.flip})"
 
 
 class TensorImageDataset(Dataset):
