@@ -7,6 +7,7 @@ Usage (development time only; the test suite never runs this or fetches anything
     PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_bronet.py bronet /tmp/bronet/bronet
     PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_bronet.py lipconvnet-soc /tmp/bronet/lipconvnet
     PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_bronet.py lipconvnet-lot /tmp/bronet/lipconvnet
+    PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_bronet.py train-forward /tmp/bronet/bronet
 
 ``lipconvnet-soc`` / ``lipconvnet-lot``: their ``lipconvnet/`` LipConvNet with ``--conv-layer
 soc`` (the case ``bronet_lipconvnet_soc_b2_w2_c10``) or ``lot`` (``bronet_lipconvnet_lot_*``:
@@ -97,6 +98,31 @@ def lipconvnet_cases(src: Path, conv: str) -> None:
         print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
 
 
+#: the case whose training-mode forward ``train-forward`` records
+TRAIN_CASE = "bronet_d2_w4_c10"
+
+
+def train_forward() -> None:
+    """``train-forward``: the authors' ``BRONet`` with the weights of ``bronet_d2_w4_c10.pt``
+    (written by the ``bronet`` mode, not rewritten), one training-mode forward on the fixed
+    inputs (their centring on the batch mean, running means updated with momentum 0.1)
+    -> ``<case>.train.json``: the logits and the backbone's running means after it (what
+    ``test_bronet_backbone.py`` compares lipcli's ``quasi_residual``/``centering`` with)."""
+    from models import BRONet  # the authors' modules
+
+    cfg = CASES[TRAIN_CASE]
+    model = BRONet(**cfg)
+    model.load_state_dict(torch.load(OUT / f"{TRAIN_CASE}.pt", weights_only=True)["backbone"])
+    model.train()
+    with torch.no_grad():
+        logits = model(fixed_inputs())
+    record = {"source": "github.com/ntuaislab/BRONet", "commit": COMMIT, "checkpoint": f"{TRAIN_CASE}.pt",
+              "input_seed": INPUT_SEED, "inputs": [NUM_INPUTS, 3, 32, 32], "train_logits": logits.tolist(),
+              "running_mean_after": model.conv.running_mean.tolist()}
+    (OUT / f"{TRAIN_CASE}.train.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {TRAIN_CASE}.train.json")
+
+
 def main() -> None:
     which, src = sys.argv[1], Path(sys.argv[2])
     if which in ("lipconvnet-soc", "lipconvnet-lot"):
@@ -104,6 +130,9 @@ def main() -> None:
         return
     torch.distributed.get_world_size = lambda *a, **k: 1  # the shim (module docstring)
     sys.path.insert(0, str(src))
+    if which == "train-forward":
+        train_forward()
+        return
     from models import BRONet, get_predictions  # the authors' modules
 
     OUT.mkdir(parents=True, exist_ok=True)

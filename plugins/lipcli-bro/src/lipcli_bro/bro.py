@@ -199,6 +199,11 @@ class BROConv(ZeroBorderMixin, FourierConvBase):
             nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # nn.Conv2d's default
         self.weight = nn.Parameter(weight)
 
+    def filter(self) -> Tensor:
+        """The low-rank filter ``V`` the reflector is built from: ``weight`` (a subclass may
+        parametrise it, :class:`lipcli_bro.backbone.QuasiResidualBRO`)."""
+        return self.weight
+
     def compute_operator(self, size: tuple[int, int] | None) -> Tensor:
         """``W(f)[:out, :in·s²]`` for the half-plane bins, ``(H·(W//2+1), out, in·s²)``
         (complex; real ``(1, out, in·s²)`` on a ``1 × 1`` image)."""
@@ -212,7 +217,7 @@ class BROConv(ZeroBorderMixin, FourierConvBase):
                 factor = "cholesky"
             else:
                 factor = "checked" if self.channels >= self.cholesky_min_channels else "qr"
-        V = kernel_spectrum(self.weight, size)
+        V = kernel_spectrum(self.filter(), size)
         reflector = ridge_reflector(V, self.ridge) if self.ridge else block_reflector(V, factor)
         return reflector[:, : self.out_channels, : self.conv_in_channels]
 
@@ -231,7 +236,7 @@ class BROConv(ZeroBorderMixin, FourierConvBase):
         z = self.rearrange(x)
         size = self.operator_size((int(z.shape[-2]), int(z.shape[-1])))
         assert size is not None
-        V = kernel_spectrum(self.weight, size)
+        V = kernel_spectrum(self.filter(), size)
         Qh, info = cholesky_basis(V)
         if bool(info.any()) or orthogonality_defect(Qh) > defect_limit(V.dtype):
             return self.apply_operator(z, block_reflector(V, "qr")[:, : self.out_channels, : self.conv_in_channels])

@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from lipcli.sdk.inputs import Normalize
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 
+from .backbone import Centering
 from .bronet_layers import CholeskyLinear, CholeskyPatchConv, StemConv
 from .network_base import AuthorsNetwork, check_arguments, per_channel
 
@@ -60,12 +61,16 @@ class BRONet(AuthorsNetwork):
                  num_classes: int, in_channels: int = 3, mean: Sequence[float] = AUTHORS_MEAN,
                  std: Sequence[float] = AUTHORS_STD, depth: int = 12, width: int = 512,
                  stem_kernel: int = 5, neck_patch: int = 4, dense: int = 8, dense_width: int = 2048,
-                 image_size: Sequence[int] = (32, 32)) -> None:
+                 image_size: Sequence[int] = (32, 32), quasi_residual: bool = False,
+                 centering: bool = False) -> None:
         super().__init__()
         del pool  # the stem and the neck downsample
         size = (int(image_size[0]), int(image_size[1]))
         mean, std = per_channel(mean, in_channels), per_channel(std, in_channels)
-        check_arguments(((size[0] % 2 == 0 and size[1] % 2 == 0 and size[0] // 2 % neck_patch == 0
+        check_arguments(((conv.name == "bro" or not (quasi_residual or centering),
+                          f"quasi_residual and centering are the BRO backbone's (the authors' "
+                          f"LiResConvOrtho): use --conv bro, got --conv {conv.name}"),
+                         (size[0] % 2 == 0 and size[1] % 2 == 0 and size[0] // 2 % neck_patch == 0
                           and size[1] // 2 % neck_patch == 0,
                           f"the BRONet network needs an image side divisible by 2*neck_patch = "
                           f"{2 * neck_patch}, got {size[0]}x{size[1]}"),
@@ -83,7 +88,12 @@ class BRONet(AuthorsNetwork):
         layers["stem_conv"] = StemConv(in_channels, width, stem_kernel, size)
         layers["stem_act"] = activation.build(width)
         for i in range(1, depth + 1):
-            layers[f"block{i}_conv"] = conv.build(width, width, 3, 1)
+            # quasi_residual: the BRO filter V₀ + (γ ⊙ W)·depth^-1/2 (lipcli_bro.backbone)
+            extra = {"quasi_residual_scale": depth ** -0.5} if quasi_residual else {}
+            layers[f"block{i}_conv"] = block = conv.build(width, width, 3, 1, **extra)
+            if centering:
+                block.bias.requires_grad_(False)  # the centring removes it exactly (lipcli_bro.backbone)
+                layers[f"block{i}_center"] = Centering(width)
             layers[f"block{i}_act"] = activation.build(width)
         layers["neck_conv"] = CholeskyPatchConv(width, neck_patch)
         layers["neck_flatten"] = flatten = nn.Flatten(1)

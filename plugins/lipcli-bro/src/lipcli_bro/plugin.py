@@ -17,6 +17,7 @@ from lipcli.sdk.hookspecs import hookimpl
 from lipcli.sdk.recipe_files import load_recipes
 from lipcli.sdk.specs import ORTHOGONAL, ArchSpec, ConvSpec, ImporterSpec, Param, RecipeSpec
 
+from .backbone import QuasiResidualBRO
 from .border import BORDERS, RANK_RULES
 from .bro import FACTORS, INITS, BROConv
 from .bronet import MAX_DENSE_WIDTH, MAX_DEPTH, BRONet
@@ -31,14 +32,19 @@ MAX_RANK = 4096
 
 
 def bro_factory(in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1,
-                **params: object) -> BROConv:
+                quasi_residual_scale: float | None = None, **params: object) -> BROConv:
     """:class:`BROConv`, refusing a ``rank`` above the layer's ``c = max(in·s², out)`` (a
-    ``ValueError``: the host reports it as the choice's usage error)."""
+    ``ValueError``: the host reports it as the choice's usage error); with
+    ``quasi_residual_scale`` (the ``bronet`` arch's ``quasi_residual``) the BRONet backbone's
+    :class:`~lipcli_bro.backbone.QuasiResidualBRO` with that scale."""
     channels = max(in_channels * stride * stride, out_channels)
     rank = params.get("rank", 0)
     if isinstance(rank, int) and rank > channels:
         raise ValueError(f"rank must be at most the layer's channels c = max(in*stride^2, out) = "
                          f"{channels}, got {rank}")
+    if quasi_residual_scale is not None:
+        return QuasiResidualBRO(in_channels, out_channels, kernel_size, stride, scale=quasi_residual_scale,
+                                **params)
     return BROConv(in_channels, out_channels, kernel_size, stride, **params)  # type: ignore[arg-type]
 
 
@@ -122,7 +128,12 @@ def bronet_arch_spec() -> ArchSpec:
         description="the BRONet authors' backbone network (bronet/): free stride-2 stem, depth x (--conv + act), "
                     "Cholesky patch neck and dense layers (use --conv bro:border=zero,ridge=1e-7 --head lln)",
         params=tuple(Param(name=name, type=int, default=default, min=low, max=high, help=text)
-                     for name, default, low, high, text in _BRONET_PARAMS),
+                     for name, default, low, high, text in _BRONET_PARAMS) + (
+            Param(name="quasi_residual", type=bool, default=False,
+                  help="BRO filter V = I + gamma*W*depth^-1/2 (the authors' backbone; needs --conv bro)"),
+            Param(name="centering", type=bool, default=False,
+                  help="batch centring after each backbone BRO layer, running mean in eval (the authors'; "
+                       "1-Lipschitz in both modes)")),
     )
 
 
