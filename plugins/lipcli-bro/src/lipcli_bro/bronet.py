@@ -23,7 +23,10 @@ head         the ``--head`` component (the authors': ``lln``) on all ``D``      
 With ``--conv bro:rank=R,border=zero,ridge=1e-7`` each backbone block is the authors'
 ``LiResConvOrtho`` BRO layer in evaluation (their ``V = I + W·γ·depth^-1/2`` and
 ``bias − running_mean`` are what ``lip import --from bronet`` stores in ``weight`` and
-``bias``).  Guaranteed bound: ``(1/min std)`` times the stem's, the backbone layers' and the
+``bias``).  To train it as the authors do, ``quasi_residual=true`` makes each block's BRO filter
+``V₀ + (γ ⊙ W)·depth^-1/2`` and ``centering=true`` puts ``block{i}_center`` (batch centring,
+a running mean in evaluation) between each block's BRO layer and its activation
+(:mod:`lipcli_bro.backbone`; both 1-Lipschitz in training and evaluation).  Guaranteed bound: ``(1/min std)`` times the stem's, the backbone layers' and the
 Cholesky layers' ``lipschitz_upper_bound()`` (activations and the flatten are 1-Lipschitz),
 :func:`lipcli.lipschitz.bound.guaranteed_upper_bound` over the body.
 """
