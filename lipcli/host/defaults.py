@@ -18,5 +18,7 @@ DEFAULT_COMPONENTS: dict[str, str] = {
     "dataset": "cifar10",
     "augmentation": "crop-flip",
 }
+#: the ``lip train`` settings that name a component, each of the kind of the same name
+COMPONENT_SETTINGS: tuple[str, ...] = ("arch", "conv", "activation", "pool", "head", "dataset", "loss", "augmentation")
 #: the layer kinds an architecture is assembled from (the keys ``create_model`` takes)
 LAYER_KINDS: tuple[str, ...] = ("conv", "activation", "pool", "head")

@@ -11,15 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from lipcli.host.defaults import COMPONENT_SETTINGS
 from lipcli.host.registry import Registry
 from lipcli.sdk.errors import LipError, LipUsageError
 from lipcli.sdk.specs import RecipeSpec
 
-#: recipe values that name a component -> the component's kind
-COMPONENT_SETTINGS: dict[str, str] = {
-    "arch": "arch", "conv": "conv", "activation": "activation", "pool": "pool", "head": "head",
-    "loss": "loss", "dataset": "dataset", "augmentation": "augmentation",
-}
 
 __all__ = ["COMPONENT_SETTINGS", "overrides", "problems", "resolve_recipe", "split_label"]
 
@@ -36,12 +32,12 @@ def problems(registry: Registry, spec: RecipeSpec) -> list[str]:
     """What keeps ``spec`` from being used here: each value naming a component that is not
     installed, or a parameter or value that component refuses (one phrase each)."""
     found = []
-    for key, kind in COMPONENT_SETTINGS.items():
+    for key in COMPONENT_SETTINGS:  # each names a component of the kind of the same name
         value = spec.values.get(key)
         if not isinstance(value, str):
             continue
         try:
-            registry.component(kind, value)
+            registry.component(key, value)
         except LipError as exc:
             found.append(f"{key} {value!r}: {str(exc).splitlines()[0]}")
     return found

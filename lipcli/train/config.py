@@ -12,7 +12,7 @@ from typing import Any
 
 from lipcli.sdk.errors import LipUsageError
 from lipcli._util.devices import check_device_name
-from lipcli.host.defaults import DEFAULT_COMPONENTS
+from lipcli.host.defaults import COMPONENT_SETTINGS, DEFAULT_COMPONENTS
 from lipcli.train.errors import TrainUsageError, literal
 
 
@@ -284,7 +284,7 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad("a number")
         return float(value)
-    if isinstance(value, dict) and "name" in value and key in ("arch", "conv", "activation", "pool", "head", "dataset", "loss", "augmentation"):
+    if isinstance(value, dict) and "name" in value and key in COMPONENT_SETTINGS:
         params = value.get("params") or {}
         return value["name"] + ("" if not params else ":" + ",".join(f"{k}={v}" for k, v in params.items()))
     if not isinstance(value, str):

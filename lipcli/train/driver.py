@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lipcli.host.defaults import COMPONENT_SETTINGS
 from lipcli.host.locks import check_run_unlocked
 from lipcli.sdk.errors import LipError, memory_step
 from lipcli.sdk.specs import Component
@@ -42,7 +43,6 @@ def _component_names(cfg: TrainConfig) -> dict[str, str]:
 
 
 RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs", "lr", "eval_batch_size"})
-COMPONENT_SETTINGS = ("arch", "conv", "activation", "pool", "head", "dataset", "loss", "augmentation")
 
 
 def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Registry) -> bool:

@@ -163,3 +163,27 @@ def test_cli_records_the_policy_and_refuses_bad_choices(tmp_path):
                          (["--no-augment", "--augmentation", "color-jitter"], "drop --no-augment")):
         result = run_lip([*args, "--overwrite", *bad])
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+
+
+def test_a_run_with_a_policy_resumes_bit_identical(tmp_path, monkeypatch):
+    """The policies draw only from torch's global generator, which lip train seeds per epoch:
+    a run interrupted in epoch 2 and resumed ends with the same weights as one run straight."""
+    from safetensors.torch import load_file
+
+    from lipcli.train import INTERRUPT_ENV
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text('power_iter_steps = 2\nlipschitz_estimate = false\ndevice = "cpu"\n')
+    args = ["train", "--dataset", "digits", "--width", "4", "--limit-train", "48", "--limit-test", "16",
+            "--batch-size", "16", "--epochs", "2", "--config", "tiny.toml",
+            "--augmentation", "randaugment:magnitude=12"]
+    assert run_lip([*args, "--out", "a/model.safetensors"]).exit_code == 0
+    assert run_lip([*args, "--out", "b/model.safetensors"], env={INTERRUPT_ENV: "1:1"}).exit_code == 130
+    result = run_lip(["train", "--resume", "b/model-run"])
+    assert result.exit_code == 0, result.output
+    a, b = load_file("a/model.safetensors"), load_file("b/model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # and the policy shapes the run: the default crop and flip trains other weights
+    assert run_lip([*args[:-2], "--out", "c/model.safetensors"]).exit_code == 0
+    c = load_file("c/model.safetensors")
+    assert any(not torch.equal(a[k], c[k]) for k in a)
