@@ -19,17 +19,22 @@ ARCH = "bronet:depth=2,width=4,stem_kernel=5,neck_patch=4,dense=2,dense_width=16
 AUTHORS = ARCH + ",quasi_residual=true,centering=true"
 
 
+#: with the dense layers' quasi-residual parametrisation too: every trained piece as the authors'
+AUTHORS_DENSE = AUTHORS + ",dense_quasi_residual=true"
+
+
 def _model(arch: str = AUTHORS, conv: str = "bro:rank=2,border=zero", seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     return create_model(arch, conv=conv, head="lln", num_classes=10, mean=(0.5, 0.5, 0.5), std=(1.0, 1.0, 1.0))
 
 
-def _unfolded_authors_model() -> torch.nn.Module:
+def _unfolded_authors_model(dense: bool = False) -> torch.nn.Module:
     """The authors' checkpoint ``bronet_d2_w4_c10`` (trained three steps with their centring)
     loaded parameter by parameter: ``W`` (flipped: their convolution is lipcli's correlation),
-    ``γ``, the block bias as the centring's ``β`` and the running mean, nothing folded."""
+    ``γ``, the block bias as the centring's ``β`` and the running mean, nothing folded; with
+    ``dense`` the dense layers' ``W`` and ``γ`` too (else their ``X = I + W·γ·n^-1/2`` folded)."""
     sd = torch.load(DATA / "bronet_d2_w4_c10.pt", weights_only=True)["backbone"]
-    model = _model(conv="bro:rank=2,border=zero,ridge=1e-7")
+    model = _model(AUTHORS_DENSE if dense else AUTHORS, conv="bro:rank=2,border=zero,ridge=1e-7")
     state = model.state_dict()
     state.update({"body.stem_conv.weight": sd["stem.0.weight"], "body.stem_conv.bias": sd["stem.0.bias"],
                   "body.neck_conv.weight": sd["neck.kernel"], "body.neck_dense.weight": sd["neck.weight"],
@@ -37,8 +42,10 @@ def _unfolded_authors_model() -> torch.nn.Module:
                   "head.bias": sd["head.bias"]})
     X = sd["linear.identity"] + sd["linear.weights"] * sd["linear.gamma"] * 2 ** -0.5
     for j in range(2):
-        state[f"body.dense{j + 1}.weight"] = X[j]
+        state[f"body.dense{j + 1}.weight"] = sd["linear.weights"][j] if dense else X[j]
         state[f"body.dense{j + 1}.bias"] = sd["linear.bias"][j]
+        if dense:
+            state[f"body.dense{j + 1}.gamma"] = sd["linear.gamma"][j]
     for i in range(2):
         b = f"body.block{i + 1}_"
         state[b + "conv.weight"] = sd["conv.weights"][i].flip(-1, -2)
@@ -50,9 +57,10 @@ def _unfolded_authors_model() -> torch.nn.Module:
     return model.eval()
 
 
-def test_the_authors_parameters_unfolded_give_their_logits():
+@pytest.mark.parametrize("dense", [False, True])
+def test_the_authors_parameters_unfolded_give_their_logits(dense):
     rec = record("bronet_d2_w4_c10")
-    model = _unfolded_authors_model()
+    model = _unfolded_authors_model(dense)
     with torch.no_grad():
         logits = model(inputs(rec))
     expected = torch.tensor(rec["logits"])
@@ -153,12 +161,13 @@ def test_bound_follows_gamma():
     assert before >= 1.0 - 1e-9 and after >= 1.0 - 1e-9 and _batch_norm(model, 1) <= guaranteed_upper_bound(model)[0]
 
 
-def test_training_forward_is_the_authors():
+@pytest.mark.parametrize("dense", [False, True])
+def test_training_forward_is_the_authors(dense):
     """One training-mode forward (centring on the batch mean) gives the logits and running
     means the authors' ``BRONet.train()`` forward gave on the same checkpoint and inputs
     (``tools/make_import_fixtures_bronet.py train-forward``)."""
     rec = json.loads((DATA / "bronet_d2_w4_c10.train.json").read_text())
-    model = _unfolded_authors_model().train()
+    model = _unfolded_authors_model(dense).train()
     with torch.no_grad():
         logits = model(inputs(rec))
     expected = torch.tensor(rec["train_logits"])
@@ -167,3 +176,25 @@ def test_training_forward_is_the_authors():
     torch.testing.assert_close(means, torch.tensor(rec["running_mean_after"]), rtol=1e-5, atol=1e-6)
     # the eval-mode logits differ: the batch mean is not the running mean
     assert float((model.eval()(inputs(rec)).detach() - expected).abs().max()) > 1e-4
+
+
+def test_dense_quasi_residual_layers():
+    """``X = I + (W ⊙ γ)·n^-1/2`` with the authors' start; the bound covers the dense Jacobian
+    after γ and W move; off by default (the old layers and state)."""
+    from lipcli_bro.bronet_layers import CholeskyLinear
+
+    model = _model(AUTHORS_DENSE)
+    layer = model.body.dense1
+    assert isinstance(layer, CholeskyLinear) and layer.quasi_residual_scale == 2 ** -0.5
+    assert torch.equal(layer.gamma, torch.ones(16, 1)) and "body.dense1.gamma" in model.state_dict()
+    assert "body.dense1.identity" not in model.state_dict()  # a constant, not stored
+    torch.testing.assert_close(layer.source(), torch.eye(16) + layer.weight * layer.gamma * 2 ** -0.5)
+    assert model.body.neck_dense.quasi_residual_scale is None  # the neck's dense layer is plain, as theirs
+    assert _model().body.dense1.quasi_residual_scale is None
+    moved = _move(_model(AUTHORS_DENSE, seed=3), 3).eval()
+    with torch.no_grad():
+        moved.body.dense1.gamma.mul_(torch.linspace(-3.0, 3.0, 16, dtype=torch.float64).view(-1, 1))
+    moved.features(torch.rand(1, 3, 32, 32, dtype=torch.float64))
+    assert _batch_norm(moved, 1) <= guaranteed_upper_bound(moved)[0]
+    with pytest.raises(ValueError, match="square"):
+        CholeskyLinear(4, 6, quasi_residual_scale=0.5)

@@ -26,7 +26,9 @@ With ``--conv bro:rank=R,border=zero,ridge=1e-7`` each backbone block is the aut
 ``bias``).  To train it as the authors do, ``quasi_residual=true`` makes each block's BRO filter
 ``V₀ + (γ ⊙ W)·depth^-1/2`` and ``centering=true`` puts ``block{i}_center`` (batch centring,
 a running mean in evaluation) between each block's BRO layer and its activation
-(:mod:`lipcli_bro.backbone`; both 1-Lipschitz in training and evaluation).  Guaranteed bound: ``(1/min std)`` times the stem's, the backbone layers' and the
+(:mod:`lipcli_bro.backbone`; both 1-Lipschitz in training and evaluation), and
+``dense_quasi_residual=true`` makes each dense layer orthogonalise ``X = I + (W ⊙ γ)·dense^-1/2``
+(:class:`~lipcli_bro.bronet_layers.CholeskyLinear`, their ``LiResMLP``).  Guaranteed bound: ``(1/min std)`` times the stem's, the backbone layers' and the
 Cholesky layers' ``lipschitz_upper_bound()`` (activations and the flatten are 1-Lipschitz),
 :func:`lipcli.lipschitz.bound.guaranteed_upper_bound` over the body.
 """
@@ -65,7 +67,7 @@ class BRONet(AuthorsNetwork):
                  std: Sequence[float] = AUTHORS_STD, depth: int = 12, width: int = 512,
                  stem_kernel: int = 5, neck_patch: int = 4, dense: int = 8, dense_width: int = 2048,
                  image_size: Sequence[int] = (32, 32), quasi_residual: bool = False,
-                 centering: bool = False) -> None:
+                 centering: bool = False, dense_quasi_residual: bool = False) -> None:
         super().__init__()
         del pool  # the stem and the neck downsample
         size = (int(image_size[0]), int(image_size[1]))
@@ -104,7 +106,9 @@ class BRONet(AuthorsNetwork):
         layers["neck_dense"] = CholeskyLinear(width * (side[0] // neck_patch) * (side[1] // neck_patch), dense_width)
         layers["neck_act"] = activation.build(dense_width)
         for j in range(1, dense + 1):
-            layers[f"dense{j}"] = CholeskyLinear(dense_width, dense_width)
+            # dense_quasi_residual: X = I + (W ⊙ γ)·dense^-1/2, the authors' LiResMLP
+            layers[f"dense{j}"] = CholeskyLinear(dense_width, dense_width,
+                                                 quasi_residual_scale=dense ** -0.5 if dense_quasi_residual else None)
             layers[f"dense{j}_act"] = activation.build(dense_width)
         self.body = nn.Sequential(layers)
         self.input_lipschitz = 1.0 / min(std)

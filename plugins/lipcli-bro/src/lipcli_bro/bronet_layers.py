@@ -204,15 +204,20 @@ class _CholeskyMatrix(_CachedBound):
             weight = weight + torch.eye(out_features)  # the authors' quasi-residual start
         self.weight = nn.Parameter(weight)
 
+    def source(self) -> Tensor:
+        """``X``, the matrix the Cholesky orthogonalisation acts on: ``weight`` (a subclass may
+        parametrise it)."""
+        return self.weight
+
     def matrix(self) -> Tensor:
-        """The matrix applied (cached in eval mode until ``weight`` changes)."""
+        """The matrix applied (cached in eval mode until a parameter changes)."""
         if self.training and torch.is_grad_enabled():
-            return cholesky_orthogonal(self.weight, self.ridge)
+            return cholesky_orthogonal(self.source(), self.ridge)
         key = self._key()
         cached = getattr(self, "_matrix_cache", None)
         if cached is None or cached[0] != key:
             with torch.no_grad():
-                cached = (key, cholesky_orthogonal(self.weight, self.ridge))
+                cached = (key, cholesky_orthogonal(self.source(), self.ridge))
             self._matrix_cache = cached
         return cached[1]
 
@@ -221,13 +226,33 @@ class _CholeskyMatrix(_CachedBound):
 
 
 class CholeskyLinear(_CholeskyMatrix):
-    """``x ↦ W x + b`` on ``(N, in)`` vectors, ``W`` Cholesky-orthogonalised (module docstring)."""
+    """``x ↦ W x + b`` on ``(N, in)`` vectors, ``W`` Cholesky-orthogonalised (module docstring).
 
-    def __init__(self, in_features: int, out_features: int, ridge: float = AUTHORS_CHOLESKY_RIDGE) -> None:
+    With ``quasi_residual_scale = s`` (square layers; the authors' ``LiResMLP``) the matrix
+    orthogonalised is ``X = I + (W ⊙ γ)·s`` with ``W`` (``weight``) started at ``N(0, 1)/D`` and
+    ``γ`` (``gamma``, one per row) at 1, as their dense stack trains it (``s = n^-1/2`` for
+    ``n`` layers); the bound is of the matrix applied, whatever ``X`` is."""
+
+    def __init__(self, in_features: int, out_features: int, ridge: float = AUTHORS_CHOLESKY_RIDGE,
+                 quasi_residual_scale: float | None = None) -> None:
         scale = 1.0 / in_features if in_features == out_features else in_features ** -0.5
         super().__init__(out_features, in_features, ridge, scale)
         self.in_features, self.out_features = in_features, out_features
         self.bias = nn.Parameter(torch.zeros(out_features))
+        self.quasi_residual_scale = quasi_residual_scale
+        if quasi_residual_scale is not None:
+            if in_features != out_features or not 0.0 < quasi_residual_scale <= 1.0:
+                raise ValueError("a quasi-residual Cholesky layer is square with a scale in (0, 1], got "
+                                 f"{in_features} -> {out_features}, scale {quasi_residual_scale}")
+            with torch.no_grad():
+                self.weight.copy_(torch.randn(out_features, in_features) / in_features)
+            self.gamma = nn.Parameter(torch.ones(out_features, 1))
+            self.register_buffer("identity", torch.eye(out_features), persistent=False)
+
+    def source(self) -> Tensor:
+        if self.quasi_residual_scale is None:
+            return self.weight
+        return self.identity + self.weight * self.gamma * self.quasi_residual_scale
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.matrix(), self.bias)
@@ -241,7 +266,8 @@ class CholeskyLinear(_CholeskyMatrix):
         return linear
 
     def extra_repr(self) -> str:
-        return f"{self.in_features}, {self.out_features}, ridge={self.ridge:g}"
+        quasi = "" if self.quasi_residual_scale is None else f", quasi_residual scale={self.quasi_residual_scale:g}"
+        return f"{self.in_features}, {self.out_features}, ridge={self.ridge:g}{quasi}"
 
 
 class CholeskyPatchConv(_CholeskyMatrix):

@@ -131,6 +131,8 @@ def bronet_arch_spec() -> ArchSpec:
                      for name, default, low, high, text in _BRONET_PARAMS) + (
             Param(name="quasi_residual", type=bool, default=False,
                   help="BRO filter V = I + gamma*W*depth^-1/2 (the authors' backbone; needs --conv bro)"),
+            Param(name="dense_quasi_residual", type=bool, default=False,
+                  help="Cholesky dense layers orthogonalise X = I + gamma*W*dense^-1/2 (the authors' LiResMLP)"),
             Param(name="centering", type=bool, default=False,
                   help="batch centring after each backbone BRO layer, running mean in eval (the authors'; "
                        "1-Lipschitz in both modes)")),
