@@ -187,3 +187,13 @@ def test_a_run_with_a_policy_resumes_bit_identical(tmp_path, monkeypatch):
     assert run_lip([*args[:-2], "--out", "c/model.safetensors"]).exit_code == 0
     c = load_file("c/model.safetensors")
     assert any(not torch.equal(a[k], c[k]) for k in a)
+
+
+def test_the_kit_catches_a_policy_that_writes_into_its_input():
+    from lipcli.sdk.specs import AugmentationSpec
+
+    def factory(base):
+        return lambda x: base(x.mul_(0.5))
+
+    with pytest.raises(AssertionError, match="changed its input image in place|same torch seed"):
+        check_augmentation(AugmentationSpec(name="bad", factory=factory, description="in place"))

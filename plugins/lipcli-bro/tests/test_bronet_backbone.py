@@ -50,10 +50,11 @@ def _unfolded_authors_model(dense: bool = False) -> torch.nn.Module:
         b = f"body.block{i + 1}_"
         state[b + "conv.weight"] = sd["conv.weights"][i].flip(-1, -2)
         state[b + "conv.gamma"] = sd["conv.gamma"][i]
-        state[b + "conv.identity"] = sd["conv.identity"].flip(-1, -2)
         state[b + "center.bias"] = sd["conv.bias"][i]
         state[b + "center.running_mean"] = sd["conv.running_mean"][i]
     model.load_state_dict(state)
+    for i in range(2):  # their V₀ is ours (a constant, not loaded)
+        assert torch.equal(model.body.get_submodule(f"block{i + 1}_conv").identity, sd["conv.identity"].flip(-1, -2))
     return model.eval()
 
 
@@ -84,6 +85,7 @@ def test_layout_and_parametrisation():
     V0 = torch.zeros(4, 2, 3, 3)
     V0[[0, 1], [0, 1], 1, 1] = 1.0
     assert torch.equal(block.identity, V0) and torch.equal(block.gamma, torch.ones(4, 1, 1, 1))
+    assert "body.block1_conv.identity" not in model.state_dict()  # a constant, not stored
     torch.testing.assert_close(block.filter(), V0 + block.weight * block.gamma * 2 ** -0.5)
     # the authors' start: W ~ N(0, 1)/(c·9), far below the identity
     assert 0.0 < float(block.weight.detach().abs().max()) < 6.0 / 36

@@ -44,7 +44,7 @@ MOMENTUM = 0.1
 class QuasiResidualBRO(BROConv):
     """:class:`~lipcli_bro.bro.BROConv` whose filter is ``V₀ + (γ ⊙ W)·scale`` (module
     docstring); ``scale`` is the network's ``depth^-1/2``.  Parameters ``weight`` (``W``),
-    ``gamma`` (``(c, 1, 1, 1)``) and ``bias``; buffer ``identity`` (``V₀``)."""
+    ``gamma`` (``(c, 1, 1, 1)``) and ``bias``; non-persistent buffer ``identity`` (``V₀``)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, stride: int = 1, *,
                  scale: float, **bro_params: object) -> None:
@@ -55,7 +55,8 @@ class QuasiResidualBRO(BROConv):
             raise ValueError(f"quasi_residual scale must be in (0, 1], got {scale}")
         self.scale = float(scale)
         c, r, k = self.channels, self.rank, self.kernel_size
-        self.register_buffer("identity", self.weight.detach().clone())  # [I_r; 0] on the centre tap
+        # [I_r; 0] on the centre tap: a constant made from the shapes, not stored in model files
+        self.register_buffer("identity", self.weight.detach().clone(), persistent=False)
         with torch.no_grad():
             self.weight.copy_(torch.randn(c, r, k, k) / (c * k * k))
         self.gamma = nn.Parameter(torch.ones(c, 1, 1, 1))
