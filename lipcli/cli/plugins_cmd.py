@@ -124,7 +124,8 @@ def _print_recipe(console: Any, registry: Registry, spec: Any) -> None:
         say(f"  {key} = {value if isinstance(value, str) else repr(value)}   read from {spec.sources[key].text()}")
     for result in spec.reported:
         certified = ", ".join(f"{r}: {a:g}%" for r, a in result.certified.items())
-        say(f"  reported on {result.dataset}: clean {result.clean:g}%, certified {certified} ({result.source})")
+        clean = "not given" if result.clean is None else f"{result.clean:g}%"
+        say(f"  reported on {result.dataset}: clean {clean}, certified {certified} ({result.source})")
     for item in spec.pending:
         say(f"  not yet expressible in lipcli: {item}")
     for item in problems(registry, spec):

@@ -26,9 +26,11 @@ class RecipeSource:
 @dataclass(frozen=True, kw_only=True)
 class RecipeResult:
     """An accuracy the paper reports for the recipe: ``clean`` and ``certified`` (radius in
-    words, e.g. ``"36/255"``, -> accuracy) in percent on ``dataset``; ``source``: where."""
+    words, e.g. ``"36/255"``, -> accuracy) in percent on ``dataset``; ``source``: where (and
+    what the row is, where it is not exactly the recipe).  ``clean`` is ``None`` and
+    ``certified`` partial where the source gives only some of the figures."""
 
     dataset: str
-    clean: float
     certified: dict[str, float]
     source: str
+    clean: float | None = None

@@ -40,7 +40,8 @@ def check_recipe(spec: RecipeSpec, registry: Registry | None = None) -> dict[str
             f"recipe {spec.name!r}: the source of {key!r} needs owner/name, a path and a key")
         assert _COMMIT.match(source.commit), f"recipe {spec.name!r}: the source of {key!r} needs a full commit"
     for result in spec.reported:
-        assert 0 <= result.clean <= 100 and all(0 <= a <= result.clean for a in result.certified.values()), (
+        top = 100.0 if result.clean is None else result.clean
+        assert 0 <= top <= 100 and all(0 <= a <= top for a in result.certified.values()), (
             f"recipe {spec.name!r}: reported accuracies are percentages, certified at most clean")
     settings = TrainConfig().updated(dict(spec.values), source=f"recipe {spec.name}")
     resolved = resolve_recipe(registry or get_registry(), spec.label)

@@ -1,6 +1,7 @@
 """The ``bronet`` architecture (the BRONet authors' backbone network, :mod:`lipcli_bro.bronet`):
-layout, the network bound against the dense float64 Jacobian, the Cholesky layers'
-contraction, the training estimate and the export lowering of its own layers."""
+layout, the network bound against the dense float64 Jacobian, the training estimate and the
+export of the whole network (the stem and Cholesky layers themselves: lipcli's
+tests/sdk/test_free_conv.py and tests/sdk/test_cholesky.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 
 from lipcli.testing import create_model, guaranteed_upper_bound
-from lipcli_bro.bronet_layers import CholeskyLinear, CholeskyPatchConv, StemConv, cholesky_orthogonal
+from lipcli.sdk.cholesky import CholeskyLinear
+from lipcli.sdk.free_conv import FreeConv
 
 ARCH = "bronet:depth=2,width=4,stem_kernel=5,neck_patch=4,dense=2,dense_width=8"
 CONV = "bro:border=zero,ridge=1e-7"
@@ -43,29 +45,11 @@ def test_bound_covers_the_dense_jacobian(seed):
     assert float(torch.linalg.matrix_norm(jac, ord=2)) <= bound
 
 
-def test_cholesky_layers_are_contractions_and_bounded():
-    """``L⁻¹X`` has singular values at most 1 for square, wide and tall ``X``; the layer's
-    bound covers the float64 norm and exceeds 1 by at most its certificate's tolerance."""
-    torch.manual_seed(0)
-    for shape in ((8, 8), (4, 12), (12, 4)):
-        X = torch.randn(*shape, dtype=torch.float64) * 5
-        W = cholesky_orthogonal(X)
-        assert float(torch.linalg.matrix_norm(W, ord=2)) <= 1.0
-        layer = CholeskyLinear(shape[1], shape[0]).double()
-        with torch.no_grad():
-            layer.weight.copy_(X)
-        norm = float(torch.linalg.matrix_norm(layer.matrix().detach(), ord=2))
-        assert norm <= layer.lipschitz_upper_bound() < 1 + 1e-4
-
-
-def test_export_modules_compute_the_layers():
-    torch.manual_seed(0)
-    for layer, x in ((StemConv(3, 4, 5, (8, 8)), torch.randn(2, 3, 8, 8)),
-                     (CholeskyPatchConv(4, 2), torch.randn(2, 4, 8, 8)),
-                     (CholeskyLinear(6, 4), torch.randn(3, 6))):
-        layer.eval()
-        with torch.no_grad():
-            assert torch.allclose(layer.export_module()(x), layer(x), rtol=1e-5, atol=1e-6), type(layer).__name__
+def test_layer_types():
+    model = _model(0)
+    assert isinstance(model.body.stem_conv, FreeConv) and model.body.stem_conv.stride == 2
+    assert model.body.stem_conv.power_steps == 10  # the authors' num_lc_iter
+    assert sum(isinstance(m, CholeskyLinear) for m in model.modules()) == 3  # neck dense + 2 dense
 
 
 def test_training_estimate_approaches_the_stem_norm():

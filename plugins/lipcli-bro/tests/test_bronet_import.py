@@ -12,7 +12,7 @@ from bro_fixture_data import DATA, check_matches, check_variant_refused, import_
 from lipcli.testing import load_model, run_lip
 from lipcli_bro.bro import BROConv
 from lipcli_bro.bronet_importer import BRONetImporter
-from lipcli_bro.bronet_layers import CholeskyLinear, StemConv, space_to_depth_filter
+from lipcli.sdk.cholesky import CholeskyLinear
 
 #: the authors' two tiny configurations (tools/make_import_fixtures_bronet.py): 5x5 stem with
 #: centring and two dense layers; 3x3 stem, no centring, 2x2 neck patches, 100 classes
@@ -119,32 +119,3 @@ def test_bare_state_dict_and_wrong_arch(tmp_path):
     out2 = tmp_path / "m2.safetensors"
     result = run_lip(["import", str(tmp_path / "bare.pt"), "--from", "bronet", "--arch", "liresnet", "--out", str(out2)])
     assert result.exit_code == 2 and "builds the arch 'bronet'" in result.stderr and not out2.exists()
-
-
-@pytest.mark.parametrize("k", [3, 5])
-def test_stem_bound_covers_the_strided_map(k):
-    """The stem's bound is at least the norm of its dense float64 stride-2 map; given the
-    image size (the torus bound) it is within 25 % of it, without it (the reshape bounds
-    of the filter alone) within a factor 5."""
-    torch.manual_seed(k)
-    x = torch.zeros(1, 3, 16, 16, dtype=torch.float64)
-    for size, slack in ((None, 5.0), ((16, 16), 1.25)):
-        stem = StemConv(3, 4, k, size).double()
-        with torch.no_grad():
-            stem.weight.mul_(3.0)
-        jac = torch.autograd.functional.jacobian(lambda t: stem(t) - stem.bias[:, None, None], x).reshape(-1, x.numel())
-        norm = float(torch.linalg.matrix_norm(jac, ord=2))
-        assert norm <= stem.lipschitz_upper_bound() < slack * norm, (size, norm, stem.lipschitz_upper_bound())
-
-
-@pytest.mark.parametrize("k", [1, 3, 5, 7])
-def test_space_to_depth_filter_is_the_strided_convolution(k):
-    """``conv(x, K, stride 2, padding k//2) = conv(pixel_unshuffle(x, 2), K', padding M)``
-    (float64, to rounding): the identity the stem's second bound rests on."""
-    gen = torch.Generator().manual_seed(k)
-    K = torch.randn(5, 3, k, k, dtype=torch.float64, generator=gen)
-    x = torch.randn(2, 3, 12, 12, dtype=torch.float64, generator=gen)
-    K2 = space_to_depth_filter(K)
-    want = torch.nn.functional.conv2d(x, K, stride=2, padding=k // 2)
-    got = torch.nn.functional.conv2d(torch.nn.functional.pixel_unshuffle(x, 2), K2, padding=K2.shape[-1] // 2)
-    assert torch.allclose(got, want, rtol=0, atol=1e-12)

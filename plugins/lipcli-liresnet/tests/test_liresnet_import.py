@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from lipcli.sdk.free_conv import FreeConv
 from lipcli.testing import check_import_fixture, check_import_refused, load_model, run_lip
 from lipcli_liresnet.importer import LiResNetImporter
-from lipcli_liresnet.free import FreeConv
 
 DATA = Path(__file__).resolve().parent / "data"
 CASES = ["liresnet_cifar10_d2_w4", "liresnet_cifar100_d3_w6"]

@@ -8,11 +8,11 @@ stage        body children, in order                                           o
 ===========  =================================================================  ================
 normalise    ``normalize``: ``(x − mean)/std`` (the authors': ``x − 0.5``)        in @ S²
 stem         ``stem_conv`` free ``k × k`` conv, stride 2, bias                   w @ (S/2)²
-             (:class:`~lipcli_bro.bronet_layers.StemConv`) + ``stem_act``
+             (:class:`~lipcli.sdk.free_conv.FreeConv`) + ``stem_act``
 backbone     ``depth`` × [``block{i}_conv`` the ``--conv`` layer (w → w, 3×3)   w @ (S/2)²
              + ``block{i}_act``]
 neck         ``neck_conv`` ``p × p`` stride-``p`` Cholesky conv                 D
-             (:class:`~lipcli_bro.bronet_layers.CholeskyPatchConv`),
+             (:class:`~lipcli.sdk.cholesky.CholeskyPatchConv`),
              ``neck_flatten``, ``neck_dense`` Cholesky linear
              ``w·(S/2p)² → D`` + bias, ``neck_act``
 dense        ``dense`` × [``dense{j}`` Cholesky linear ``D → D`` + bias,         D
@@ -28,7 +28,7 @@ With ``--conv bro:rank=R,border=zero,ridge=1e-7`` each backbone block is the aut
 a running mean in evaluation) between each block's BRO layer and its activation
 (:mod:`lipcli_bro.backbone`; both 1-Lipschitz in training and evaluation), and
 ``dense_quasi_residual=true`` makes each dense layer orthogonalise ``X = I + (W ⊙ γ)·dense^-1/2``
-(:class:`~lipcli_bro.bronet_layers.CholeskyLinear`, their ``LiResMLP``).  Guaranteed bound: ``(1/min std)`` times the stem's, the backbone layers' and the
+(:class:`~lipcli.sdk.cholesky.CholeskyLinear`, their ``LiResMLP``).  Guaranteed bound: ``(1/min std)`` times the stem's, the backbone layers' and the
 Cholesky layers' ``lipschitz_upper_bound()`` (activations and the flatten are 1-Lipschitz),
 :func:`lipcli.lipschitz.bound.guaranteed_upper_bound` over the body.
 """
@@ -38,14 +38,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import torch
 from torch import Tensor, nn
 
+from lipcli.sdk.cholesky import CholeskyLinear, CholeskyPatchConv
+from lipcli.sdk.free_conv import FreeConv
 from lipcli.sdk.inputs import Normalize
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 
 from .backbone import Centering
-from .bronet_layers import CholeskyLinear, CholeskyPatchConv, StemConv
 from .network_base import AuthorsNetwork, check_arguments, per_channel
 
 #: the authors' input shift (``BRONet.forward``: ``x.sub(0.5)``, no scaling)
@@ -90,7 +90,7 @@ class BRONet(AuthorsNetwork):
         side = (size[0] // 2, size[1] // 2)
         layers: OrderedDict[str, nn.Module] = OrderedDict()
         layers["normalize"] = Normalize(mean, std)
-        layers["stem_conv"] = StemConv(in_channels, width, stem_kernel, size)
+        layers["stem_conv"] = FreeConv(in_channels, width, stem_kernel, 2, size)
         layers["stem_act"] = activation.build(width)
         for i in range(1, depth + 1):
             # quasi_residual: the BRO filter V₀ + (γ ⊙ W)·depth^-1/2 (lipcli_bro.backbone)
@@ -118,13 +118,5 @@ class BRONet(AuthorsNetwork):
     def lipschitz_training_estimate(self) -> Tensor:
         """``1/min std`` times the stem's power-iteration ESTIMATE (the authors' training
         rule: every other layer 1-Lipschitz); feeds margin losses only, never a certificate."""
-        stem: StemConv = self.body.stem_conv  # type: ignore[assignment]
-        return stem.lipschitz_training_estimate(self.image_size) * self.input_lipschitz
-
-    @torch.no_grad()
-    def refresh_power_iteration(self, steps: int = 50) -> None:
-        """Refresh the stem's power vector (``steps`` steps) and layers that keep one."""
-        stem: StemConv = self.body.stem_conv  # type: ignore[assignment]
-        for _ in range(steps):
-            stem.lipschitz_training_estimate(self.image_size)
-        super().refresh_power_iteration(steps)
+        stem: FreeConv = self.body.stem_conv  # type: ignore[assignment]
+        return stem.lipschitz_training_estimate() * self.input_lipschitz

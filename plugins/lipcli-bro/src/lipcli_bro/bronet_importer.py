@@ -187,11 +187,7 @@ class BRONetImporter:
         ``eps`` when the predicted logit is at least every other ``f_j + L·eps·‖ŵ_y − ŵ_j‖``."""
         body = model.body
         with torch.no_grad():
-            stem = body.stem_conv
-            stem.power_v = torch.empty(0)
-            for _ in range(AUTHORS_TEST_LC_ITER):
-                lip = stem.lipschitz_training_estimate(model.image_size)
-            lip = float(lip)
+            lip = body.stem_conv.power_estimate(AUTHORS_TEST_LC_ITER)
             for name, layer in body.named_children():
                 if name == "neck_conv" or name.startswith("neck_dense") or (name.startswith("dense") and "_" not in name):
                     lip *= float(torch.linalg.matrix_norm(layer.matrix().reshape(layer.matrix().shape[0], -1), ord=2))

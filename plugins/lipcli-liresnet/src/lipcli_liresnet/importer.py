@@ -1,7 +1,7 @@
 """Importer ``liresnet``: checkpoints saved by the LiResNet authors' code (github.com/hukkai/liresnet,
 ``train.py``: ``torch.save`` of ``{"backbone": model.module.state_dict(), "optimizer", ...}``, or
 the bare ``GloroNet`` state dict, with or without ``module.``) onto ``--arch liresnet`` with
-the authors' options and ``layers=free`` (:mod:`lipcli_liresnet.free`), MaxMin and the LLN head.
+the authors' options and ``layers=free`` (:mod:`lipcli.sdk.free_conv`), MaxMin and the LLN head.
 
 Source layout (prefix ``P`` = ``[backbone.][module.]``; ``d`` residual blocks of width ``w`` on
 ``16×16``, neck and dense width ``D``, ``n`` dense layers, ``K`` classes)::
@@ -34,12 +34,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from lipcli.sdk.errors import LipUsageError
+from lipcli.sdk.free_conv import FreeConv
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
 
-from .free import FreeConv
 from .network import MAX_DENSE, MAX_DEPTH, MAX_WIDTH, PATCH
 from .residual import ResidualConv
 
@@ -214,28 +213,12 @@ class LiResNetImporter:
                                         "dense layers")
 
 
-@torch.no_grad()
-def _stem_estimate(conv: FreeConv, steps: int) -> float:
-    """The authors' ``Conv2d.lipschitz``: ``steps`` of ``x ← normalise(Cᵀ C x)`` from a vector of
-    ones (their ``init_x`` before training; the stem's is not imported), then ``‖C x‖``."""
-    W, s, pad = conv.weight.detach(), conv.stride, conv.padding
-    h, wd = conv.image_size
-    k = W.shape[-1]
-    out_pad = tuple(size - ((size + 2 * pad - k) // s * s - 2 * pad + k) for size in (h, wd))
-    x = torch.ones(1, W.shape[1], h, wd, dtype=W.dtype)
-    for _ in range(steps):
-        x = F.conv_transpose2d(F.conv2d(x, W, stride=s, padding=pad), W, stride=s, padding=pad,
-                               output_padding=out_pad)
-        x = x / x.norm().clamp_min(1e-12)
-    return float(F.conv2d(x, W, stride=s, padding=pad).norm())
-
-
 def source_lipschitz(model: Any, steps: int = EVAL_LC_ITERS) -> float:
     """The authors' ``GloroNet.sub_lipschitz()`` in evaluation, on the imported model: the
     stem's and each residual block's power-iteration estimate (the blocks from their imported
     ``init_x``), times the exact float32 spectral norms of the neck and dense matrices."""
     body = model.body
-    value = _stem_estimate(body.stem_conv, steps)
+    value = body.stem_conv.power_estimate(steps)
     for module in body:
         if isinstance(module, ResidualConv):
             value *= module.lipschitz_estimate(iters=steps)

@@ -41,10 +41,18 @@ Options (``--arch liresnet:...``; the defaults give the layout above):
   stack: the activation after every dense layer (``features_act`` after the last) and the
   head on all ``D`` features.
 * ``layers``: ``conv`` (above: the stem, neck and dense layers are the ``--conv``
-  component) or ``free``: each of them is a :class:`~lipcli_liresnet.free.FreeConv`, a free
+  component), ``free``: each of them is a :class:`~lipcli.sdk.free_conv.FreeConv`, a free
   filter (the ``stem_kernel``×``stem_kernel`` stem is then the exact stride-2 convolution with
   zero padding) with a proven bound on its norm; what ``lip import --from liresnet`` builds
-  (the authors' stem convolution and their Cholesky-orthogonalised matrices as computed).
+  (the authors' stem convolution and their Cholesky-orthogonalised matrices as computed); or
+  ``cholesky`` (with ``neck=patch``), the layer types the authors train: the stem convolutions
+  are :class:`~lipcli.sdk.free_conv.FreeConv` (counted in training by the authors' power
+  iteration, 10 steps per step), the neck is ``neck_conv``, a
+  :class:`~lipcli.sdk.cholesky.CholeskyPatchConv` (their ``Map2Vec`` kernel), ``neck_flatten``
+  and ``neck_dense``, a :class:`~lipcli.sdk.cholesky.CholeskyLinear` ``16w → D`` with bias, and
+  each dense layer is a quasi-residual :class:`~lipcli.sdk.cholesky.CholeskyLinear`
+  (``X = I + (W ⊙ γ)·dense^-1/2``, their ``LiResMLP``), on ``(N, D)`` vectors; ``to_vector``
+  then gives the features stage its ``(N, D, 1, 1)`` input.
 
 Guaranteed bound (SPEC §5): ``Lip(features) ≤ Π_children U_child`` with ``U = 1/min std``
 for the normalisation, the residual block's proven ``‖I + W‖₂`` bound
@@ -58,17 +66,18 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from lipcli.sdk.cholesky import CholeskyLinear, CholeskyPatchConv
+from lipcli.sdk.free_conv import FreeConv
 from lipcli.sdk.inputs import doublings
 from lipcli.sdk.weight_decay import no_weight_decay_names
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 
-from .free import FreeConv
 from .residual import ResidualConv
 
 #: inputs are 32·2^k pixels square
@@ -83,8 +92,9 @@ STEM_KERNELS = (3, 5)
 NECKS = ("conv", "patch")
 FEATURES = ("head", "act")
 #: ``conv``: the stem, neck and dense layers are the ``--conv`` component; ``free``: free
-#: filters with a proven bound (:class:`~lipcli_liresnet.free.FreeConv`, imported models)
-LAYERS = ("conv", "free")
+#: filters with a proven bound (:class:`~lipcli.sdk.free_conv.FreeConv`, imported models);
+#: ``cholesky``: the authors' trained layer types (free stem, Cholesky neck and dense layers)
+LAYERS = ("conv", "free", "cholesky")
 #: the ``patch`` neck's stride (the authors' 4×4 stride-4 convolution)
 PATCH = 4
 MAX_DEPTH, MAX_WIDTH, MAX_DENSE = 256, 4096, 64
@@ -169,8 +179,45 @@ def _check_shape(*, depth: int, width: int, dense: int, block: str, stem_kernel:
         raise ValueError(f"dense_width must be in 0..{MAX_WIDTH * 16}, got {dense_width}")
     if layers not in LAYERS:
         raise ValueError(f"layers must be one of {', '.join(LAYERS)}, got {layers!r}")
+    if layers == "cholesky" and neck != "patch":
+        raise ValueError(f"layers=cholesky is the authors' patch neck: it needs neck=patch, got neck={neck!r}")
     if num_classes < 2:
         raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+
+
+def _add_neck_and_dense(children: OrderedDict[str, nn.Module], add_act: Callable[[str, int], None],
+                        add_conv: Callable[..., None], *, neck: str, layers: str, width: int, flat: int, D: int,
+                        dense: int) -> int:
+    """The neck and dense stages of the module docstring's layout into ``children``
+    (``add_act(name, channels)``: an activation, ``add_conv``: a ``--conv`` or free layer);
+    returns the feature count entering the features stage (``D`` after a patch neck)."""
+    if neck == "conv":
+        for j in range(1, NECK_DOWNS + 1):
+            add_conv(f"neck_down{j}", width, width, 3, 2, (BACKBONE_SIZE >> (j - 1),) * 2)
+        children["to_vector"] = ToVector()
+    elif layers == "cholesky":
+        children["neck_conv"] = CholeskyPatchConv(width, PATCH)
+        children["neck_flatten"] = Flatten()
+        children["neck_dense"] = CholeskyLinear(flat, D)
+        add_act("neck_act", D)
+        flat = D
+    else:
+        children["neck_patch"] = PatchRearrange()
+        add_conv("neck_conv", width * PATCH * PATCH, width, 1, 1, (BACKBONE_SIZE // PATCH,) * 2)
+        children["to_vector"] = ToVector()
+        add_conv("neck_dense", flat, D, 1, 1, (1, 1))
+        add_act("neck_act", D)
+        flat = D
+    for j in range(1, dense + 1):
+        if layers == "cholesky":  # the authors' LiResMLP: X = I + (W ⊙ γ)·dense^-1/2
+            children[f"dense{j}"] = CholeskyLinear(D, D, quasi_residual_scale=dense ** -0.5)
+        else:
+            add_conv(f"dense{j}", flat if j == 1 else D, D, 1, 1, (1, 1))
+        if j < dense:
+            add_act(f"dense{j}_act", D)
+    if layers == "cholesky":
+        children["to_vector"] = ToVector()  # (N, D) → (N, D, 1, 1) for the features stage
+    return flat
 
 
 class LiResNet(nn.Module):
@@ -202,7 +249,8 @@ class LiResNet(nn.Module):
         D = dense_width or flat
         residual = {"gamma": gamma, "scale": depth ** -0.5 if depth_scale else 1.0, "centering": centering}
 
-        free = layers == "free"
+        free = layers in ("free", "cholesky")  # the stem: a free filter in both
+        self.layers = layers
         children: OrderedDict[str, nn.Module] = OrderedDict()
         size = (BACKBONE_SIZE, BACKBONE_SIZE)
 
@@ -228,21 +276,8 @@ class LiResNet(nn.Module):
             else:
                 add_conv(f"block{i}_conv", width, width, 3, 1, size)
             add(f"block{i}_act", activation, width)
-        if neck == "conv":
-            for j in range(1, NECK_DOWNS + 1):
-                add_conv(f"neck_down{j}", width, width, 3, 2, (BACKBONE_SIZE >> (j - 1),) * 2)
-            children["to_vector"] = ToVector()
-        else:
-            children["neck_patch"] = PatchRearrange()
-            add_conv("neck_conv", width * PATCH * PATCH, width, 1, 1, (BACKBONE_SIZE // PATCH,) * 2)
-            children["to_vector"] = ToVector()
-            add_conv("neck_dense", flat, D, 1, 1, (1, 1))
-            add("neck_act", activation, D)
-            flat = D
-        for j in range(1, dense + 1):
-            add_conv(f"dense{j}", flat if j == 1 else D, D, 1, 1, (1, 1))
-            if j < dense:
-                add(f"dense{j}_act", activation, D)
+        flat = _add_neck_and_dense(children, lambda name, n: add(name, activation, n), add_conv, neck=neck,
+                                   layers=layers, width=width, flat=flat, D=D, dense=dense)
         if dense == 0 and flat != D:
             raise ValueError(f"dense_width={D} needs dense >= 1 (the neck gives {flat} features)")
         if head_features == "pool":
@@ -274,13 +309,16 @@ class LiResNet(nn.Module):
 
     def lipschitz_training_estimate(self) -> Tensor:
         """A differentiable ESTIMATE of ``Lip(features)`` for training losses (never a
-        certificate): ``1/min std`` times the residual blocks' power-iteration values; every
-        other layer counts 1 (they are 1-Lipschitz by construction, or nearly: SOC)."""
+        certificate): ``1/min std`` times the residual blocks' power-iteration values (and with
+        ``layers=cholesky`` the stem's, as the authors' ``sub_lipschitz``); every other layer
+        counts 1 (1-Lipschitz by construction, or nearly: SOC, the Cholesky layers)."""
         value = torch.tensor(self.body.normalize.lipschitz_upper_bound(),
                              device=self.body.normalize.std.device)
         for module in self.body:
             if isinstance(module, ResidualConv):
                 value = value * module.training_lipschitz()
+            elif isinstance(module, FreeConv) and self.layers == "cholesky":  # the authors' power iteration
+                value = value * module.lipschitz_training_estimate()
             elif isinstance(module, FreeConv):  # layers=free: its guaranteed bound (a constant)
                 value = value * module.lipschitz_upper_bound()
         return value

@@ -48,7 +48,9 @@ def liresnet_spec() -> ArchSpec:
                        "dense layer, head on all of them (authors)"),
             Param(name="layers", type=str, default="conv", choices=LAYERS,
                   help="conv: stem, neck and dense layers are the --conv component; free: free "
-                       "filters with a proven norm bound each (lip import --from liresnet)"),
+                       "filters with a proven norm bound each (lip import --from liresnet); "
+                       "cholesky: the authors' trained types, free stem, Cholesky neck and "
+                       "quasi-residual Cholesky dense layers (needs neck=patch)"),
         ),
     )
 

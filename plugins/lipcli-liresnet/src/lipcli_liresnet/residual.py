@@ -32,7 +32,7 @@ tap), so ``Lip(block) = ‖I + W‖₂`` on the block's image size, and the bias
 Guaranteed bound (:meth:`ResidualConv.lipschitz_upper_bound`): the minimum of two proven
 bounds, computed in float64 with every rounding accounted for:
 
-* the Fourier bound of :func:`lipcli_liresnet.fourier.zero_padded_conv_norm_upper_bound` on
+* the Fourier bound of :func:`lipcli.numerics.conv_fourier.zero_padded_conv_norm_upper_bound` on
   the filter ``W + I·δ₀`` at the block's image size (the exact norm of the circular
   convolution on a torus two pixels larger, which dominates the zero-padded operator; tight to
   ``~1e-6`` relative of that);
@@ -58,9 +58,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
+from lipcli.numerics.conv_fourier import zero_padded_conv_norm_upper_bound
 from lipcli.numerics.rounding import round_up
-
-from .fourier import zero_padded_conv_norm_upper_bound
 
 #: most power-iteration steps one ``refresh`` call may run
 MAX_REFRESH_STEPS = 10_000
