@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from lipcli.sdk.cholesky import cholesky_orthogonal
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.free_conv import FreeConv
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
@@ -97,17 +98,15 @@ def _sizes(tensors: Mapping[str, Any], p: str) -> dict[str, int]:
             "centering": int(f"{p}conv.running_mean" in tensors)}
 
 
-def cholesky_orth(X: torch.Tensor, eps: torch.Tensor | float) -> torch.Tensor:
-    """``L⁻¹X`` with ``LLᵀ = XXᵀ + eps·I`` (batched over leading dimensions), the authors'
-    orthogonalisation in ``X``'s dtype; ``ImportRefused`` when the Gram is not positive definite."""
-    S = X @ X.mT
-    eye = torch.eye(S.shape[-1], dtype=S.dtype)
-    S = S + (eps.view(-1, 1, 1) * eye.unsqueeze(0) if isinstance(eps, torch.Tensor) else eps * eye)
-    L, info = torch.linalg.cholesky_ex(S)
-    if bool((info != 0).any()):
+def cholesky_orth(X: torch.Tensor) -> torch.Tensor:
+    """The authors' orthogonalisation of ``X`` (batched over leading dimensions, in ``X``'s
+    dtype): :func:`lipcli.sdk.cholesky.cholesky_orthogonal` with their ridge; ``ImportRefused``
+    when the Gram is not positive definite."""
+    try:
+        return cholesky_orthogonal(X)
+    except torch.linalg.LinAlgError:
         raise ImportRefused("cannot import a neck or dense matrix whose Gram is not positive definite: "
-                            "the authors' Cholesky orthogonalisation fails on it")
-    return torch.linalg.solve_triangular(L, X, upper=False)
+                            "the authors' Cholesky orthogonalisation fails on it") from None
 
 
 def _identity_pattern(t: torch.Tensor) -> torch.Tensor:
@@ -175,18 +174,16 @@ class LiResNetImporter:
                         b + "power_v": v / v.norm().clamp_min(1e-30)})
             if st["centering"]:
                 out[b + "running_mean"] = tensors[f"{p}conv.running_mean"][i]
-        # Map2Vec.get_weight: ε = mean(diag Σ)/1000 as a Python number
+        # Map2Vec.get_weight: ε = mean(diag Σ)/1000 (a Python number there: equal to rounding)
         kernel, weight = tensors[f"{p}neck.kernel"], tensors[f"{p}neck.weight"]
         for name, X in (("neck_conv", kernel), ("neck_dense", weight)):
-            eps = (X @ X.T).diag().mean().div(1000.0).item()
-            out[f"body.{name}.weight"] = cholesky_orth(X, eps)[:, :, None, None]
+            out[f"body.{name}.weight"] = cholesky_orth(X)[:, :, None, None]
         out["body.neck_conv.bias"] = torch.zeros(w, dtype=kernel.dtype)
         out["body.neck_dense.bias"] = tensors[f"{p}neck.bias"]
         # LiResMLP.get_weight: CholeskyOrth(I + W·γ·n^-1/2), ε = 1e-3·mean(diag Σ) per layer
         if n:
             X = tensors[f"{p}linear.identity"] + tensors[f"{p}linear.weights"] * tensors[f"{p}linear.gamma"] * n ** -0.5
-            S_diag = (X @ X.mT).diagonal(dim1=1, dim2=2)
-            dense = cholesky_orth(X, S_diag.mean(1).mul(1e-3))
+            dense = cholesky_orth(X)
             for j in range(n):
                 out[f"body.dense{j + 1}.weight"] = dense[j][:, :, None, None]
                 out[f"body.dense{j + 1}.bias"] = tensors[f"{p}linear.bias"][j]
