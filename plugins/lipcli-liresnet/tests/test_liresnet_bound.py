@@ -55,6 +55,13 @@ def test_residual_training_estimate_is_differentiable_and_converges():
     assert block.weight.grad is not None and block.weight.grad.abs().sum() > 0
     exact = dense_norm(block, (1, 3, 5, 5))
     assert abs(float(value.detach()) - exact) <= 1e-6 * exact
+    # each training call advances the kept vector by the authors' num_lc_iter = 10 steps
+    fresh = ResidualConv(3, (5, 5), init_scale=20.0).double().train()
+    v0 = fresh.power_v.clone()
+    fresh.training_lipschitz()
+    assert fresh.power_steps == 10
+    assert torch.allclose(fresh.power_v, fresh._power_steps(v0.clone(), 10), rtol=0, atol=1e-14)
+    assert not torch.allclose(fresh.power_v, fresh._power_steps(v0.clone(), 1), rtol=0, atol=1e-6)
 
 
 def features_norm(model) -> float:

@@ -44,9 +44,10 @@ mode changes, as SOC caches its bound.
 
 Training estimate (:meth:`ResidualConv.training_lipschitz`, what the EMMA loss uses, never a
 certificate): ``‖(I + W) v‖`` with ``v`` the unit power-iteration vector kept in the buffer
-``power_v`` (one step of ``v ← (I + W)ᵀ(I + W) v`` per call in training mode, as the LiResNet
-authors do), differentiable in ``W`` (and ``γ``); like the authors' estimate it ignores the
-centring.  ``refresh(steps)`` runs more steps.
+``power_v`` (``power_steps`` steps of ``v ← normalise((I + W)ᵀ(I + W) v)`` per call in training
+mode: the LiResNet authors' ``num_lc_iter``, 10, in ``LiResConv.lipschitz``), differentiable in
+``W`` (and ``γ``); like the authors' estimate it ignores the centring.  ``refresh(steps)`` runs
+more steps.
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
 from lipcli.numerics.conv_fourier import zero_padded_conv_norm_upper_bound
+from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
 from lipcli.numerics.rounding import round_up
+from lipcli.sdk.free_conv import AUTHORS_POWER_STEPS
 
 #: most power-iteration steps one ``refresh`` call may run
 MAX_REFRESH_STEPS = 10_000
@@ -75,7 +77,8 @@ class ResidualConv(nn.Module):
     no_weight_decay: tuple[str, ...] = ("bias",)
 
     def __init__(self, channels: int, image_size: tuple[int, int], *, init_scale: float = 1.0,
-                 gamma: bool = False, scale: float = 1.0, centering: bool = False) -> None:
+                 gamma: bool = False, scale: float = 1.0, centering: bool = False,
+                 power_steps: int = AUTHORS_POWER_STEPS) -> None:
         super().__init__()
         if channels < 1:
             raise ValueError(f"channels must be positive, got {channels}")
@@ -89,6 +92,9 @@ class ResidualConv(nn.Module):
         v = torch.randn(1, channels, *self.image_size)
         self.register_buffer("power_v", v / v.norm())
         self.scale, self.centering = float(scale), bool(centering)
+        if not 1 <= power_steps <= MAX_REFRESH_STEPS:
+            raise ValueError(f"power_steps must be in 1..{MAX_REFRESH_STEPS}, got {power_steps}")
+        self.power_steps = int(power_steps)
         self.gamma: nn.Parameter | None = nn.Parameter(torch.ones(channels)) if gamma else None
         if centering:
             self.register_buffer("running_mean", torch.zeros(channels))
@@ -170,7 +176,7 @@ class ResidualConv(nn.Module):
         """A differentiable ESTIMATE of ``‖I + W‖₂`` for training losses (module docstring)."""
         v = self.power_v
         if self.training:
-            v = self._power_steps(v.detach().clone(), 1)
+            v = self._power_steps(v.detach().clone(), self.power_steps)
             with torch.no_grad():
                 self.power_v.copy_(v)
         return self._linear(v.detach().clone(), self.effective_weight()).norm()
