@@ -27,7 +27,7 @@ Guaranteed bound (:meth:`FreeConv.lipschitz_upper_bound`; the bias does not chan
   Fantastic Four bound of ``W`` bounds it too.  The smallest of the three is used.  ``R`` holds
   the float filter's entries exactly.
 
-Cached until the filter changes (its version counter).
+Cached with a copy of the filter it is for: any change of its values recomputes it.
 
 Training estimate (:meth:`FreeConv.lipschitz_training_estimate`): the authors' power iteration,
 ``power_steps`` steps (their ``num_lc_iter``: 10) per call from a kept vector (first all ones),
@@ -92,22 +92,28 @@ class FreeConv(nn.Module):
         nn.init.orthogonal_(self.weight)  # as the authors' stem (models/layers/conv.py)
         self.bias = nn.Parameter(torch.zeros(out_channels))
         self.register_buffer("power_v", torch.empty(0), persistent=False)
-        self._bound_cache: tuple[tuple, float] | None = None
+        self._bound_cache: tuple[Tensor, float] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         if tuple(x.shape[-2:]) != self.image_size:
             raise ValueError(f"FreeConv was built (and bounded) for {self.image_size[0]}x"
                              f"{self.image_size[1]} inputs, got {tuple(x.shape)}")
-        return F.conv2d(x, self.weight.to(x.dtype), self.bias.to(x.dtype), stride=self.stride,
-                        padding=self.padding)
+        if x.dtype != self.weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            # the bound is of this filter: a rounded copy would be another operator
+            raise ValueError(f"FreeConv holds a {self.weight.dtype} filter and got {x.dtype} inputs: "
+                             "convert the model or the inputs so that they agree")
+        return F.conv2d(x, self.weight, self.bias, stride=self.stride, padding=self.padding)
 
     def lipschitz_upper_bound(self) -> float:
-        """GUARANTEED bound on ``‖conv‖₂`` on :attr:`image_size` inputs (module docstring)."""
-        w = self.weight
-        token = (w._version, w.data_ptr(), w.dtype)
-        if self._bound_cache is not None and self._bound_cache[0] == token:
-            return self._bound_cache[1]
-        K = w.detach().to(torch.float64).cpu()
+        """GUARANTEED bound on ``‖conv‖₂`` on :attr:`image_size` inputs (module docstring);
+        cached with a copy of the filter it is for, so any change of the filter's values
+        (in-place writes through ``.data`` included) recomputes it."""
+        w = self.weight.detach()
+        cached = self._bound_cache
+        if (cached is not None and cached[0].dtype == w.dtype and cached[0].device == w.device
+                and torch.equal(cached[0], w)):
+            return cached[1]
+        K = w.to(torch.float64).cpu()
         if K.shape[-1] == 1:
             value = spectral_norm_upper_bound(K[:, :, 0, 0], rtol=MATRIX_RTOL)
         elif self.stride == 2:
@@ -116,7 +122,7 @@ class FreeConv(nn.Module):
                         conv_spectral_norm_upper_bound(K))
         else:
             value = min(zero_padded_conv_norm_upper_bound(K, self.image_size), conv_spectral_norm_upper_bound(K))
-        self._bound_cache = (token, value)
+        self._bound_cache = (w.clone(), value)
         return value
 
     def power_step(self, v: Tensor) -> Tensor:

@@ -11,16 +11,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lipcli.numerics.conv import conv_spectral_norm_upper_bound
+from lipcli.numerics.conv_fourier import zero_padded_conv_norm_upper_bound
 from lipcli.sdk.free_conv import AUTHORS_POWER_STEPS, FreeConv, stride2_filter
 
 
 def _operator(layer: FreeConv) -> torch.Tensor:
-    """The dense float64 matrix of ``x ↦ conv(x) − conv(0)`` on the layer's input size."""
-    o, i, _k, _ = layer.weight.shape
-    h, w = layer.image_size
+    """The dense float64 matrix of ``x ↦ layer(x) − layer(0)`` on the layer's input size (the
+    layer's own forward pass, on a float64 copy)."""
+    copy = FreeConv(layer.in_channels, layer.out_channels, layer.kernel_size, layer.stride, layer.image_size).double()
+    copy.load_state_dict(layer.state_dict())
+    i, (h, w) = layer.in_channels, layer.image_size
     basis = torch.eye(i * h * w, dtype=torch.float64).reshape(-1, i, h, w)
-    W = layer.weight.detach().double()
-    out = F.conv2d(basis, W, stride=layer.stride, padding=layer.padding)
+    with torch.no_grad():
+        out = copy(basis) - copy(torch.zeros(1, i, h, w, dtype=torch.float64))
     return out.reshape(i * h * w, -1).T
 
 
@@ -46,6 +50,32 @@ def test_bound_follows_the_filter():
     with torch.no_grad():
         layer.weight.mul_(3.0)
     assert layer.lipschitz_upper_bound() == pytest.approx(3.0 * before, rel=1e-5)
+    layer.weight.data.mul_(2.0)  # a write that autograd's version counter does not see
+    assert layer.lipschitz_upper_bound() == pytest.approx(6.0 * before, rel=1e-5)
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_each_stride2_bound_covers_the_norm(k):
+    """The three bounds the stride-2 layer takes the minimum of, each at least the exact norm:
+    the Fourier and Fantastic Four bounds of the rearranged filter on the half-size image and
+    the Fantastic Four bound of the filter itself."""
+    torch.manual_seed(k)
+    layer = FreeConv(3, 4, k, 2, (8, 8)).double()
+    with torch.no_grad():
+        layer.weight.mul_(5.0).add_(torch.randn_like(layer.weight))
+    exact = float(torch.linalg.matrix_norm(_operator(layer), ord=2))
+    K = layer.weight.detach()
+    R = stride2_filter(K)
+    bounds = (zero_padded_conv_norm_upper_bound(R, (4, 4)), conv_spectral_norm_upper_bound(R),
+              conv_spectral_norm_upper_bound(K))
+    assert all(b >= exact for b in bounds), (exact, bounds)
+    assert layer.lipschitz_upper_bound() == min(bounds)
+
+
+def test_forward_refuses_another_dtype():
+    layer = FreeConv(3, 4, 3, 1, (4, 4))
+    with pytest.raises(ValueError, match="float32 filter"):
+        layer(torch.zeros(1, 3, 4, 4, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("k", [1, 3, 5, 7])

@@ -300,14 +300,21 @@ def test_cholesky_layers_train_and_eval():
     assert isinstance(body.stem_conv, FreeConv) and isinstance(body.neck_conv, CholeskyPatchConv)
     assert isinstance(body.neck_dense, CholeskyLinear) and body.neck_dense.quasi_residual_scale is None
     assert body.dense1.quasi_residual_scale == body.dense2.quasi_residual_scale == 2 ** -0.5
+    with torch.no_grad():
+        body.stem_conv.weight.mul_(5.0)  # a stem far from norm 1, so that its factor shows
     estimate = model.lipschitz_training_estimate()
     assert estimate.requires_grad
-    others = body.normalize.lipschitz_upper_bound()
+    # the product of the factors the call used: in eval mode the blocks' estimates read their
+    # kept vectors without advancing them, and the stem's is ‖conv(v)‖ of its kept vector
+    model.eval()
+    parts = body.normalize.lipschitz_upper_bound()
     for m in body:
         if isinstance(m, ResidualConv):
-            others *= float(m.training_lipschitz().detach())
-    stem = float(estimate.detach()) / others  # the stem's power-iteration value
-    assert 0.5 * body.stem_conv.lipschitz_upper_bound() <= stem <= body.stem_conv.lipschitz_upper_bound() * (1 + 1e-6)
+            parts *= float(m.training_lipschitz().detach())
+    stem = float(torch.nn.functional.conv2d(body.stem_conv.power_v, body.stem_conv.weight.detach(), stride=2, padding=2).norm())
+    assert abs(float(estimate.detach()) - parts * stem) <= 1e-5 * float(estimate.detach())
+    assert 2.0 <= stem <= body.stem_conv.lipschitz_upper_bound() * (1 + 1e-6)
+    model.train()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
@@ -317,3 +324,14 @@ def test_cholesky_layers_train_and_eval():
     assert features_norm(model) <= guaranteed_upper_bound(model)[0]
     with pytest.raises(ValueError, match="neck=patch"):
         create_model("liresnet", depth=1, width=2, dense=1, layers="cholesky", registry=reg)
+
+
+def test_block_bound_follows_writes_autograd_does_not_see():
+    """A write through ``.data`` does not move the version counters: the cached bound is
+    compared by value, so it is recomputed all the same."""
+    torch.manual_seed(4)
+    block = ResidualConv(3, (5, 5), init_scale=20.0).double()
+    before = block.lipschitz_upper_bound()
+    block.weight.data.mul_(10.0)
+    after = block.lipschitz_upper_bound()
+    assert after > 2 * before and after >= dense_norm(block, (1, 3, 5, 5))

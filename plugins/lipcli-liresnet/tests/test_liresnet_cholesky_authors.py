@@ -56,7 +56,7 @@ def test_the_authors_parameters_unfolded_give_their_logits(case):
     expected = torch.tensor(record["logits"])
     with torch.no_grad():
         logits = model(x)
-    assert float((logits - expected).abs().max()) < 1e-5 * max(1.0, float(expected.abs().max()))
+    assert float((logits - expected).abs().max()) < 1e-6 * max(1.0, float(expected.abs().max()))
     # the authors' evaluation estimate (500 power steps on the stem and each block, SVDs of the
     # Cholesky matrices; their input shift has std 1) is below lipcli's guaranteed bound
     assert record["source_lipschitz"] <= guaranteed_upper_bound(model)[0]

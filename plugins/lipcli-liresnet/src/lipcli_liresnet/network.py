@@ -64,7 +64,6 @@ them (rounded up) for ``lip certify``, ``lip lipschitz`` and ``lip export --cert
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any

@@ -98,7 +98,7 @@ class ResidualConv(nn.Module):
         self.gamma: nn.Parameter | None = nn.Parameter(torch.ones(channels)) if gamma else None
         if centering:
             self.register_buffer("running_mean", torch.zeros(channels))
-        self._bound_cache: tuple[tuple, float] | None = None
+        self._bound_cache: tuple[tuple, Tensor, float] | None = None
 
     # ---------------------------------------------------------------- the map
     def effective_weight(self) -> Tensor:
@@ -150,17 +150,21 @@ class ResidualConv(nn.Module):
     def lipschitz_upper_bound(self) -> float:
         """GUARANTEED bound on the block's Lipschitz constant at :attr:`image_size`: ``‖I +
         W_eff‖₂``, and in training mode with centring the batch map's (module docstring);
-        cached until ``W``, ``γ`` or the mode change."""
+        cached with a copy of the filter it is for, until the filter's values (in-place writes
+        through ``.data`` included) or the mode change."""
         token = self._token()
-        if self._bound_cache is not None and self._bound_cache[0] == token:
-            return self._bound_cache[1]
+        current = self.effective_weight().detach()
+        cached = self._bound_cache
+        if (cached is not None and cached[0] == token and cached[1].dtype == current.dtype
+                and cached[1].device == current.device and torch.equal(cached[1], current)):
+            return cached[2]
         fourier = zero_padded_conv_norm_upper_bound(self.full_filter(), self.image_size)
         # exact float64 copy of the float filter, so the triangle inequality is exact up to round_up
         loose = round_up(1.0 + conv_gram_norm_upper_bound(self.effective_weight().detach().to(torch.float64).cpu()))
         value = min(fourier, loose)
         if token[0]:  # the batch-centred training map: min(√(L² + 1), 1 + ‖W_eff‖)
             value = min(round_up(math.sqrt(round_up(value * value + 1.0))), loose)
-        self._bound_cache = (token, value)
+        self._bound_cache = (token, current.clone(), value)
         return value
 
     # ---------------------------------------------------------------- estimates
