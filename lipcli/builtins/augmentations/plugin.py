@@ -9,8 +9,9 @@ from lipcli.sdk.specs import AugmentationSpec, Param
 
 __all__ = ["lip_augmentations"]
 
-def _padding() -> Param:
-    return Param(name="padding_mode", type=str, default="zero", choices=PADDING_MODES,
+
+def _padding(default: str = "zero") -> Param:
+    return Param(name="padding_mode", type=str, default=default, choices=PADDING_MODES,
                  help="border of the random crop: zero (torchvision's fill 0) or reflect")
 
 
@@ -63,6 +64,5 @@ def lip_augmentations() -> list[AugmentationSpec]:
                     Param(name="saturation_max", type=float, default=2.0, min=0.0, max=10.0,
                           help="highest saturation factor"),
                     Param(name="hue", type=float, default=0.02, min=0.0, max=0.5, help="hue shift in [-hue, hue]"),
-                    Param(name="padding_mode", type=str, default="reflect", choices=PADDING_MODES,
-                          help="border of the random crop (SLL: reflect)"))),
+                    _padding("reflect"))),  # SLL's reader pads by reflection
     ]

@@ -324,6 +324,10 @@ def test_cholesky_layers_train_and_eval():
     assert features_norm(model) <= guaranteed_upper_bound(model)[0]
     with pytest.raises(ValueError, match="neck=patch"):
         create_model("liresnet", depth=1, width=2, dense=1, layers="cholesky", registry=reg)
+    # with block=conv the backbone stays the --conv component: only the stem is free
+    conv_blocks = create_model("liresnet", depth=1, width=2, dense=1, dense_width=12, num_classes=4, registry=reg,
+                               block="conv", neck="patch", layers="cholesky")
+    assert not isinstance(conv_blocks.body.block1_conv, FreeConv) and isinstance(conv_blocks.body.stem_conv, FreeConv)
 
 
 def test_block_bound_follows_writes_autograd_does_not_see():

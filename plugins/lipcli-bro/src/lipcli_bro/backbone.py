@@ -74,7 +74,8 @@ class QuasiResidualBRO(BROConv):
 
 class Centering(nn.Module):
     """``(N, C, H, W) → (N, C, H, W)``: per-channel batch centring plus a bias ``β``
-    (module docstring).  Parameter ``bias`` (``β``); buffer ``running_mean``."""
+    (module docstring).  Parameter ``bias`` (``β``); buffer ``running_mean``.  1-Lipschitz
+    (its promise): a translation in evaluation, ``(I − P)`` plus a constant in training."""
 
     lip_promises: tuple[str, ...] = (ONE_LIPSCHITZ,)
     no_weight_decay: tuple[str, ...] = ("bias",)
@@ -95,10 +96,6 @@ class Centering(nn.Module):
     def eval_bias(self) -> Tensor:
         """``β − running_mean``: the evaluation-mode shift."""
         return self.bias - self.running_mean
-
-    def lipschitz_upper_bound(self) -> float:
-        """1: a translation in evaluation, ``(I − P)`` plus a constant in training."""
-        return 1.0
 
     def export_module(self) -> nn.Module:
         """``lip export``: the evaluation-mode shift as a plain addition."""

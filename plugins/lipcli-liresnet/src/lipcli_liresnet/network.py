@@ -248,7 +248,6 @@ class LiResNet(nn.Module):
         D = dense_width or flat
         residual = {"gamma": gamma, "scale": depth ** -0.5 if depth_scale else 1.0, "centering": centering}
 
-        free = layers in ("free", "cholesky")  # the stem: a free filter in both
         self.layers = layers
         children: OrderedDict[str, nn.Module] = OrderedDict()
         size = (BACKBONE_SIZE, BACKBONE_SIZE)
@@ -256,18 +255,22 @@ class LiResNet(nn.Module):
         def add(name: str, component: Component, *args: Any) -> None:
             children[name] = component.build(*args)  # stamped with its promises by lipcli
 
-        def add_conv(name: str, cin: int, cout: int, kernel: int, stride: int, on: tuple[int, int]) -> None:
-            """A ``--conv`` layer, or with ``layers=free`` a :class:`FreeConv` on ``on``-sized inputs."""
+        def add_conv(name: str, cin: int, cout: int, kernel: int, stride: int, on: tuple[int, int],
+                     free: bool = layers == "free") -> None:
+            """A ``--conv`` layer, or a :class:`FreeConv` on ``on``-sized inputs (``layers=free``;
+            the stem also with ``layers=cholesky``)."""
             if free:
                 children[name] = FreeConv(cin, cout, kernel, stride, on)
             else:
                 add(name, conv, cin, cout, kernel, stride)
 
+        free_stem = layers in ("free", "cholesky")  # the authors' stem: a free filter in both
+
         children["normalize"] = Normalize(mean, std)
-        add_conv("stem_conv", in_channels, width, stem_kernel, 2, self.image_size)
+        add_conv("stem_conv", in_channels, width, stem_kernel, 2, self.image_size, free_stem)
         add("stem_act", activation, width)
         for j in range(1, k + 1):
-            add_conv(f"stem_down{j}", width, width, 3, 2, (BACKBONE_SIZE << (k + 1 - j),) * 2)
+            add_conv(f"stem_down{j}", width, width, 3, 2, (BACKBONE_SIZE << (k + 1 - j),) * 2, free_stem)
             add(f"stem_down{j}_act", activation, width)
         for i in range(1, depth + 1):
             if block == "residual":
