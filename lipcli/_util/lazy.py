@@ -32,3 +32,16 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
         return sorted({*namespace, *exports})
 
     return __getattr__, __dir__
+
+
+def callable_package(package: str, module: str, function: str) -> None:
+    """Make ``package`` itself callable: ``lipcli.train(...)`` calls ``lipcli.train.api.run``
+    (the package stays a package: ``lipcli.train.config`` and its exports are unchanged; the
+    function's module is imported on the first call)."""
+    import types
+
+    def __call__(self: types.ModuleType, *args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(f"{package}.{module}"), function)(*args, **kwargs)
+
+    __call__.__doc__ = f"Call {package}.{module}.{function} (the Python twin of the command)."
+    sys.modules[package].__class__ = type("CallablePackage", (types.ModuleType,), {"__call__": __call__})

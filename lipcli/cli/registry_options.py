@@ -17,18 +17,14 @@ import typer
 import typer.core
 import typer.main
 
-from lipcli.host.defaults import DEFAULT_COMPONENTS
-
 if TYPE_CHECKING:  # the registry is imported when a command runs (lip --help stays light)
     from lipcli.host.registry import Registry
 
-#: help texts completed from the registry (parameter name -> template)
+#: help texts completed from the registry beyond the component lists (parameter name -> template)
 _LISTED = {
     "loss": "Training loss (NAME or NAME:key=value,...): {losses} or a plugin's; default: the head's "
             "({defaults}). `lip plugins -v` lists parameters.",
     "head": "Head: {heads}.",
-    "augmentation": "Training augmentation policy (NAME or NAME:key=value,...): {policies} or a plugin's; "
-                    "default: {default} (the data set's own). `lip plugins -v` lists parameters.",
     "grad_clip": "Gradient-norm clipping (default: the loss's, {clips}off otherwise; 0 = off).",
 }
 
@@ -69,8 +65,6 @@ def listed_help(reg: Registry) -> dict[str, str]:
         "loss": _LISTED["loss"].format(losses=", ".join(reg.names("loss")),
                                        defaults=", ".join(f"{h}: {loss}" for h, loss in heads)),
         "head": _LISTED["head"].format(heads=" or ".join(f"{h} (trained with {loss})" for h, loss in heads)),
-        "augmentation": _LISTED["augmentation"].format(policies=", ".join(reg.names("augmentation")),
-                                                       default=DEFAULT_COMPONENTS["augmentation"]),
         "grad_clip": _LISTED["grad_clip"].format(
             clips="".join(f"{clip} for {n}, " for n, clip in clips if clip > 0)),
     }
@@ -98,6 +92,10 @@ class RegistryCommand(typer.core.TyperCommand):
             reg = get_registry()
         except LipError:  # the command itself reports it
             return
+        from lipcli.cli.settings_options import component_help
+        from lipcli.train.config import TrainConfig
+
+        component_help(self, TrainConfig, reg.names)
         texts = listed_help(reg)
         for param in self.params:
             if param.name in texts and hasattr(param, "help"):

@@ -9,23 +9,23 @@ from typing import Annotated, Any, Optional
 import typer
 
 from lipcli.cli.common import cli_errors, print_json
-from lipcli.sdk.errors import LipUsageError
 from lipcli.cli.registry_options import RegistryCommand, given_shortcuts
 from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption,
                                 ThreadsOption)
-from lipcli.train.config import (DEFAULT_EXTRA_RATIO, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS,
-                                 MAX_NPROC_PER_NODE, OPTIMIZER_LR, SCHEDULES, TrainConfig)
+from lipcli.cli.settings_options import given_settings, with_settings
+from lipcli.train.config import DEFAULT_NPROC_PER_NODE, MAX_NPROC_PER_NODE, TrainConfig
 
-_COMPONENT = "NAME or NAME:key=value,..."
 #: the command class: options and help texts completed from the plugin registry
 COMMAND_CLASS = RegistryCommand
-#: the defaults the options have and show (written once, in TrainConfig); an option counts as
+#: the defaults the options have and show (declared once, in TrainConfig); an option counts as
 #: given (over a --config file, or over the stored settings with --resume) only when it was
 #: on the command line
 _D = TrainConfig()
-_LRS = ", ".join(f"{name} {lr:g}" for name, lr in OPTIMIZER_LR.items())
 
 
+# Every TrainConfig setting is an option (with_settings: spelling, default and help from its
+# declaration); the signature lists the options that are not settings of the run itself.
+@with_settings(TrainConfig, before="data_dir")
 @cli_errors
 def train(
     ctx: typer.Context,
@@ -33,79 +33,12 @@ def train(
         "NAME@VERSION; `lip plugins -v` lists them with their values and sources): its settings "
         "become the defaults and the options given here win; the model file records the recipe "
         "and every setting given over it.")] = None,
-    arch: Annotated[str, typer.Option("--arch", help=f"Architecture ({_COMPONENT}); {_D.arch} is the "
-        "CPU-friendly baseline, the paper's best CIFAR models are lipconvnet-10..40.")] = _D.arch,
-    conv: Annotated[str, typer.Option("--conv", help=f"Convolution ({_COMPONENT}).")] = _D.conv,
-    activation: Annotated[str, typer.Option("--activation", help="Activation.")] = _D.activation,
-    pool: Annotated[str, typer.Option("--pool", help="Pooling (max, projection, ...).")] = _D.pool,
-    # the help of --head, --loss and --grad-clip lists the installed components
-    # (RegistryCommand fills it in)
-    head: Annotated[str, typer.Option("--head", help="Head.")] = _D.head,
-    loss: Annotated[Optional[str], typer.Option("--loss", help=f"Training loss ({_COMPONENT}); "
-        "default: the head's.")] = _D.loss,
-    width: Annotated[Optional[int], typer.Option("--width", help="Architecture width (channels after the "
-        "stem; paper 32); default: the architecture's.")] = _D.width,
-    dataset: Annotated[str, typer.Option("--dataset", help="Data set: cifar10, cifar100, imagefolder, "
-        "digits, or a plugin's.")] = _D.dataset,
     data_dir: DataDirOption = None,
     download: DownloadOption = None,
-    extra_data: Annotated[Optional[Path], typer.Option("--extra-data", help="Extra training images: an "
-        "uncompressed .npz (or a directory) with 'image' uint8 NxHxWxC and 'label'; "
-        "memory-mapped, augmented like the data set.")] = None,
-    extra_ratio: Annotated[Optional[float], typer.Option("--extra-ratio", help="Fraction of each batch "
-        f"drawn from --extra-data (default {DEFAULT_EXTRA_RATIO:g}).")] = _D.extra_ratio,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Model file to write (default "
         "RUN_DIR/model.safetensors).")] = None,
     run_dir: Annotated[Optional[Path], typer.Option("--run-dir", help="Run directory for checkpoint and "
         "logs (default: OUT's stem + '-run' beside --out, else runs/ARCH-HEAD-TIMESTAMP).")] = None,
-    epochs: Annotated[int, typer.Option("--epochs", help="Epochs.")] = _D.epochs,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Global batch size, split over "
-        "processes.")] = _D.batch_size,
-    eval_batch_size: Annotated[int, typer.Option("--eval-batch-size", help="Batch size of validation and "
-        "the test evaluation (may change on --resume).")] = _D.eval_batch_size,
-    optimizer: Annotated[str, typer.Option("--optimizer", help=f"Optimiser: {', '.join(OPTIMIZER_LR)} "
-        f"({_D.optimizer}: the paper's).")] = _D.optimizer,
-    lr: Annotated[Optional[float], typer.Option("--lr", help=f"Learning rate (default per optimiser: "
-        f"{_LRS}).")] = _D.lr,
-    momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum.")] = _D.momentum,
-    betas: Annotated[str, typer.Option("--betas", help="Adam's B1,B2 for adamw and nadam.")] = ",".join(
-        f"{b:g}" for b in _D.betas),
-    lookahead: Annotated[int, typer.Option("--lookahead", help="Wrap the optimiser in Lookahead, syncing "
-        f"every K steps (alpha {_D.lookahead_alpha}); 0: off.")] = _D.lookahead,
-    schedule: Annotated[str, typer.Option("--schedule", help=f"LR schedule per step: {', '.join(SCHEDULES)} "
-        f"(step: x{_D.lr_gamma:g} at {' and '.join(f'{m:.0%}' for m in _D.lr_milestones)} of "
-        "training; triangular: SLL's, 0 -> lr at 40%, lr/20 at 80%, 0 at the end).")] = _D.schedule,
-    warmup_epochs: Annotated[float, typer.Option("--warmup-epochs", help="Linear LR warm-up over this many "
-        "epochs.")] = _D.warmup_epochs,
-    weight_decay: Annotated[float, typer.Option("--weight-decay", help="Weight decay on conv filters and the "
-        "LLN weight.")] = _D.weight_decay,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = _D.seed,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="Data loader worker processes "
-        f"(default: 0 on CPU, up to {MAX_CUDA_WORKERS} on CUDA).")] = _D.workers,
-    device: DeviceOption = _D.device,
-    amp: Annotated[bool, typer.Option("--amp", help="Mixed precision for training steps (bf16; evaluation "
-        "stays fp32).")] = _D.amp,
-    cuda_graphs: Annotated[str, typer.Option("--cuda-graphs", help="auto (on CUDA where the configuration "
-        "allows), on or off: replay each training step from a CUDA graph (same values; fewer "
-        "kernel launches).")] = _D.cuda_graphs,
-    augment: Annotated[bool, typer.Option("--augment/--no-augment", help="Random crop (+ flip) "
-        "augmentation.")] = _D.augment,
-    augmentation: Annotated[str, typer.Option("--augmentation", help="Augmentation policy.")] = _D.augmentation,
-    # here RegistryCommand adds the loss parameters' shortcut options (Param.shortcut)
-    grad_clip: Annotated[Optional[float], typer.Option("--grad-clip", help="Gradient-norm clipping "
-        "(default: the loss's; 0 = off).")] = _D.grad_clip,
-    val_split: Annotated[float, typer.Option("--val-split", help="Hold out this fraction of the training "
-        "set for validation (never the test set).")] = _D.val_split,
-    keep_best: Annotated[bool, typer.Option("--keep-best", help="Keep the weights of the best validation "
-        "epoch (needs --val-split).")] = _D.keep_best,
-    limit_train: Annotated[Optional[int], typer.Option("--limit-train", help="Train on a seeded random "
-        "subset of N images.")] = _D.limit_train,
-    limit_test: Annotated[Optional[int], typer.Option("--limit-test", help="Test on N images: a seeded subset "
-        "stratified by class, the same for every --seed and the one `lip certify --limit N` "
-        "evaluates.")] = _D.limit_test,
-    lipschitz_estimate: Annotated[bool, typer.Option("--lipschitz-estimate/--no-lipschitz-estimate",
-        help="Also store the power-method estimate of Lip(g) (the guaranteed bound is always "
-        "stored).")] = _D.lipschitz_estimate,
     config: Annotated[Optional[Path], typer.Option("--config", help="Settings file (.toml, .json, .yaml) "
         "with TrainConfig keys; options given here win.")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this run "
@@ -120,9 +53,11 @@ def train(
         "cuda), else one per usable CPU core.")] = DEFAULT_NPROC_PER_NODE,
     oversubscribe: Annotated[bool, typer.Option("--oversubscribe", help="Allow --nproc-per-node above the "
         "CPU cores this process may use (a CPU run).")] = False,
+    device: DeviceOption = _D.device,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
     threads: ThreadsOption = None,
+    **_settings: Any,
 ) -> None:
     """Train a provably 1-Lipschitz network with the paper's recipe (resumable; DDP).
 
@@ -132,30 +67,13 @@ def train(
     continue with `lip train --resume RUN_DIR`.  Several processes: `lip train
     --nproc-per-node N ...` (or `torchrun --nproc-per-node N -m lipcli train ...`).
     """
-    from lipcli.cli.dataroot import default_root as in_default_root, for_training
-    from lipcli.sdk.errors import LipUsageError
-    from lipcli.train import load_config_file
+    from lipcli.cli.dataroot import default_root as in_default_root
     from lipcli.train import train as run_training
+    from lipcli.train.api import plan as plan_run
 
-    given = _given_settings(ctx)
-    given.pop("recipe", None)  # the --recipe option: applied below, recorded as "name@version"
-    plan: dict[str, Any]
-    positional: list[Any] = []  # the config of a new run
-    default_root: str | None = None  # the default data root, when the run's data set lives there
-    if resume is not None:
-        if config is not None:
-            raise LipUsageError("--resume uses the run's stored settings; drop --config")
-        if run_dir is not None:
-            raise LipUsageError("--resume RUN_DIR already names the run directory; drop --run-dir")
-        if recipe is not None:
-            raise LipUsageError("--resume keeps the run's recipe and settings; drop --recipe")
-        plan = {"resume": str(resume), "resume_overrides": given}
-    else:
-        cfg = _new_config(recipe, None if config is None else load_config_file(config), str(config), given)
-        cfg, default_root = for_training(cfg, "download" in given)
-        positional = [cfg]
-        plan = {"run_dir": None if run_dir is None else str(run_dir)}
-    plan.update(out=None if out is None else str(out), overwrite=overwrite)
+    given = {**given_shortcuts(ctx), **given_settings(ctx, TrainConfig)}
+    positional, plan, default_root = plan_run(recipe=recipe, config=config, resume=resume, run_dir=run_dir,
+                                              out=out, overwrite=overwrite, **given)
     with in_default_root(default_root, quiet):
         if nproc_per_node > 1:
             _launch(ctx, nproc_per_node, oversubscribe, positional, plan)
@@ -269,75 +187,3 @@ def command_line_args(ctx: typer.Context, exclude: Collection[str] = ()) -> list
             continue
         args.append(f"{flag}={value}")
     return args
-
-
-def _given_settings(ctx: typer.Context) -> dict[str, Any]:
-    """The TrainConfig settings given on the command line (not those left at their default),
-    as TrainConfig values (paths as strings, ``cuda_graphs`` normalised), with the loss
-    parameters' shortcut settings (:mod:`lipcli.cli.registry_options`)."""
-    given = given_shortcuts(ctx)
-    for name in TrainConfig.field_names():
-        source = ctx.get_parameter_source(name) if name in ctx.params else None
-        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
-            continue
-        value = ctx.params[name]
-        if isinstance(value, Path):
-            value = str(value)
-        elif name == "cuda_graphs":
-            value = value.strip().lower()
-        given[name] = value
-    return given
-
-
-def _new_config(recipe: str | None, file_data: dict[str, Any] | None, file_name: str,
-                given: dict[str, Any]) -> TrainConfig:
-    """A new run's settings: lipcli's defaults, then the recipe's values (``--recipe``, or a
-    settings file's ``recipe`` key), then the settings file, then the command line; with a
-    recipe, its ``name@version`` and the settings given over it are recorded."""
-    import dataclasses
-
-    from lipcli.host.plugins import get_registry
-    from lipcli.host.recipes import overrides, resolve_recipe
-
-    data = {str(k).replace("-", "_"): v for k, v in (file_data or {}).items()}
-    named = data.pop("recipe", None)
-    data.pop("recipe_overrides", None)  # recomputed: a stored config may be read back as a file
-    recipe = recipe if recipe is not None else named
-    if recipe is not None and not isinstance(recipe, str):
-        raise LipUsageError(f"{file_name}: setting 'recipe' must be a string, got {recipe!r}")
-    cfg, spec = TrainConfig(), None
-    if recipe is not None:
-        spec = resolve_recipe(get_registry(), recipe)
-        cfg = _without_file_width(cfg.updated(dict(spec.values), source=f"recipe {spec.label}"),
-                                  {**data, **given})
-    if file_data is not None:
-        cfg = _without_file_width(cfg.updated(data, source=file_name), given)
-    cfg = cfg.updated(given, source="command line")
-    if spec is not None:
-        explicit = set(data) | set(given)
-        if "warmup_epochs" not in explicit and cfg.warmup_epochs > cfg.epochs:  # e.g. a short trial run
-            raise LipUsageError(f"recipe {spec.label} warms up for {cfg.warmup_epochs:g} epochs, more than "
-                                f"--epochs {cfg.epochs}; give --warmup-epochs too")
-        cfg = dataclasses.replace(cfg, recipe=spec.label, recipe_overrides=overrides(spec, cfg.to_json(), explicit))
-    return cfg
-
-
-def _without_file_width(cfg, given: dict):
-    """The command line wins over a settings file, the width included: a width given on the
-    command line (``--width W`` or ``--arch NAME:width=W``) replaces the file's width in
-    either form (its ``width`` key and an inline ``width=`` in its ``arch``)."""
-    import dataclasses
-
-    from lipcli.host.plugins import parse_component_choice
-
-    arch_given = given.get("arch")
-    if "width" not in given and not (
-        isinstance(arch_given, str) and "width" in parse_component_choice(arch_given)[1]
-    ):
-        return cfg
-    name, params = parse_component_choice(cfg.arch)
-    if "width" in params:
-        del params["width"]
-        arch = name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")
-        cfg = dataclasses.replace(cfg, arch=arch)
-    return dataclasses.replace(cfg, width=None)

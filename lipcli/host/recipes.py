@@ -67,3 +67,34 @@ def overrides(spec: RecipeSpec, final: dict[str, Any], given: set[str]) -> dict[
     recipe's: key -> ``{"recipe": its value, "value": the one used}``."""
     return {key: {"recipe": spec.values.get(key), "value": final.get(key)}
             for key in sorted(given) if key in final and final.get(key) != spec.values.get(key)}
+
+
+def new_settings(defaults: Any, recipe: str | None = None, file_data: dict[str, Any] | None = None,
+                 file_name: str = "settings file", given: dict[str, Any] | None = None) -> Any:
+    """A new run's settings, in the one order of precedence (:func:`lipcli.host.settings.layered`):
+    ``defaults`` (a :class:`~lipcli.train.config.TrainConfig`), the recipe (``recipe``, else a
+    settings file's ``recipe`` key), the settings file, the settings ``given`` (command line or
+    keyword arguments).  With a recipe, its ``name@version`` and the settings given over it are
+    recorded (``recipe``, ``recipe_overrides``)."""
+    import dataclasses
+
+    from lipcli.host.plugins import get_registry
+    from lipcli.host.settings import layered, without_width
+
+    data = {str(k).replace("-", "_"): v for k, v in (file_data or {}).items()}
+    named = data.pop("recipe", None)
+    data.pop("recipe_overrides", None)  # recomputed: a stored config may be read back as a file
+    given = dict(given or {})
+    recipe = recipe if recipe is not None else named
+    if recipe is not None and not isinstance(recipe, str):
+        raise LipUsageError(f"{file_name}: setting 'recipe' must be a string, got {recipe!r}")
+    spec = None if recipe is None else resolve_recipe(get_registry(), recipe)
+    cfg = layered(defaults, recipe=spec, file_data=data if file_data is not None else None,
+                  file_name=file_name, given=given, before_layer=without_width)
+    if spec is None:
+        return cfg
+    explicit = set(data) | set(given)
+    if "warmup_epochs" not in explicit and cfg.warmup_epochs > cfg.epochs:  # e.g. a short trial run
+        raise LipUsageError(f"recipe {spec.label} warms up for {cfg.warmup_epochs:g} epochs, more than "
+                            f"--epochs {cfg.epochs}; give --warmup-epochs too")
+    return dataclasses.replace(cfg, recipe=spec.label, recipe_overrides=overrides(spec, cfg.to_json(), explicit))

@@ -60,7 +60,7 @@ re-exported here.  Errors name settings, never command-line options
 
 from __future__ import annotations
 
-from lipcli._util.lazy import lazy_exports
+from lipcli._util.lazy import callable_package, lazy_exports
 
 #: public name -> submodule; imported on first use (PEP 562), so that ``lipcli.train.config``
 #: (the CLI's defaults) loads without torch
@@ -116,6 +116,8 @@ _EXPORTS: dict[str, str] = {
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+#: ``lipcli.train(recipe=..., dataset=..., ...)``: the Python twin of ``lip train`` (:mod:`~lipcli.train.api`)
+callable_package(__name__, "api", "run")
 
 
 __all__ = sorted(_EXPORTS)  # the names above, listed once

@@ -13,6 +13,8 @@ from typing import Any
 from lipcli.sdk.errors import LipUsageError
 from lipcli._util.devices import check_device_name
 from lipcli.host.defaults import COMPONENT_SETTINGS, DEFAULT_COMPONENTS
+from lipcli.host.settings import problems, setting, settings_of
+from lipcli.host.settings_file import load_config_file  # noqa: F401  (re-exported: lipcli.train)
 from lipcli.train.errors import TrainUsageError, literal
 
 
@@ -23,8 +25,10 @@ OPTIMIZER_LR: dict[str, float] = {"sgd": 0.1, "adamw": 1e-3, "nadam": 1e-3}
 SCHEDULES: tuple[str, ...] = ("step", "cosine", "triangular")
 #: Adam's (beta1, beta2) for adamw and nadam: torch's defaults
 DEFAULT_BETAS: tuple[float, float] = (0.9, 0.999)
-#: the fraction of each batch drawn from ``--extra-data`` when ``--extra-ratio`` is not given
+#: the fraction of each batch drawn from ``{extra_data}`` when ``--extra-ratio`` is not given
 DEFAULT_EXTRA_RATIO = 0.5
+#: modes of ``cuda_graphs`` (:mod:`lipcli.train.cuda_graphs`)
+GRAPH_MODES: tuple[str, ...] = ("auto", "on", "off")
 #: data loader worker processes on CUDA when ``workers`` is not given (0 on CPU)
 MAX_CUDA_WORKERS = 4
 CHECKPOINT_NAME = "checkpoint.safetensors"
@@ -47,6 +51,8 @@ MAX_NPROC_PER_NODE = 256
 #: the largest (global) training or evaluation batch, and power-iteration steps per refresh
 MAX_BATCH_SIZE = 65_536
 MAX_POWER_ITER_STEPS = 1000
+#: the largest seed torch's generators take (64 bits)
+MAX_SEED = 2**64 - 1
 #: set to ``"lipcli"`` in the environment of the workers that :mod:`lipcli.train.launch`
 #: starts (unset under ``torchrun``): the messages that tell how to continue a run name the
 #: launcher that started it
@@ -59,67 +65,115 @@ LAUNCH_ERRORS_ENV = "LIPCLI_LAUNCH_ERRORS"
 LAUNCHER_PID_ENV = "LIPCLI_LAUNCHER_PID"
 
 
+_M, _D, _O, _R = "model", "data", "optim", "run"
+_COMPONENT = "NAME or NAME:key=value,..."
+#: the learning rates per optimiser, as the help of ``lr`` states them
+_LRS = ", ".join(f"{name} {lr:g}" for name, lr in OPTIMIZER_LR.items())
+
+
 @dataclass
 class TrainConfig:
     """Everything that determines a training run (JSON-serialisable; stored in the model file).
 
-    ``None`` means "automatic" and is resolved by :meth:`resolved` (the resolved config is
-    what gets printed and stored).
+    Each field is a declared setting (:func:`lipcli.host.settings.setting`: default, help,
+    owner, range): ``lip train``'s options, their help, the settings-file and recipe keys and
+    the range checks of :meth:`validate` are derived from these declarations.  ``None`` means
+    "automatic" and is resolved by :meth:`resolved` (the resolved config is what gets printed
+    and stored).
     """
 
     # model (component choices accept "name:key=value,...")
-    arch: str = DEFAULT_COMPONENTS["arch"]
-    conv: str = DEFAULT_COMPONENTS["conv"]
-    activation: str = DEFAULT_COMPONENTS["activation"]
-    pool: str = DEFAULT_COMPONENTS["pool"]
-    head: str = DEFAULT_COMPONENTS["head"]
-    width: int | None = None
+    arch: str = setting(DEFAULT_COMPONENTS["arch"], f"Architecture ({_COMPONENT}; `lip plugins` lists them); "
+                        f"{DEFAULT_COMPONENTS['arch']} is the CPU-friendly baseline, the paper's best CIFAR "
+                        "models are lipconvnet-10..40.", owner=_M)
+    conv: str = setting(DEFAULT_COMPONENTS["conv"], f"Convolution ({_COMPONENT}): {{names}}.", owner=_M,
+                        component="conv")
+    activation: str = setting(DEFAULT_COMPONENTS["activation"], f"Activation ({_COMPONENT}): {{names}}.",
+                              owner=_M, component="activation")
+    pool: str = setting(DEFAULT_COMPONENTS["pool"], f"Pooling ({_COMPONENT}): {{names}}.", owner=_M,
+                        component="pool")
+    head: str = setting(DEFAULT_COMPONENTS["head"], "Head: {names}.", owner=_M, component="head")
+    width: int | None = setting(None, "Architecture width (channels after the stem; paper 32); default: "
+                                "the architecture's.", owner=_M, min=1)
     # data
-    dataset: str = DEFAULT_COMPONENTS["dataset"]
-    data_dir: str | None = None
-    download: bool = False
-    augment: bool = True
+    dataset: str = setting(DEFAULT_COMPONENTS["dataset"], f"Data set ({_COMPONENT}): {{names}}.", owner=_D,
+                           component="dataset")
+    data_dir: str | None = setting(None, "Data set root directory (cifar10: DIR/cifar-10-batches-py/...; "
+                                   "imagefolder: DIR/train, DIR/test).", owner=_D, cli=False)
+    download: bool = setting(False, "Download a missing CIFAR-10/100.", owner=_D, cli=False)
+    augment: bool = setting(True, "Random crop (+ flip) augmentation.", owner=_D, negative=True)
     # the training augmentation policy (an ``augmentation`` component; the default is the data
     # set's own crop and flip, which every model file without this key was trained with)
-    augmentation: str = DEFAULT_COMPONENTS["augmentation"]
-    val_split: float = 0.0
-    keep_best: bool = False
-    limit_train: int | None = None
-    limit_test: int | None = None
-    extra_data: str | None = None
-    extra_ratio: float | None = None
+    augmentation: str = setting(DEFAULT_COMPONENTS["augmentation"], "Training augmentation policy "
+                                f"({_COMPONENT}): {{names}}; default: {DEFAULT_COMPONENTS['augmentation']} "
+                                "(the data set's own). `lip plugins -v` lists parameters.", owner=_D,
+                                component="augmentation")
+    val_split: float = setting(0.0, "Hold out this fraction of the training set for validation (never the "
+                               "test set).", owner=_D, min=0.0, max=1.0, max_open=True)
+    keep_best: bool = setting(False, "Keep the weights of the best validation epoch (needs {val_split}).",
+                              owner=_D)
+    limit_train: int | None = setting(None, "Train on a seeded random subset of N images.", owner=_D, min=1)
+    limit_test: int | None = setting(None, "Test on N images: a seeded subset stratified by class, the same "
+                                     "for every {seed} and the one certification evaluates with the same limit.",
+                                     owner=_D, min=1)
+    extra_data: str | None = setting(None, "Extra training images: an uncompressed .npz (or a directory) "
+                                     "with 'image' uint8 NxHxWxC and 'label'; memory-mapped, augmented like "
+                                     "the data set.", owner=_D)
+    extra_ratio: float | None = setting(None, "Fraction of each batch drawn from {extra_data} (default "
+                                        f"{DEFAULT_EXTRA_RATIO:g}).", owner=_D, min=0.0, min_open=True,
+                                        max=1.0, max_open=True)
     # optimisation (SPEC §6); the paper's recipe: SGD, step decay, no warm-up, no lookahead
-    epochs: int = 200
-    batch_size: int = 128
-    optimizer: str = "sgd"
-    lr: float | None = None
-    momentum: float = 0.9
-    betas: list[float] = field(default_factory=lambda: list(DEFAULT_BETAS))
-    weight_decay: float = 5e-4
-    lookahead: int = 0
-    lookahead_alpha: float = 0.5
-    schedule: str = "step"
-    warmup_epochs: float = 0.0
-    lr_milestones: list[float] = field(default_factory=lambda: [0.5, 0.75])
-    lr_gamma: float = 0.1
-    grad_clip: float | None = None
-    seed: int = 0
-    power_iter_steps: int = 50
-    lipschitz_estimate: bool = True
+    epochs: int = setting(200, "Epochs.", owner=_O, min=1, max=MAX_EPOCHS)
+    batch_size: int = setting(128, "Global batch size, split over processes.", owner=_O, min=1,
+                              max=MAX_BATCH_SIZE)
+    optimizer: str = setting("sgd", f"Optimiser: {', '.join(OPTIMIZER_LR)} (sgd: the paper's).", owner=_O,
+                             choices=tuple(OPTIMIZER_LR))
+    lr: float | None = setting(None, f"Learning rate (default per optimiser: {_LRS}).", owner=_O, min=0.0,
+                               min_open=True)
+    momentum: float = setting(0.9, "SGD momentum.", owner=_O, min=0.0, max=1.0, max_open=True)
+    betas: list[float] = setting(list(DEFAULT_BETAS), "Adam's B1,B2 for adamw and nadam.", owner=_O)
+    weight_decay: float = setting(5e-4, "Weight decay on conv filters and the LLN weight.", owner=_O,
+                                  min=0.0)
+    lookahead: int = setting(0, "Wrap the optimiser in Lookahead, syncing every K steps (alpha "
+                             "lookahead_alpha); 0: off.", owner=_O, min=0)
+    lookahead_alpha: float = setting(0.5, "Lookahead's interpolation factor.", owner=_O, min=0.0,
+                                     min_open=True, max=1.0, cli=False)
+    schedule: str = setting("step", f"LR schedule per step: {', '.join(SCHEDULES)} (step: x lr_gamma at "
+                            "lr_milestones of training, by default x0.1 at 50% and 75%; triangular: SLL's, "
+                            "0 -> lr at 40%, lr/20 at 80%, 0 at the end).", owner=_O, choices=SCHEDULES)
+    warmup_epochs: float = setting(0.0, "Linear LR warm-up over this many epochs.", owner=_O, min=0.0)
+    lr_milestones: list[float] = setting([0.5, 0.75], "Fractions of training where the step schedule "
+                                         "multiplies the rate by lr_gamma.", owner=_O, cli=False)
+    lr_gamma: float = setting(0.1, "Factor of the step schedule.", owner=_O, min=0.0, min_open=True,
+                              cli=False)
+    grad_clip: float | None = setting(None, "Gradient-norm clipping (default: the loss's; 0 = off).",
+                                      owner=_O, min=0.0)
+    seed: int = setting(0, "Random seed.", owner=_O, min=0, max=MAX_SEED)
+    power_iter_steps: int = setting(50, "Power-iteration steps of each refresh (SOC).", owner=_O, min=1,
+                                    max=MAX_POWER_ITER_STEPS, cli=False)
+    lipschitz_estimate: bool = setting(True, "Also store the power-method estimate of Lip(g) (the "
+                                       "guaranteed bound is always stored).", owner=_R,
+                                       negative=True)
     # training loss (a ``loss`` component); None: the head's default (``HeadSpec.loss``)
-    loss: str | None = None
+    loss: str | None = setting(None, f"Training loss ({_COMPONENT}): {{names}} or a plugin's; default: the "
+                               "head's. `lip plugins -v` lists parameters.", owner=_O, component="loss")
     # loss parameters given by their shortcut settings (declared by the loss specs,
     # ``Param.shortcut``; a settings key or ``lip train --KEY``): shortcut -> value; folded
     # into ``loss`` (and emptied) by :func:`lipcli.train.objective.resolve_loss`
     loss_shortcuts: dict[str, Any] = field(default_factory=dict)
     # execution
-    device: str = "auto"
-    workers: int | None = None
-    amp: bool = False
-    eval_batch_size: int = 256
+    device: str = setting("auto", "Device: auto (CUDA if available), cpu, cuda or cuda:N.", owner=_R,
+                          cli=False)
+    workers: int | None = setting(None, "Data loader worker processes (default: 0 on CPU, up to "
+                                  f"{MAX_CUDA_WORKERS} on CUDA).", owner=_R, min=0)
+    amp: bool = setting(False, "Mixed precision for training steps (bf16; evaluation stays fp32).", owner=_R)
+    eval_batch_size: int = setting(256, "Batch size of validation and the test evaluation (may change on "
+                                   "{resume}).", owner=_R, min=1, max=MAX_BATCH_SIZE)
     #: replay each training step from a CUDA graph: "auto" (on CUDA where the configuration
     #: allows), "on" (the same, and say why where it cannot), "off"
-    cuda_graphs: str = "auto"
+    cuda_graphs: str = setting("auto", "auto (on CUDA where the configuration allows), on or off: replay "
+                               "each training step from a CUDA graph (same values; fewer kernel launches).",
+                               owner=_R, choices=GRAPH_MODES)
     # the recipe the run started from (``lip train --recipe``; ``"name@version"``) and the
     # settings given over it: key -> {"recipe": its value, "value": the one used}
     recipe: str | None = None
@@ -160,62 +214,27 @@ class TrainConfig:
     # -- checks --------------------------------------------------------------------------------
     def validate(self) -> None:
         """Raise :class:`~lipcli.train.errors.TrainUsageError` (one line, naming the setting as
-        a field a front end spells its own way) for any out-of-range value."""
+        a field a front end spells its own way) for any out-of-range value: the declared
+        ranges and choices (:func:`lipcli.host.settings.problems`), then what ties settings."""
 
         def need(ok: bool, message: str) -> None:
             if not ok:
                 raise TrainUsageError(message)
 
-        def got(name: str) -> str:  # ", got VALUE" (a value is text, never a field)
-            return f", got {literal(getattr(self, name))}"
-
-        def got_r(name: str) -> str:
-            return f", got {literal(repr(getattr(self, name)))}"
-
-        need(self.epochs >= 1, "{epochs} must be at least 1" + got("epochs"))
-        need(self.epochs <= MAX_EPOCHS, f"{{epochs}} must be at most {MAX_EPOCHS}" + got("epochs"))
-        need(1 <= self.batch_size <= MAX_BATCH_SIZE,
-             f"{{batch_size}} must be in 1..{MAX_BATCH_SIZE}" + got("batch_size"))
-        need(1 <= self.eval_batch_size <= MAX_BATCH_SIZE,
-             f"eval_batch_size must be in 1..{MAX_BATCH_SIZE}" + got("eval_batch_size"))
-        need(self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "{lr} must be positive" + got("lr"))
-        need(self.optimizer in OPTIMIZER_LR,
-             f"{{optimizer}} must be one of {', '.join(OPTIMIZER_LR)}" + got_r("optimizer"))
-        need(self.schedule in SCHEDULES,
-             f"{{schedule}} must be one of {', '.join(SCHEDULES)}" + got_r("schedule"))
-        need(math.isfinite(self.warmup_epochs) and 0 <= self.warmup_epochs <= self.epochs,
-             "{warmup_epochs} must be in [0, {epochs}]" + got("warmup_epochs"))
-        need(self.lookahead >= 0, "{lookahead} must be >= 0 (0 = off)" + got("lookahead"))
-        need(0 < self.lookahead_alpha <= 1, "lookahead_alpha must be in (0, 1]" + got("lookahead_alpha"))
+        for problem in problems(self):
+            raise TrainUsageError(problem)
+        need(self.warmup_epochs <= self.epochs,
+             "{warmup_epochs} must be in [0, {epochs}], got " + literal(self.warmup_epochs))
         need(self.extra_ratio is None or self.extra_data is not None, "{extra_ratio} needs {extra_data} FILE")
-        need(self.extra_ratio is None or (0 < self.extra_ratio < 1),
-             "{extra_ratio} must be in (0, 1)" + got("extra_ratio"))
-        need(0 <= self.momentum < 1, "{momentum} must be in [0, 1)" + got("momentum"))
         need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
-             "{betas} must be two numbers in [0, 1)" + got("betas"))
-        need(self.weight_decay >= 0, "{weight_decay} must be >= 0" + got("weight_decay"))
-        need(self.lr_gamma > 0, "lr_gamma must be positive" + got("lr_gamma"))
+             "{betas} must be two numbers in [0, 1), got " + literal(self.betas))
         need(
             all(0 < m <= 1 for m in self.lr_milestones)
             and list(self.lr_milestones) == sorted(self.lr_milestones),
-            "lr_milestones must be increasing fractions in (0, 1]" + got("lr_milestones"),
+            "{lr_milestones} must be increasing fractions in (0, 1], got " + literal(self.lr_milestones),
         )
-        need(self.grad_clip is None or self.grad_clip >= 0, "{grad_clip} must be >= 0" + got("grad_clip"))
-        need(0 <= self.val_split < 1, "{val_split} must be in [0, 1)" + got("val_split"))
         need(not self.keep_best or self.val_split > 0, "{keep_best} needs {val_split} FRACTION")
-        for name in ("limit_train", "limit_test"):
-            value = getattr(self, name)
-            need(value is None or value >= 1, f"{{{name}}} must be at least 1" + got(name))
-        need(self.width is None or self.width >= 1, "{width} must be at least 1" + got("width"))
-        need(1 <= self.power_iter_steps <= MAX_POWER_ITER_STEPS,
-             f"power_iter_steps must be in 1..{MAX_POWER_ITER_STEPS}" + got("power_iter_steps"))
-        need(self.workers is None or self.workers >= 0, "{workers} must be >= 0" + got("workers"))
-        need(self.seed >= 0, "{seed} must be >= 0" + got("seed"))
-        from lipcli.train.cuda_graphs import GRAPH_MODES  # lazy: imports torch; this module is read by lip --help
-
         check_device_name(self.device)
-        need(self.cuda_graphs in GRAPH_MODES,
-             f"{{cuda_graphs}} must be one of {', '.join(GRAPH_MODES)}" + got_r("cuda_graphs"))
 
     def resolved(self) -> "TrainConfig":
         """Fill the automatic values that need no plugin: the optimiser's learning rate, the
@@ -233,19 +252,16 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
-_OPTIONAL_INT = {"width", "limit_train", "limit_test", "workers"}
-_OPTIONAL_FLOAT = {"grad_clip", "lr", "extra_ratio"}
-_OPTIONAL_STR = {"data_dir", "loss", "extra_data", "recipe"}
-
-
 def _coerce(key: str, value: Any, source: str) -> Any:
-    default = getattr(TrainConfig(), key)
+    """``value`` read for setting ``key`` as its declared type (a :class:`LipUsageError` naming
+    ``source`` if it cannot be); ranges are :meth:`TrainConfig.validate`'s."""
+    declared = {s.name: s for s in settings_of(TrainConfig)}.get(key)
 
     def bad(kind: str) -> LipUsageError:
         return LipUsageError(f"{source}: setting {key!r} must be {kind}, got {value!r}")
 
     if value is None:
-        if key in _OPTIONAL_INT | _OPTIONAL_FLOAT | _OPTIONAL_STR:
+        if key == "recipe" or (declared is not None and declared.optional):
             return None
         raise bad("set")
     if key == "loss_shortcuts":
@@ -264,23 +280,24 @@ def _coerce(key: str, value: Any, source: str) -> Any:
             return [float(v) for v in parts]
         except ValueError:
             raise bad("two numbers, B1,B2") from None
-    if key == "lr_milestones":
+    kind = str if declared is None else declared.type
+    if kind is list:
         if not isinstance(value, (list, tuple)) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
         ):
             raise bad("a list of numbers")
         return [float(v) for v in value]
-    if isinstance(default, bool):
+    if kind is bool:
         if not isinstance(value, bool):
             raise bad("true or false")
         return value
-    if isinstance(default, int) or key in _OPTIONAL_INT:
+    if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
             raise bad("an integer")
         return value
-    if isinstance(default, float) or key in _OPTIONAL_FLOAT:
+    if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad("a number")
         return float(value)
@@ -298,52 +315,3 @@ def loss_shortcut_names() -> set[str]:
 
     reg = get_registry()
     return {p.shortcut for name in reg.names("loss") for p in reg.get("loss", name).params if p.shortcut}
-
-
-def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a TOML (``.toml``), JSON (``.json``) or YAML (``.yaml``/``.yml``) settings file.
-
-    A top-level ``[train]`` table / ``train:`` mapping is used if present, else the whole file.
-    """
-    p = Path(path)
-    if p.is_dir():
-        raise LipUsageError(f"config file {p} is a directory; give a .toml, .json or .yaml file")
-    if not p.is_file():
-        raise LipUsageError(f"config file {p} does not exist")
-    suffix = p.suffix.lower()
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise LipUsageError(f"cannot read config file {p}: {exc.strerror or exc}") from None
-    try:
-        if suffix == ".toml":
-            try:
-                import tomllib
-            except ModuleNotFoundError:  # Python 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
-            data = tomllib.loads(text)
-        elif suffix == ".json":
-            data = json.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            try:
-                import yaml  # type: ignore[import-not-found]
-            except ModuleNotFoundError:
-                raise LipUsageError(
-                    f"config file {p} is YAML but PyYAML is not installed "
-                    "(pip install 'lipcli[yaml]', or use TOML / JSON)"
-                ) from None
-            data = yaml.safe_load(text)
-        else:
-            raise LipUsageError(f"config file {p}: unknown format {suffix!r}; use .toml, .json or .yaml")
-    except LipUsageError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - parse errors of three libraries
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise LipUsageError(f"config file {p} is not valid {suffix[1:].upper()}: {first}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise LipUsageError(f"config file {p} must hold a table/mapping of settings")
-    if isinstance(data.get("train"), dict):
-        data = data["train"]
-    return data

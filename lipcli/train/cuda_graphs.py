@@ -40,8 +40,8 @@ from typing import Any
 
 import torch
 
-#: values of ``--cuda-graphs``
-GRAPH_MODES = ("auto", "on", "off")
+from lipcli.train.config import GRAPH_MODES  # the values of ``cuda_graphs``, declared with the setting
+
 #: eager steps of the captured shape before the capture (lazy initialisation)
 DEFAULT_WARMUP = 2
 

@@ -100,7 +100,7 @@ def test_export_never_writes_a_safetensors_name(tmp_path, extra):
 def test_epochs_and_processes_have_upper_limits(tmp_path):
     out = ["--dataset", "digits", "--out", str(tmp_path / "m.safetensors")]
     line = _one_line(runner.invoke(app, ["train", *out, "--epochs", "100001"]), 2)
-    assert line == "error: --epochs must be at most 100000, got 100001"
+    assert line == "error: --epochs must be in 1..100000, got 100001"
     r = _lip("train", *out, "--nproc-per-node", "100000", cwd=tmp_path)
     assert r.returncode == 2
     err = r.stderr.decode().strip()

@@ -115,7 +115,7 @@ def test_a_second_run_on_the_same_output_or_run_directory_is_refused(tmp_path):
     for code, _, err in results:
         assert code == 1, err
         lines = err.strip().splitlines()
-        assert len(lines) == 1 and f"(process {first.pid})" in lines[0], err
+        assert len(lines) == 1 and f"(process {first.pid}:" in lines[0], err
         assert "in use by another lipcli process" in lines[0]
     code, _, err = finish(first)
     assert code == 0, err

@@ -33,7 +33,7 @@ def test_the_resume_command_follows_the_number_of_processes():
 
 
 @pytest.mark.parametrize("changes,cli", [
-    ({"epochs": 0}, "--epochs must be at least 1, got 0"),
+    ({"epochs": 0}, "--epochs must be in 1..100000, got 0"),
     ({"optimizer": "{sgd}"}, "--optimizer must be one of sgd, adamw, nadam, got '{sgd}'"),
     ({"keep_best": True}, "--keep-best needs --val-split FRACTION"),
 ])
