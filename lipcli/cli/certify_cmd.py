@@ -8,65 +8,29 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from lipcli.lowering.caps import describe_certify_default
-from lipcli.sdk.lowering_costs import BUILD_FLOP_WEIGHT, DENSE_MIN_GAIN
 from lipcli.certify.options import DEFAULT_RADII, CertifyOptions
+from lipcli.cli.settings_options import with_settings
 from lipcli.cli.common import ProgressBars, cli_errors, fail, print_json, stdout_console
 from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, ModelArgument,
                                 QuietOption, ThreadsOption)
 
-#: the defaults the options show (written once, in CertifyOptions)
+#: the defaults the options show (declared once, in CertifyOptions)
 _C = CertifyOptions()
 RADII_HELP = (
     "Comma-separated l2 radii. A plain number v means v/UNIT (see --radius-unit: 36 -> 36/255); "
     "an item a/b is the absolute radius a/b whatever the unit (36/255). Must be >= 0."
 )
-EXACT_HELP = (
-    "Compute the features, logits and margins in float64 on a float64 copy of the model, every "
-    "layer literal (no dense lowering): radii free of float32 rounding, for reference (slower). "
-    "Recorded in the summary ('exact')."
-)
 
 
-# Over 80 lines: the signature is the command's option list (one Annotated option each); the
-# body checks the outputs, runs lipcli.certify.run_certification and reports (helpers below).
+# Every CertifyOptions setting is an option (with_settings); the signature lists the others.
+@with_settings(CertifyOptions, before="data_dir")
 @cli_errors
 def certify(
     model: ModelArgument = None,
     radii: Annotated[str, typer.Option("--radii", help=RADII_HELP)] = DEFAULT_RADII,
-    radius_unit: Annotated[float, typer.Option(
-        "--radius-unit",
-        help="Divisor for plain radii: 255 (pixel levels, the paper's convention) or 1 (absolute, e.g. 0.14).",
-    )] = _C.radius_unit,
-    dataset: Annotated[Optional[str], typer.Option(
-        "--dataset", help="Data set NAME[:key=value,...] (default: the one recorded in the model file).",
-    )] = _C.dataset,
     data_dir: DataDirOption = None,
     download: DownloadOption = None,
-    split: Annotated[str, typer.Option("--split", help="Data set split to certify.")] = _C.split,
-    limit: Annotated[Optional[int], typer.Option("--limit", help="Only N points of the split: a seeded subset stratified by "
-        "class, the same for every model and the one `lip train --limit-test N` evaluates.")] = _C.limit,
-    batch_size: Annotated[int, typer.Option(
-        "--batch-size", help="Batch size for features, certificates and attacks.")] = _C.batch_size,
     device: DeviceOption = _C.device,
-    lipschitz: Annotated[str, typer.Option(
-        "--lipschitz",
-        help="bound: GUARANTEED upper bound of Lip(g) (default, sound). estimate: the paper's product "
-        "of power-method estimates (NOT guaranteed; output is labelled).",
-    )] = _C.lipschitz,
-    lipschitz_iters: Annotated[int, typer.Option(
-        "--lipschitz-iters", help="Power iterations for --lipschitz estimate (>= 1).")] = _C.lipschitz_iters,
-    top_k: Annotated[Optional[int], typer.Option(
-        "--top-k",
-        help="Only check the K highest other logits (reference heuristic; NOT sound unless K >= classes-1; labelled).",
-    )] = _C.top_k,
-    attack: Annotated[bool, typer.Option(
-        "--attack",
-        help="PGD-attack every certified point at each radius (a success is a soundness violation: "
-        "exit 1) and report empirical robust accuracy.",
-    )] = _C.attack,
-    attack_steps: Annotated[int, typer.Option("--attack-steps", help="PGD steps per restart.")] = _C.attack_steps,
-    attack_restarts: Annotated[int, typer.Option("--attack-restarts", help="PGD restarts.")] = _C.attack_restarts,
     per_sample: Annotated[Optional[Path], typer.Option(
         "--per-sample",
         help="Write index,label,prediction,correct,radius (input-space l2 radius of the prediction) to this CSV.",
@@ -75,26 +39,6 @@ def certify(
         "--plot",
         help="Write the certified accuracy vs radius curve (needs matplotlib: pip install 'lipcli[plot]').",
     )] = None,
-    ignore_class_names: Annotated[bool, typer.Option(
-        "--ignore-class-names",
-        help="Certify even if the data set's class names differ from those recorded in the "
-        "model file (by default that is refused: same class count, different data).",
-    )] = _C.ignore_class_names,
-    series: Annotated[bool, typer.Option(
-        "--series",
-        help="Run every layer in its literal form (e.g. SOC's 15-term series) instead of the "
-        "eval lowering (a layer whose fixed linear map is cheaper as one dense matrix on this "
-        "input size runs as that matrix; the bound covers it). For comparison.",
-    )] = _C.series,
-    dense_max_mib: Annotated[Optional[float], typer.Option(
-        "--dense-max-mib",
-        help="Largest dense matrix per layer of the eval lowering, MiB of float32 (default: "
-        f"{describe_certify_default()}): a layer whose matrix fits and is at least "
-        f"{DENSE_MIN_GAIN:g}x cheaper per input runs as that matrix (the bound covers it) when "
-        "the operations it saves on this run's inputs (the --attack check: on its own passes) exceed "
-        f"{BUILD_FLOP_WEIGHT}x those of building it in float64; 0: every layer literal.",
-    )] = _C.dense_max_mib,
-    exact: Annotated[bool, typer.Option("--exact", help=EXACT_HELP)] = _C.exact,
     json_out: JsonOption = False,
     no_write: Annotated[bool, typer.Option(
         "--no-write",
@@ -103,6 +47,7 @@ def certify(
     )] = not _C.write,
     quiet: QuietOption = False,
     threads: ThreadsOption = None,
+    **settings: Any,
 ) -> None:
     """Certify l2 robustness of MODEL: clean and certified accuracy at each radius.
 
@@ -110,44 +55,30 @@ def certify(
     input-space radius >= eps; radius = feature-space certificate / Lip(g), Lip(g) the
     guaranteed bound of the feature map including input normalisation.
     """
-    from lipcli.certify import (
-        CertifyOptions,
-        ResultsNotWrittenError,
-        parse_radii,
-        run_certification,
-    )
+    from lipcli.certify import ResultsNotWrittenError, run_certification
+    from lipcli.certify.api import prepare
+    from lipcli.cli.dataroot import default_root
+    from lipcli.host.runs import resolve_model_argument
     from lipcli._util.outputs import check_model_writable
 
-    from lipcli.host.runs import resolve_model_argument
-
-    radii_list = parse_radii(radii, radius_unit)
     model = resolve_model_argument(model)
     _check_paths(model, per_sample, plot)
-    from lipcli.cli.dataroot import default_root, for_certification
-
-    root, download = for_certification(model, dataset, data_dir, download)
-    options = CertifyOptions(
-        radii=radii_list, radius_unit=radius_unit, dataset=dataset,
-        data_dir=root, download=download, split=split,
-        limit=limit, batch_size=batch_size, device=device, lipschitz=lipschitz,
-        lipschitz_iters=lipschitz_iters, top_k=top_k, attack=attack, attack_steps=attack_steps,
-        attack_restarts=attack_restarts, write=not no_write, ignore_class_names=ignore_class_names,
-        series=series, dense_max_mib=dense_max_mib, exact=exact,
-    )
-    options.check()
+    model, options, root = prepare(model, radii=radii, write=not no_write, device=device,
+                                   data_dir=None if data_dir is None else str(data_dir), download=download,
+                                   **settings)
     if options.write:  # before the work, with this command's hint (the driver checks it too)
         check_model_writable(model, hint="pass --no-write to certify without modifying the model file")
     # a write that still fails at the end (disk full, ...) is reported AFTER the results are
     # printed, so that the work is not lost
     write_errors: list[str] = []
-    with default_root(root if data_dir is None else None, quiet), ProgressBars(enabled=not quiet) as bars:
+    with default_root(root, quiet), ProgressBars(enabled=not quiet) as bars:
         try:
             outcome = run_certification(model, options, progress=bars.update)
         except ResultsNotWrittenError as exc:
             outcome = exc.outcome
             write_errors.append(str(exc))
     summary = outcome.summary
-    _write_extras(outcome, per_sample, plot, radii_list, radius_unit, model, write_errors)
+    _write_extras(outcome, per_sample, plot, options.radii, options.radius_unit, model, write_errors)
     if json_out:
         print_json(summary.to_json())
     else:

@@ -151,8 +151,8 @@ def option_flag(func: Callable[..., Any], name: str) -> str | None:
         hints = {}
     infos = list(getattr(hints.get(name), "__metadata__", ()))
     param = inspect.signature(func).parameters.get(name)
-    if param is not None:
-        infos.append(param.default)
+    if param is not None:  # a declared setting's option (lipcli.cli.settings_options) is only here
+        infos.extend([*getattr(param.annotation, "__metadata__", ()), param.default])
     for info in infos:
         if type(info).__name__ != "OptionInfo":
             continue

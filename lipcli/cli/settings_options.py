@@ -70,7 +70,10 @@ def with_settings(cls: type, *, exclude: Iterable[str] = (), defaults: dict[str,
         table = [parameter(s, (defaults or {}).get(s.name, inspect.Parameter.empty))
                  for s in settings_of(cls) if s.cli and s.name not in skip and s.name not in names]
         at = next((i for i, p in enumerate(own) if p.name == before), len(own))
-        func.__signature__ = sig.replace(parameters=[*own[:at], *table, *own[at:]])  # type: ignore[attr-defined]
+        full = sig.replace(parameters=[*own[:at], *table, *own[at:]])
+        for layer in (func, getattr(func, "__wrapped__", None)):  # the error wrapper reads the inner one
+            if layer is not None:
+                layer.__signature__ = full
         return func
 
     return wrap

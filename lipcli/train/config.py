@@ -114,7 +114,7 @@ class TrainConfig:
                               owner=_D)
     limit_train: int | None = setting(None, "Train on a seeded random subset of N images.", owner=_D, min=1)
     limit_test: int | None = setting(None, "Test on N images: a seeded subset stratified by class, the same "
-                                     "for every {seed} and the one certification evaluates with the same limit.",
+                                     "for every {seed} and the one `lip certify` evaluates with {limit} N.",
                                      owner=_D, min=1)
     extra_data: str | None = setting(None, "Extra training images: an uncompressed .npz (or a directory) "
                                      "with 'image' uint8 NxHxWxC and 'label'; memory-mapped, augmented like "
