@@ -45,6 +45,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from lipcli._util.lazy import callable_package
+
 #: public name -> submodule defining it (imported on first use: ``lip --help`` and the CLI's
 #: option defaults import :mod:`lipcli.certify.options` without torch)
 _EXPORTS = {
@@ -59,11 +61,13 @@ _EXPORTS = {
     "Progress": "steps", "input_radii": "steps",
 }
 __all__ = sorted(_EXPORTS)
+#: ``lipcli.certify(model, radii=..., ...)``: the Python twin of ``lip certify`` (:mod:`~lipcli.certify.api`)
+callable_package(__name__, "api", "run")
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    if name in ("attack", "data", "driver", "exact", "options", "plot", "results", "steps"):
+    if name in ("api", "attack", "data", "driver", "exact", "options", "plot", "results", "steps"):
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -51,17 +51,10 @@ def import_(
     GUARANTEED Lipschitz bound, the data set and the provenance (source, checkpoint
     SHA-256).  Certify it with `lip certify OUT`.
     """
-    from lipcli.certify import CertifyOptions, parse_radii
-    from lipcli.importing import compare_imported, import_checkpoint
+    from lipcli.importing.api import run
 
-    radii_list = parse_radii(radii) if compare else []
-    report = import_checkpoint(checkpoint, source, out, arch=arch, overwrite=overwrite)
-    if compare:
-        from lipcli.cli.dataroot import for_certification
-
-        root, fetch = for_certification(out, dataset, data_dir, download)
-        compare_imported(report, CertifyOptions(radii=radii_list, dataset=dataset, data_dir=root,
-                                                download=fetch, limit=limit))
+    report = run(checkpoint, source, out, arch=arch, overwrite=overwrite, compare=compare, radii=radii,
+                 dataset=dataset, data_dir=data_dir, download=download, limit=limit)
     lines = [] if json_out else report_lines(report)
     if report.compare is not None and not json_out:
         lines += comparison_lines(report.compare)

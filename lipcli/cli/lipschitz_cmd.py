@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lipcli.certify.options import SETTING_MAXIMA, CertifyOptions
+from lipcli.certify.options import CertifyOptions
 from lipcli.cli.common import ProgressBars, cli_errors, print_json, stdout_console
 from lipcli.cli.options import DeviceOption, JsonOption, ModelArgument, QuietOption, ThreadsOption
 from lipcli._util.devices import DEFAULT_DEVICE
@@ -41,49 +41,11 @@ def lipschitz(
     ESTIMATE (product of per-layer power-method estimates: not guaranteed) and optionally an
     empirical lower bound.
     """
-    from lipcli._util.outputs import check_model_writable
-    from lipcli._util.devices import resolve_device
-    from lipcli.sdk.errors import LipUsageError, memory_step
-    from lipcli.lipschitz.report import lipschitz_report, merge_stored_record
-    from lipcli.host.models import load_model
-    from lipcli.lipschitz.promises import verify_promises
+    from lipcli.lipschitz.api import run
 
-    from lipcli.host.runs import resolve_model_argument
-
-    model = resolve_model_argument(model)
-    if not model.exists():
-        raise LipUsageError(f"model file not found: {model}")
-    if model.is_dir():
-        raise LipUsageError(f"{model} is a directory, not a model file")
-    if not 1 <= iters <= SETTING_MAXIMA["lipschitz_iters"]:
-        raise LipUsageError(f"--iters must be in 1..{SETTING_MAXIMA['lipschitz_iters']}, got {iters}")
-    if write:  # before the work: the report would otherwise be computed for nothing
-        check_model_writable(model, hint="run without --write to only print the report")
-    net, mf = load_model(model, device=resolve_device(device))
-    promises = verify_promises(net)  # a broken promise is an error, never a bound
-    with ProgressBars(enabled=not quiet) as bars, memory_step(
-            "Lipschitz report", "the model's width",
-            "run it where more memory is free, or with {no_estimate}; the model file is unchanged"):
-        report = lipschitz_report(net, estimate=not no_estimate, iters=iters, empirical=empirical,
-                                  progress=bars.update)
-    report.promises = promises
-    report.model = str(model)
-    if write:
-        from lipcli.host.modelfile import tensors_fingerprint, update_results_locked
-
-        fresh = report.record()
-        stored: dict = {}
-
-        def merge(metadata: dict) -> dict:  # under the file's lock, with the slot stored now
-            stored["record"] = merge_stored_record(fresh, metadata.get("lipschitz"))
-            return {"lipschitz": stored["record"]}
-
-        update_results_locked(model, merge, weights_sha256=tensors_fingerprint(mf.tensors),
-                              what="the Lipschitz computation")
-        record = stored["record"]
-        report.written = True
-        if record.get("carried_over"):
-            report.carried_over = record["carried_over"]
+    with ProgressBars(enabled=not quiet) as bars:
+        report = run(model, iters=iters, no_estimate=no_estimate, empirical=empirical, write=write,
+                     device=device, progress=bars.update, write_hint="run without --write to only print the report")
     if json_out:
         print_json(report.to_json())
     else:

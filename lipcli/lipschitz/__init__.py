@@ -10,3 +10,8 @@ driver (train, certify, lipschitz, export, bench) and by built-ins:
 * :mod:`lipcli.lipschitz.promises`: the ``1-lipschitz`` promises checked with the
   parameters in use (a broken promise is an error, never a certificate).
 """
+
+from lipcli._util.lazy import callable_package
+
+#: ``lipcli.lipschitz(model, ...)``: the Python twin of ``lip lipschitz`` (:mod:`~lipcli.lipschitz.api`)
+callable_package(__name__, "api", "run")
