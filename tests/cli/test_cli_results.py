@@ -67,8 +67,8 @@ def test_json_is_made_from_the_typed_results(tiny_model_file: Path) -> None:
 
 @pytest.mark.parametrize(
     ("options", "setting", "flag"),
-    [({"top_k": 0}, "top_k", "--top-k must be >= 1"),
-     ({"batch_size": 0}, "batch_size", "--batch-size must be >= 1"),
+    [({"top_k": 0}, "top_k", "--top-k must be at least 1"),
+     ({"batch_size": 0}, "batch_size", "--batch-size must be in 1..65536"),
      ({"lipschitz": "guess"}, "lipschitz", "--lipschitz: the Lipschitz method"),
      ({"device": "tpu"}, "device", "--device: unknown device 'tpu'")],
 )
