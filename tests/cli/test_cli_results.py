@@ -69,7 +69,7 @@ def test_json_is_made_from_the_typed_results(tiny_model_file: Path) -> None:
     ("options", "setting", "flag"),
     [({"top_k": 0}, "top_k", "--top-k must be at least 1"),
      ({"batch_size": 0}, "batch_size", "--batch-size must be in 1..65536"),
-     ({"lipschitz": "guess"}, "lipschitz", "--lipschitz: the Lipschitz method"),
+     ({"lipschitz": "guess"}, "lipschitz", "--lipschitz must be one of bound, estimate"),
      ({"device": "tpu"}, "device", "--device: unknown device 'tpu'")],
 )
 def test_library_errors_name_the_setting_and_lip_names_the_option(
