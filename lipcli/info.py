@@ -127,13 +127,28 @@ def _parameter_counts(path: Path) -> dict[str, int]:
     return counts
 
 
+def _shown_kinds(config: dict[str, Any], reg: Any) -> list[str]:
+    """The component kinds of the network: the architecture and its slots (a kind an older
+    file records for a network that fixes it itself is not shown); arch and head always."""
+    kinds = [k for k in COMPONENT_KINDS if k in ("arch", "head") or config.get(k) is not None]
+    if reg is None:
+        return kinds
+    try:
+        arch = reg.component("arch", config["arch"])
+        head = reg.component("head", config["head"])
+        slots = arch.spec.slots_for(arch.params, head.spec)
+    except (LipError, KeyError, TypeError, ValueError):
+        return kinds
+    return [k for k in kinds if k == "arch" or k in slots]
+
+
 def _components(config: dict[str, Any]) -> tuple[list[ComponentCard], list[str]]:
     try:
         reg = get_registry()
     except LipError:
         reg = None
     cards, missing = [], []
-    for kind in COMPONENT_KINDS:
+    for kind in _shown_kinds(config, reg):
         entry = config.get(kind) if isinstance(config.get(kind), dict) else {}
         name = str(entry.get("name", "?"))
         dist = str(entry.get("distribution") or "?")

@@ -42,6 +42,8 @@ def plugins(
                     ],
                     **({"certificate": spec.certificate, "features": spec.features}
                        if kind == "head" else {}),
+                    **({"slots": list(arch_slots(spec)), "slots_vary": callable(spec.slots)}
+                       if kind == "arch" else {}),
                     **(_recipe_json(registry, spec) if kind == "recipe" else {}),
                 }
                 for spec in registry.specs(kind)
@@ -56,6 +58,16 @@ def plugins(
     if registry.conflicts:
         fail(registry.conflicts[0] + (f" (and {len(registry.conflicts) - 1} more)"
                                       if len(registry.conflicts) > 1 else ""), 1)
+
+
+def arch_slots(spec: Any) -> tuple[str, ...]:
+    """The layer kinds an architecture takes from the user at its default parameters (with
+    lipcli's default head)."""
+    from lipcli.host.defaults import DEFAULT_COMPONENTS
+    from lipcli.host.plugins import get_registry
+
+    head = get_registry().get("head", DEFAULT_COMPONENTS["head"])
+    return spec.slots_for({p.name: p.default for p in spec.params}, head)
 
 
 def _print_tables(host: PluginHost, registry: Registry, verbose: bool) -> None:
@@ -89,6 +101,9 @@ def _print_tables(host: PluginHost, registry: Registry, verbose: bool) -> None:
                 desc += " [" + ", ".join(
                     f"{p.name}={p.default!r}" + (f" in {p.range_text()}" if p.has_range else "")
                     for p in spec.params) + "]"
+            if verbose and kind == "arch":
+                desc += (" {slots at the defaults: " if callable(spec.slots) else " {slots: ") + \
+                    ", ".join(arch_slots(spec)) + "}"
             comp.add_row(Text(kind), Text(spec.name),
                          Text(registry.provided(kind, spec.name).plugin.name),
                          Text(", ".join(spec.promises)), Text(desc))

@@ -20,5 +20,6 @@ DEFAULT_COMPONENTS: dict[str, str] = {
 }
 #: the ``lip train`` settings that name a component, each of the kind of the same name
 COMPONENT_SETTINGS: tuple[str, ...] = ("arch", "conv", "activation", "pool", "head", "dataset", "loss", "augmentation")
-#: the layer kinds an architecture is assembled from (the keys ``create_model`` takes)
-LAYER_KINDS: tuple[str, ...] = ("conv", "activation", "pool", "head")
+#: the layer kinds an architecture is assembled from (the keys ``create_model`` takes; declared
+#: with the architecture's slots in the SDK)
+from lipcli.sdk.specs import LAYER_KINDS  # noqa: E402,F401

@@ -39,15 +39,22 @@ DEFAULTS = {kind: DEFAULT_COMPONENTS[kind] for kind in LAYER_KINDS}
 
 
 def resolve_components(
-    choices: Mapping[str, str | dict[str, Any]], registry: Registry | None = None,
+    choices: Mapping[str, str | dict[str, Any] | None], registry: Registry | None = None,
     arch_params: dict[str, Any] | None = None,
 ) -> dict[str, Component]:
-    """The model's components (:data:`COMPONENT_KINDS`) resolved from their choices
-    (``"name"``, ``"name:key=value,..."`` or a config entry); ``arch_params`` are added to the
-    architecture's parameters.  The one place a model's component choices are resolved."""
+    """The model's components resolved from their choices (``"name"``,
+    ``"name:key=value,..."`` or a config entry): the architecture, then the layer kinds that
+    are its slots (:meth:`~lipcli.sdk.specs.ArchSpec.slots_for`; a slot without a choice gets
+    lipcli's default, a choice for a kind the network fixes itself is not used);
+    ``arch_params`` are added to the architecture's parameters.  The one place a model's
+    component choices are resolved."""
     reg = registry or get_registry()
-    return {kind: reg.component(kind, choices[kind], arch_params if kind == "arch" else None)
-            for kind in COMPONENT_KINDS}
+    arch = reg.component("arch", choices["arch"], arch_params)
+    head = reg.component("head", choices.get("head") or DEFAULTS["head"])
+    out = {"arch": arch}
+    for kind in arch.spec.slots_for(arch.params, head.spec):
+        out[kind] = head if kind == "head" else reg.component(kind, choices.get(kind) or DEFAULTS[kind])
+    return out
 
 
 def make_config(
@@ -67,7 +74,7 @@ def make_config(
         raise ValueError("mean/std must have one entry per input channel and std > 0")
     if num_classes < 2:
         raise ValueError("num_classes must be at least 2")
-    config: dict[str, Any] = {kind: components[kind].to_config() for kind in COMPONENT_KINDS}
+    config: dict[str, Any] = {kind: c.to_config() for kind, c in components.items()}
     config.update(
         num_classes=int(num_classes), in_channels=int(in_channels),
         image_size=[int(image_size[0]), int(image_size[1])], mean=list(mean), std=list(std),
@@ -157,18 +164,17 @@ def build_model(config: dict[str, Any], components: Mapping[str, Component]) -> 
     A factory that rejects its parameters (``ValueError``/``TypeError`` while the network is
     constructed) raises :class:`ComponentParameterError` naming the component.
     """
-    comps = {kind: _checked(components[kind], None if kind == "arch" else components["arch"])
-             for kind in COMPONENT_KINDS}
+    comps = {kind: _checked(c, None if kind == "arch" else components["arch"]) for kind, c in components.items()}
     sized = {}
     if _accepts_keyword(comps["arch"].spec.factory, "image_size"):  # optional in the protocol
         sized["image_size"] = tuple(int(v) for v in config.get("image_size") or (32, 32))
+    layers = {kind: comps.get(kind) for kind in LAYER_KINDS}  # None: a kind the network fixes itself
     model = comps["arch"].build(
-        conv=comps["conv"], activation=comps["activation"], pool=comps["pool"],
-        head=comps["head"], num_classes=config["num_classes"],
+        **layers, num_classes=config["num_classes"],
         in_channels=config["in_channels"], mean=tuple(config["mean"]), std=tuple(config["std"]),
         **sized,
     )
-    model.lipcli_config = {**config, **{k: components[k].to_config() for k in COMPONENT_KINDS}}
+    model.lipcli_config = {**config, **{k: c.to_config() for k, c in components.items()}}
     return model
 
 
@@ -337,8 +343,10 @@ def _missing_component(
 
 
 def _check_config(path: str | os.PathLike, config: dict[str, Any]) -> None:
-    for kind in COMPONENT_KINDS:
+    for kind in COMPONENT_KINDS:  # arch and head always; the other kinds where the network has them
         entry = config.get(kind)
+        if entry is None and kind not in ("arch", "head"):
+            continue
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise ModelFileError(f"{path}: model config lacks a valid {kind!r} entry")
         if not isinstance(entry.get("params", {}), dict):

@@ -45,6 +45,9 @@ from typing import Any, Callable, ClassVar
 from lipcli.sdk.params import PARAM_TYPES, Param  # noqa: F401 - Param: part of every spec (and re-exported)
 from lipcli.sdk.recipes import RecipeResult, RecipeSource  # noqa: F401 - the recipe spec's parts
 
+#: the layer kinds an architecture is assembled from (its possible slots: :attr:`ArchSpec.slots`)
+LAYER_KINDS: tuple[str, ...] = ("conv", "activation", "pool", "head")
+
 #: Promise: the component is 1-Lipschitz in the l2 norm (exactly, by construction).
 ONE_LIPSCHITZ = "1-lipschitz"
 #: Promise: the component is orthogonal (norm preserving) up to a bounded series truncation.
@@ -151,9 +154,32 @@ class CertificateSpec(ComponentSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class ArchSpec(ComponentSpec):
-    """A network architecture (e.g. ``lipconvnet-20``)."""
+    """A network architecture (e.g. ``lipconvnet-20``).
+
+    ``slots``: the layer kinds (:data:`LAYER_KINDS`) the network takes from the user
+    (``--conv``, ``--activation``, ``--pool``, ``--head``); a kind it does not list it fixes
+    itself, and is then neither passed to its factory (``None`` instead) nor recorded in model
+    files.  A tuple, or ``slots(params, head)`` of the architecture's parameters and the head's
+    spec when they decide it (a network whose pool exists only for heads that ask for it).
+    The head is always a slot.
+    """
 
     kind: ClassVar[str] = "arch"
+    slots: tuple[str, ...] | Callable[[dict[str, Any], Any], tuple[str, ...]] = LAYER_KINDS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not callable(self.slots):
+            self.slots_for({})  # a declaration outside the layer kinds fails here, at registration
+
+    def slots_for(self, params: dict[str, Any], head: Any = None) -> tuple[str, ...]:
+        """The slots of this architecture at ``params`` (with the ``head`` spec), in
+        :data:`LAYER_KINDS` order; a declaration outside them is a spec bug (``TypeError``)."""
+        kinds = tuple(self.slots(dict(params), head) if callable(self.slots) else self.slots)
+        if not set(kinds) <= set(LAYER_KINDS) or "head" not in kinds:
+            raise TypeError(f"arch {self.name!r}: slots must be layer kinds ({', '.join(LAYER_KINDS)}) "
+                            f"including head, got {kinds!r}")
+        return tuple(k for k in LAYER_KINDS if k in kinds)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -50,8 +50,32 @@ def plan(*, recipe: str | None = None, config: str | os.PathLike | None = None,
         return [], {"resume": str(resume), "resume_overrides": given, **keywords}, None
     file_data = None if config is None else load_config_file(config)
     cfg = new_settings(TrainConfig(), recipe, file_data, str(config), given)
+    _check_slots(cfg, set(given) | set(file_data or {}))
     cfg, default_root = for_training(cfg, "download" in given)
     return [cfg], {"run_dir": None if run_dir is None else str(run_dir), **keywords}, default_root
+
+
+def _check_slots(cfg: Any, explicit: set[str]) -> None:
+    """A layer kind chosen (given, in the settings file or the recipe) for a network that
+    fixes that kind itself is a one-line usage error naming the network's slots."""
+    from lipcli.host.defaults import LAYER_KINDS
+    from lipcli.host.plugins import get_registry
+    from lipcli.host.recipes import resolve_recipe
+    from lipcli.train.driver import network_slots
+    from lipcli.train.errors import TrainUsageError, literal
+
+    reg = get_registry()
+    if cfg.recipe is not None:
+        explicit = explicit | set(resolve_recipe(reg, cfg.recipe).values)
+    chosen = [kind for kind in LAYER_KINDS if kind in explicit and getattr(cfg, kind) is not None]
+    if not chosen:
+        return
+    arch, slots = network_slots(cfg, reg)
+    for kind in chosen:
+        if kind not in slots:
+            raise TrainUsageError(
+                f"{{{kind}}} {literal(getattr(cfg, kind))}: arch {literal(arch.name)} has no {kind} slot "
+                f"(it fixes its own {kind}; it takes {', '.join(slots)})")
 
 
 def run(*, quiet: bool = True, **arguments: Any) -> Any:

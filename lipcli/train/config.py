@@ -82,15 +82,16 @@ class TrainConfig:
     and stored).
     """
 
-    # model (component choices accept "name:key=value,...")
+    # model (component choices accept "name:key=value,..."); a layer kind the architecture
+    # fixes itself (not one of its slots, ArchSpec.slots) is None in a resolved run
     arch: str = setting(DEFAULT_COMPONENTS["arch"], f"Architecture ({_COMPONENT}; `lip plugins` lists them); "
                         f"{DEFAULT_COMPONENTS['arch']} is the CPU-friendly baseline, the paper's best CIFAR "
                         "models are lipconvnet-10..40.", owner=_M)
-    conv: str = setting(DEFAULT_COMPONENTS["conv"], f"Convolution ({_COMPONENT}): {{names}}.", owner=_M,
+    conv: str | None = setting(DEFAULT_COMPONENTS["conv"], f"Convolution ({_COMPONENT}): {{names}}.", owner=_M,
                         component="conv")
-    activation: str = setting(DEFAULT_COMPONENTS["activation"], f"Activation ({_COMPONENT}): {{names}}.",
+    activation: str | None = setting(DEFAULT_COMPONENTS["activation"], f"Activation ({_COMPONENT}): {{names}}.",
                               owner=_M, component="activation")
-    pool: str = setting(DEFAULT_COMPONENTS["pool"], f"Pooling ({_COMPONENT}): {{names}}.", owner=_M,
+    pool: str | None = setting(DEFAULT_COMPONENTS["pool"], f"Pooling ({_COMPONENT}): {{names}}.", owner=_M,
                         component="pool")
     head: str = setting(DEFAULT_COMPONENTS["head"], "Head: {names}.", owner=_M, component="head")
     width: int | None = setting(None, "Architecture width (channels after the stem; paper 32); default: "

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lipcli.host.defaults import COMPONENT_SETTINGS
+from lipcli.host.defaults import COMPONENT_SETTINGS, DEFAULT_COMPONENTS, LAYER_KINDS
 from lipcli.host.locks import check_run_unlocked
 from lipcli.sdk.errors import LipError, memory_step
 from lipcli.sdk.specs import Component
@@ -37,9 +37,11 @@ from lipcli.host.plugins import Registry, get_registry, parse_component_choice
 from lipcli.train.extradata import check_compatible, open_extra_data
 
 
-def _component_names(cfg: TrainConfig) -> dict[str, str]:
-    return {"arch": cfg.arch, "conv": cfg.conv, "activation": cfg.activation, "pool": cfg.pool,
-            "head": cfg.head}
+def network_slots(cfg: TrainConfig, reg: Registry) -> tuple[Component, tuple[str, ...]]:
+    """The run's architecture (width applied) and the layer kinds it takes from the settings
+    (its slots: :meth:`~lipcli.sdk.specs.ArchSpec.slots_for`)."""
+    arch = _arch_component(cfg, reg)
+    return arch, arch.spec.slots_for(arch.params, reg.component("head", cfg.head).spec)
 
 
 RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs", "lr", "eval_batch_size"})
@@ -125,9 +127,12 @@ def _configure(config: TrainConfig | None, ctx: DistContext, reg: Registry, *, r
     else:
         cfg = config or TrainConfig()
     cfg.validate()
-    comps = {}
-    for kind, choice in _component_names(cfg).items():
-        comps[kind] = _arch_component(cfg, reg) if kind == "arch" else reg.component(kind, choice)
+    arch, slots = network_slots(cfg, reg)
+    comps = {"arch": arch}
+    for kind in slots:
+        comps[kind] = reg.component(kind, getattr(cfg, kind) or DEFAULT_COMPONENTS[kind])
+    # a kind the network fixes itself is no setting of the run (nor recorded as one)
+    cfg = dataclasses.replace(cfg, **{kind: None for kind in LAYER_KINDS if kind not in slots})
     data_comp = resolve_dataset(cfg.dataset, reg)
     augmentation_text, augmentation = resolve_augmentation(cfg.augmentation, cfg.augment, reg)
     cfg = dataclasses.replace(cfg, augmentation=augmentation_text)

@@ -98,6 +98,7 @@ def lip_architectures() -> list[ArchSpec]:
         ArchSpec(
             name=f"bronet-lipconvnet-{n}",
             factory=partial(BRONetLipConvNet, depth=n),
+            slots=NO_POOL,
             description=f"the BRONet authors' LipConvNet-{n} (lipconvnet/): {n} convolutions, stride-2 "
                         "convolutions C -> 2C without pooling (use --conv bro:rank_rule=lipconvnet,border=zero,"
                         "ridge=1e-5 --head lln)",
@@ -108,6 +109,8 @@ def lip_architectures() -> list[ArchSpec]:
     ] + [bronet_arch_spec()]
 
 
+#: the layer kinds both networks take from the user (they downsample with strided layers, no pool)
+NO_POOL = ("conv", "activation", "head")
 #: the ``bronet`` arch's integer parameters: name, default (the authors' CIFAR-10 shapes), range, help
 _BRONET_PARAMS = (
     ("depth", 12, 0, MAX_DEPTH, "backbone blocks (--conv layers)"),
@@ -125,6 +128,7 @@ def bronet_arch_spec() -> ArchSpec:
     return ArchSpec(
         name="bronet",
         factory=BRONet,
+        slots=NO_POOL,
         description="the BRONet authors' backbone network (bronet/): free stride-2 stem, depth x (--conv + act), "
                     "Cholesky patch neck and dense layers (use --conv bro:border=zero,ridge=1e-7 --head lln)",
         params=tuple(Param(name=name, type=int, default=default, min=low, max=high, help=text)

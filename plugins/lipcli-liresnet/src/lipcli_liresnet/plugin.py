@@ -16,10 +16,21 @@ from .importer import DESCRIPTION, SOURCE, LiResNetImporter
 from .network import BLOCKS, FEATURES, LAYERS, MAX_DENSE, MAX_DEPTH, MAX_WIDTH, NECKS, STEM_KERNELS, LiResNet
 
 
+def liresnet_slots(params: dict, head: object) -> tuple[str, ...]:
+    """The layer kinds a ``liresnet`` network takes from the user: the ``--conv`` where some
+    layer is one (``layers=conv``, or ``block=conv`` unless ``layers=free``), the ``--pool``
+    where the features end in it (``features=head`` and a head that asks for pooled features)."""
+    layers, block = params.get("layers", "conv"), params.get("block", "residual")
+    conv = layers == "conv" or (block == "conv" and layers != "free")
+    pool = params.get("features", "head") == "head" and getattr(head, "features", "pool") == "pool"
+    return ("conv",) * conv + ("activation",) + ("pool",) * pool + ("head",)
+
+
 def liresnet_spec() -> ArchSpec:
     return ArchSpec(
         name="liresnet",
         factory=LiResNet,
+        slots=liresnet_slots,
         description="LiResNet/BRONet-shaped residual network: stem, constant-width backbone, "
                     "neck, dense layers, head",
         params=(

@@ -80,13 +80,18 @@ _WIDTH = Param(name="width", type=int, default=32, min=1, max=MAX_WIDTH,
                help="channels of the first layer (the authors' --init-channels)")
 
 
+#: the layer kinds the LOT authors' networks take from the user (stride-2 convolutions, no pool)
+NO_POOL = ("conv", "activation", "head")
+
+
 @hookimpl
 def lip_architectures() -> list[ArchSpec]:
     plain = [ArchSpec(name=f"lot-lipconvnet-{n}", factory=partial(LOTLipConvNet, depth=n), params=(_WIDTH,),
+                      slots=NO_POOL,
                       description=f"the LOT authors' LipConvNet-{n}: stride-2 convolutions C -> 2C, no pooling "
                                   "(use --conv lot:border=zero --head lln or lot)")
              for n in DEPTHS]
-    residual = [ArchSpec(name=f"lot-lipresnet-{n}", factory=partial(lot_lipresnet, depth=n),
+    residual = [ArchSpec(name=f"lot-lipresnet-{n}", factory=partial(lot_lipresnet, depth=n), slots=NO_POOL,
                          params=(_WIDTH, Param(name="mix", type=float, default=0.5, min=0.0, max=1.0,
                                                help="residual weight: x <- mix*x + (1-mix)*block(x) (the authors' 0.5)")),
                          description=f"the LOT authors' LipResNet-{n} (--residual): lot-lipconvnet-{n} with "

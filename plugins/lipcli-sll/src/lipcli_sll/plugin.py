@@ -63,6 +63,7 @@ def network_specs() -> list[ArchSpec]:
         specs.append(ArchSpec(
             name=f"sll-{size}",
             factory=SLLNetwork,
+            slots=("conv", "head"),  # SLL layers carry their own ReLU; the pool is the authors' sum pool
             description=f"the SLL authors' {size} network: {depth} convolutions of width {width}, "
                         f"sum pool, {dense} SLL dense layers (use --conv sll:hidden=5,q_init=normal --head lln)",
             params=(
