@@ -6,7 +6,7 @@ padding, 3x3 filter, float32, batch 256) on the literal shapes of LipConvnet-20,
 ``u`` to ``N x N`` (``N >= H + 1``: the circular wrap only meets padding), ``rfft2``, one complex
 ``C x C`` product per frequency, ``irfft2``, crop, add.  Prints one line per shape: the relative
 difference of the two results and the best of 3 timings of each.  Used by docs/benchmarks.md
-("Certification: literal series vs the eval lowering")::
+("Certification")::
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/fft_series_probe.py > docs/data/cpu-fft-series-probe.txt
 """

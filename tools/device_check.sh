@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU figures of docs/benchmarks.md ("GPU" section) in one call of a lent machine: the
+# The GPU figures of docs/benchmarks.md (its H200 rows and tables) in one call of a lent machine: the
 # cuda-marked tests, Table 1 at batch 128 (with the convolution-kernel floor: step ÷ conv
 # kernel time) and 512, the newer convolutions and the residual network beside soc-fast,
 # a profile of one LipConvnet-20 step, and `lip bench certify` on LipConvnet-20 (series vs
