@@ -17,14 +17,15 @@ from typing import Any, Callable
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module-level ``__getattr__`` and ``__dir__`` of ``package`` for ``exports`` (public
-    name -> submodule); a looked-up name is cached in the package's namespace."""
+    name -> submodule, or a whole ``lipcli.`` module name); a looked-up name is cached in the
+    package's namespace."""
     namespace = vars(sys.modules[package])
 
     def __getattr__(name: str) -> Any:
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        value = getattr(importlib.import_module(module if module.startswith("lipcli.") else f"{package}.{module}"), name)
         namespace[name] = value
         return value
 

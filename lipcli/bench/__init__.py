@@ -47,78 +47,49 @@ its report's tables: :mod:`.profile_report`) and
 :class:`ProfileReport`; ``report.to_json()`` is what ``--json`` prints).
 """
 
-from lipcli.bench.certify import bench_certify, fit_head
-from lipcli._util.devices import resolve_device
-from lipcli.bench.inputs import DEFAULT_DEPTHS, Progress, environment, parse_archs, soc_layers
-from lipcli.bench.models import (
-    EXACT_CONV,
-    FAST_CONV,
-    build_model,
-    build_twins,
-    count_parameters,
-    state_dicts_identical,
-)
-from lipcli.bench.step import (
-    CIFAR_SHAPE,
-    EPOCH_IMAGES,
-    RECIPE_LR,
-    RECIPE_MOMENTUM,
-    RECIPE_WEIGHT_DECAY,
-    RecipeStep,
-    recipe_optimizer,
-    synthetic_batch,
-)
-from lipcli.bench.memory import SavedTensorMeter, measure_step_memory
-from lipcli.bench.profile import CATEGORY_LABELS, attribute_kernels, bench_profile, classify_event
-from lipcli.bench.reports import (
-    CertifyBenchReport,
-    ComponentBenchReport,
-    Environment,
-    HeadFit,
-    ProfileReport,
-    StepMemory,
-    Table1Row,
-    TrainBenchReport,
-)
-from lipcli.bench.table1 import bench_train, bench_train_arch
+from lipcli._util.lazy import lazy_exports
 
-__all__ = [
-    "CATEGORY_LABELS",
-    "CIFAR_SHAPE",
-    "CertifyBenchReport",
-    "ComponentBenchReport",
-    "Environment",
-    "HeadFit",
-    "ProfileReport",
-    "StepMemory",
-    "Table1Row",
-    "TrainBenchReport",
-    "DEFAULT_DEPTHS",
-    "EPOCH_IMAGES",
-    "EXACT_CONV",
-    "FAST_CONV",
-    "RECIPE_LR",
-    "RECIPE_MOMENTUM",
-    "RECIPE_WEIGHT_DECAY",
-    "Progress",
-    "SavedTensorMeter",
-    "RecipeStep",
-    "attribute_kernels",
-    "bench_certify",
-    "bench_profile",
-    "bench_train",
-    "bench_train_arch",
-    "build_model",
-    "build_twins",
-    "classify_event",
-    "count_parameters",
-    "environment",
-    "fit_head",
-    "measure_step_memory",
-    "parse_archs",
-    "recipe_optimizer",
-    "resolve_device",
-    "soc_layers",
-    "state_dicts_identical",
-    "synthetic_batch",
-]
+#: public name -> module defining it, imported on first use (PEP 562): ``lip bench --help``
+#: reads :mod:`lipcli.bench.options` without importing torch
+_EXPORTS: dict[str, str] = {
+    "bench_certify": "certify",
+    "fit_head": "certify",
+    "resolve_device": "lipcli._util.devices",
+    "DEFAULT_DEPTHS": "inputs",
+    "Progress": "inputs",
+    "environment": "inputs",
+    "parse_archs": "inputs",
+    "soc_layers": "inputs",
+    "EXACT_CONV": "models",
+    "FAST_CONV": "models",
+    "build_model": "models",
+    "build_twins": "models",
+    "count_parameters": "models",
+    "state_dicts_identical": "models",
+    "CIFAR_SHAPE": "step",
+    "EPOCH_IMAGES": "step",
+    "RECIPE_LR": "step",
+    "RECIPE_MOMENTUM": "step",
+    "RECIPE_WEIGHT_DECAY": "step",
+    "RecipeStep": "step",
+    "recipe_optimizer": "step",
+    "synthetic_batch": "step",
+    "SavedTensorMeter": "memory",
+    "measure_step_memory": "memory",
+    "CATEGORY_LABELS": "profile",
+    "attribute_kernels": "profile",
+    "bench_profile": "profile",
+    "classify_event": "profile",
+    "CertifyBenchReport": "reports",
+    "ComponentBenchReport": "reports",
+    "Environment": "reports",
+    "HeadFit": "reports",
+    "ProfileReport": "reports",
+    "StepMemory": "reports",
+    "Table1Row": "reports",
+    "TrainBenchReport": "reports",
+    "bench_train": "table1",
+    "bench_train_arch": "table1",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from lipcli.sdk.errors import LipUsageError, SettingError
+from lipcli.sdk.errors import LipUsageError
 from lipcli.numerics.precision import in_full_float32_precision
 from lipcli.bench.reports import (
     CertificateTiming,
@@ -22,7 +22,8 @@ from lipcli.bench.reports import (
     LipschitzTiming,
     Quantiles,
 )
-from lipcli.bench.inputs import Progress, _check_most, _check_positive, environment, _no_progress
+from lipcli.bench.inputs import Progress, environment, _no_progress
+from lipcli.bench.options import CertifyBenchOptions, check_settings
 from lipcli.bench.models import count_parameters
 from lipcli.bench.step import _timed
 from lipcli.host.plugins import Registry, get_registry
@@ -280,11 +281,8 @@ def bench_certify(
     fit, Lipschitz numbers, certificates.
     """
 
-    _check_positive(batch_size=batch_size, n=n)
-    _check_most("refresh_steps", refresh_steps)
-    _check_most("lipschitz_iters", lipschitz_iters)
-    if top_k is not None and top_k < 1:
-        raise SettingError("top_k", f"top_k must be at least 1, got {top_k}")
+    check_settings(CertifyBenchOptions, batch_size=batch_size, n=n, refresh_steps=refresh_steps,
+                   lipschitz_iters=lipschitz_iters, top_k=top_k)
     device = torch.device(device)
     registry = get_registry()
     config, head_name, head_spec = _head_entry(model, registry)
@@ -296,8 +294,6 @@ def bench_certify(
     notes: list[str] = []
 
     # power-iteration refresh: required before evaluating a freshly built model (SPEC §1.2)
-    if refresh_steps < 0:
-        raise SettingError("refresh_steps", f"refresh_steps must be >= 0, got {refresh_steps}")
     t_refresh, _ = _timed(lambda: model.refresh_power_iteration(refresh_steps), device)
     model.eval()
     t_feat, features, paths = _feature_stages(

@@ -18,7 +18,7 @@ from lipcli.version import __version__
 from lipcli.bench.reports.common import Environment, GpuEnvironment
 from lipcli.builtins.lipconvnet import DEPTHS
 from lipcli.numerics.precision import tf32_state
-from lipcli.sdk.errors import LipUsageError, SettingError
+from lipcli.sdk.errors import LipUsageError
 from lipcli.host.plugins import natural_key
 
 #: LipConvnet depths of paper Table 1 (SOC layers = depth + 1): every registered depth
@@ -124,32 +124,12 @@ def record_load_after(env: Environment) -> None:
     env.load_average_after = _load_average()
 
 
-#: the largest value of each sized benchmark setting (memory and time grow with it)
-BENCH_MAXIMA = {"batch_size": 65_536, "steps": 100_000, "warmup": 100_000, "n": 1_000_000,
-                "refresh_steps": 1000, "lipschitz_iters": 100_000}
-
-
-def _check_positive(**values: int) -> None:
-    """A :class:`SettingError` (naming the argument) for the first value below 1 or above
-    its :data:`BENCH_MAXIMA` entry."""
-    for key, value in values.items():
-        if value < 1:
-            raise SettingError(key, f"{key} must be at least 1, got {value}")
-        _check_most(key, value)
-
-
-def _check_most(key: str, value: int) -> None:
-    most = BENCH_MAXIMA.get(key)
-    if most is not None and value > most:
-        raise SettingError(key, f"{key} must be at most {most}, got {value}")
-
-
 def _check_step_settings(*, batch_size: int, steps: int, warmup: int, width: int) -> None:
-    """The usage checks shared by ``lip bench train`` and ``lip bench profile``."""
-    _check_positive(batch_size=batch_size, steps=steps, width=width)
-    if warmup < 0:
-        raise SettingError("warmup", f"warmup must be >= 0, got {warmup}")
-    _check_most("warmup", warmup)
+    """The usage checks shared by ``lip bench train`` and ``lip bench profile`` (their declared
+    ranges: :class:`lipcli.bench.options.StepBenchOptions`)."""
+    from lipcli.bench.options import StepBenchOptions, check_settings
+
+    check_settings(StepBenchOptions, batch_size=batch_size, steps=steps, warmup=warmup, width=width)
 
 
 def arch_settings(per_arch: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:

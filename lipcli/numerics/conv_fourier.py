@@ -1,6 +1,6 @@
 """A guaranteed bound on the l2 operator norm of a zero-padded convolution from its Fourier
 symbol (used for LiResNet's residual block ``x ↦ x + W ∗ x``, whose operator is the convolution
-with the filter ``W + I·δ₀``, and for free stems: :mod:`lipcli.sdk.free_conv`).
+with the filter ``W + I·δ₀``, and for free-filter stems, e.g. LiResNet's).
 
 Maths.  Let ``K`` be a filter ``(o, i, kh, kw)`` (odd kernel) and ``P`` the stride-1 "same"
 convolution with zero padding ``p = (kh − 1)/2`` on ``n × m`` images.  Embed the image with

@@ -274,11 +274,11 @@ def _tiny_model():
 
 
 @pytest.mark.parametrize(("args", "setting", "message"), [
-    (["train", "--archs", "5", "--steps", "0"], "steps", "--steps must be at least 1, got 0"),
-    (["train", "--archs", "5", "--warmup", "-1"], "warmup", "--warmup must be >= 0, got -1"),
-    (["profile", "--arch", "5", "--batch-size", "0"], "batch_size", "--batch-size must be at least 1, got 0"),
+    (["train", "--archs", "5", "--steps", "0"], "steps", "--steps must be in 1..100000, got 0"),
+    (["train", "--archs", "5", "--warmup", "-1"], "warmup", "--warmup must be in 0..100000, got -1"),
+    (["profile", "--arch", "5", "--batch-size", "0"], "batch_size", "--batch-size must be in 1..65536, got 0"),
     (["certify", "--arch", "5", "--top-k", "0"], "top_k", "--top-k must be at least 1, got 0"),
-    (["certify", "--arch", "5", "--refresh-steps", "-1"], "refresh_steps", "--refresh-steps must be >= 0"),
+    (["certify", "--arch", "5", "--refresh-steps", "-1"], "refresh_steps", "--refresh-steps must be in 0..1000"),
 ])
 def test_bad_settings_name_the_argument_in_the_library_and_the_option_in_lip(args, setting, message):
     """The drivers raise SettingError naming their argument; lip bench names its option."""

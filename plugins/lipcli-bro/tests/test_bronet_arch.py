@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from lipcli.testing import create_model, guaranteed_upper_bound
-from lipcli.sdk.cholesky import CholeskyLinear
-from lipcli.sdk.free_conv import FreeConv
+from lipcli_liresnet.cholesky import CholeskyLinear
+from lipcli_liresnet.free_conv import FreeConv
 
 ARCH = "bronet:depth=2,width=4,stem_kernel=5,neck_patch=4,dense=2,dense_width=8"
 CONV = "bro:border=zero,ridge=1e-7"

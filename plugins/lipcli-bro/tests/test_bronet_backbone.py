@@ -183,7 +183,7 @@ def test_training_forward_is_the_authors(dense):
 def test_dense_quasi_residual_layers():
     """``X = I + (W ⊙ γ)·n^-1/2`` with the authors' start; the bound covers the dense Jacobian
     after γ and W move; off by default (the old layers and state)."""
-    from lipcli.sdk.cholesky import CholeskyLinear
+    from lipcli_liresnet.cholesky import CholeskyLinear
 
     model = _model(AUTHORS_DENSE)
     layer = model.body.dense1

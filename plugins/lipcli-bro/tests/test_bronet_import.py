@@ -12,7 +12,7 @@ from bro_fixture_data import DATA, check_matches, check_variant_refused, import_
 from lipcli.testing import load_model, run_lip
 from lipcli_bro.bro import BROConv
 from lipcli_bro.bronet_importer import BRONetImporter
-from lipcli.sdk.cholesky import CholeskyLinear
+from lipcli_liresnet.cholesky import CholeskyLinear
 
 #: the authors' two tiny configurations (tools/make_import_fixtures_bronet.py): 5x5 stem with
 #: centring and two dense layers; 3x3 stem, no centring, 2x2 neck patches, 100 classes

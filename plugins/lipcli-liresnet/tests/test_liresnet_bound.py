@@ -284,8 +284,8 @@ def test_cholesky_layers_train_and_eval():
     quasi-residual Cholesky dense layers; the dense float64 Jacobian stays under the bound in
     training (the batch map, centring on) and evaluation after the parameters move, and the
     training estimate counts the stem by its power iteration (differentiable, below its bound)."""
-    from lipcli.sdk.cholesky import CholeskyLinear, CholeskyPatchConv
-    from lipcli.sdk.free_conv import FreeConv
+    from lipcli_liresnet.cholesky import CholeskyLinear, CholeskyPatchConv
+    from lipcli_liresnet.free_conv import FreeConv
 
     reg = registry()
     torch.manual_seed(3)

@@ -1,4 +1,4 @@
-"""``--arch liresnet:layers=free``: the free layers (:class:`lipcli.sdk.free_conv.FreeConv`,
+"""``--arch liresnet:layers=free``: the free layers (:class:`lipcli_liresnet.free_conv.FreeConv`,
 tested in lipcli's tests/sdk/test_free_conv.py) replace exactly the stem, neck and dense
 convolutions, and the training estimate counts them by their guaranteed bounds."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from lipcli.sdk.free_conv import FreeConv
+from lipcli_liresnet.free_conv import FreeConv
 
 
 def _network(**options):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lipcli.sdk.free_conv import FreeConv
+from lipcli_liresnet.free_conv import FreeConv
 from lipcli.testing import check_import_fixture, check_import_refused, load_model, run_lip
 from lipcli_liresnet.importer import LiResNetImporter
 

@@ -8,11 +8,11 @@ stage        body children, in order                                           o
 ===========  =================================================================  ================
 normalise    ``normalize``: ``(x − mean)/std`` (the authors': ``x − 0.5``)        in @ S²
 stem         ``stem_conv`` free ``k × k`` conv, stride 2, bias                   w @ (S/2)²
-             (:class:`~lipcli.sdk.free_conv.FreeConv`) + ``stem_act``
+             (:class:`~lipcli_liresnet.free_conv.FreeConv`) + ``stem_act``
 backbone     ``depth`` × [``block{i}_conv`` the ``--conv`` layer (w → w, 3×3)   w @ (S/2)²
              + ``block{i}_act``]
 neck         ``neck_conv`` ``p × p`` stride-``p`` Cholesky conv                 D
-             (:class:`~lipcli.sdk.cholesky.CholeskyPatchConv`),
+             (:class:`~lipcli_liresnet.cholesky.CholeskyPatchConv`),
              ``neck_flatten``, ``neck_dense`` Cholesky linear
              ``w·(S/2p)² → D`` + bias, ``neck_act``
 dense        ``dense`` × [``dense{j}`` Cholesky linear ``D → D`` + bias,         D
@@ -28,7 +28,7 @@ With ``--conv bro:rank=R,border=zero,ridge=1e-7`` each backbone block is the aut
 a running mean in evaluation) between each block's BRO layer and its activation
 (:mod:`lipcli_bro.backbone`; both 1-Lipschitz in training and evaluation), and
 ``dense_quasi_residual=true`` makes each dense layer orthogonalise ``X = I + (W ⊙ γ)·dense^-1/2``
-(:class:`~lipcli.sdk.cholesky.CholeskyLinear`, their ``LiResMLP``).  Guaranteed bound: ``(1/min std)`` times the stem's, the backbone layers' and the
+(:class:`~lipcli_liresnet.cholesky.CholeskyLinear`, their ``LiResMLP``).  Guaranteed bound: ``(1/min std)`` times the stem's, the backbone layers' and the
 Cholesky layers' ``lipschitz_upper_bound()`` (activations and the flatten are 1-Lipschitz),
 :func:`lipcli.lipschitz.bound.guaranteed_upper_bound` over the body.
 """
@@ -40,8 +40,8 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from lipcli.sdk.cholesky import CholeskyLinear, CholeskyPatchConv
-from lipcli.sdk.free_conv import FreeConv
+from lipcli_liresnet.cholesky import CholeskyLinear, CholeskyPatchConv
+from lipcli_liresnet.free_conv import FreeConv
 from lipcli.sdk.inputs import Normalize
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
 

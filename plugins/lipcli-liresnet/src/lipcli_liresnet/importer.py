@@ -1,7 +1,7 @@
 """Importer ``liresnet``: checkpoints saved by the LiResNet authors' code (github.com/hukkai/liresnet,
 ``train.py``: ``torch.save`` of ``{"backbone": model.module.state_dict(), "optimizer", ...}``, or
 the bare ``GloroNet`` state dict, with or without ``module.``) onto ``--arch liresnet`` with
-the authors' options and ``layers=free`` (:mod:`lipcli.sdk.free_conv`), MaxMin and the LLN head.
+the authors' options and ``layers=free`` (:mod:`lipcli_liresnet.free_conv`), MaxMin and the LLN head.
 
 Source layout (prefix ``P`` = ``[backbone.][module.]``; ``d`` residual blocks of width ``w`` on
 ``16×16``, neck and dense width ``D``, ``n`` dense layers, ``K`` classes)::
@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from lipcli.sdk.cholesky import cholesky_orthogonal
+from .cholesky import cholesky_orthogonal
 from lipcli.sdk.errors import LipUsageError
-from lipcli.sdk.free_conv import FreeConv
+from .free_conv import FreeConv
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
 
 from .network import MAX_DENSE, MAX_DEPTH, MAX_WIDTH, PATCH
@@ -100,7 +100,7 @@ def _sizes(tensors: Mapping[str, Any], p: str) -> dict[str, int]:
 
 def cholesky_orth(X: torch.Tensor) -> torch.Tensor:
     """The authors' orthogonalisation of ``X`` (batched over leading dimensions, in ``X``'s
-    dtype): :func:`lipcli.sdk.cholesky.cholesky_orthogonal` with their ridge; ``ImportRefused``
+    dtype): :func:`lipcli_liresnet.cholesky.cholesky_orthogonal` with their ridge; ``ImportRefused``
     when the Gram is not positive definite."""
     try:
         return cholesky_orthogonal(X)

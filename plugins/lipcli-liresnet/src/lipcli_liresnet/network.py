@@ -41,16 +41,16 @@ Options (``--arch liresnet:...``; the defaults give the layout above):
   stack: the activation after every dense layer (``features_act`` after the last) and the
   head on all ``D`` features.
 * ``layers``: ``conv`` (above: the stem, neck and dense layers are the ``--conv``
-  component), ``free``: each of them is a :class:`~lipcli.sdk.free_conv.FreeConv`, a free
+  component), ``free``: each of them is a :class:`~lipcli_liresnet.free_conv.FreeConv`, a free
   filter (the ``stem_kernel``×``stem_kernel`` stem is then the exact stride-2 convolution with
   zero padding) with a proven bound on its norm; what ``lip import --from liresnet`` builds
   (the authors' stem convolution and their Cholesky-orthogonalised matrices as computed); or
   ``cholesky`` (with ``neck=patch``), the layer types the authors train: the stem convolutions
-  are :class:`~lipcli.sdk.free_conv.FreeConv` (counted in training by the authors' power
+  are :class:`~lipcli_liresnet.free_conv.FreeConv` (counted in training by the authors' power
   iteration, 10 steps per step), the neck is ``neck_conv``, a
-  :class:`~lipcli.sdk.cholesky.CholeskyPatchConv` (their ``Map2Vec`` kernel), ``neck_flatten``
-  and ``neck_dense``, a :class:`~lipcli.sdk.cholesky.CholeskyLinear` ``16w → D`` with bias, and
-  each dense layer is a quasi-residual :class:`~lipcli.sdk.cholesky.CholeskyLinear`
+  :class:`~lipcli_liresnet.cholesky.CholeskyPatchConv` (their ``Map2Vec`` kernel), ``neck_flatten``
+  and ``neck_dense``, a :class:`~lipcli_liresnet.cholesky.CholeskyLinear` ``16w → D`` with bias, and
+  each dense layer is a quasi-residual :class:`~lipcli_liresnet.cholesky.CholeskyLinear`
   (``X = I + (W ⊙ γ)·dense^-1/2``, their ``LiResMLP``), on ``(N, D)`` vectors; ``to_vector``
   then gives the features stage its ``(N, D, 1, 1)`` input.
 
@@ -71,8 +71,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lipcli.sdk.cholesky import CholeskyLinear, CholeskyPatchConv
-from lipcli.sdk.free_conv import FreeConv
+from .cholesky import CholeskyLinear, CholeskyPatchConv
+from .free_conv import FreeConv
 from lipcli.sdk.inputs import doublings
 from lipcli.sdk.weight_decay import no_weight_decay_names
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
@@ -91,7 +91,7 @@ STEM_KERNELS = (3, 5)
 NECKS = ("conv", "patch")
 FEATURES = ("head", "act")
 #: ``conv``: the stem, neck and dense layers are the ``--conv`` component; ``free``: free
-#: filters with a proven bound (:class:`~lipcli.sdk.free_conv.FreeConv`, imported models);
+#: filters with a proven bound (:class:`~lipcli_liresnet.free_conv.FreeConv`, imported models);
 #: ``cholesky``: the authors' trained layer types (free stem, Cholesky neck and dense layers)
 LAYERS = ("conv", "free", "cholesky")
 #: the ``patch`` neck's stride (the authors' 4×4 stride-4 convolution)

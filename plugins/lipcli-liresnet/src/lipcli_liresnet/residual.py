@@ -61,7 +61,7 @@ from torch import Tensor, nn
 from lipcli.numerics.conv_fourier import zero_padded_conv_norm_upper_bound
 from lipcli.numerics.gram_bounds import conv_gram_norm_upper_bound
 from lipcli.numerics.rounding import round_up
-from lipcli.sdk.free_conv import AUTHORS_POWER_STEPS
+from .free_conv import AUTHORS_POWER_STEPS
 
 #: most power-iteration steps one ``refresh`` call may run
 MAX_REFRESH_STEPS = 10_000

@@ -1,4 +1,4 @@
-"""``lipcli.sdk.free_conv.FreeConv``: its guaranteed bound covers the exact operator norm of the
+"""``lipcli_liresnet.free_conv.FreeConv``: its guaranteed bound covers the exact operator norm of the
 convolution it computes and stays within 25 % of it (dense float64 matrices of tiny instances,
 strides 1 and 2, kernels 1, 3, 5), the stride-2 rearrangement is the same operator, the bound
 follows the filter, the training estimate is the authors' power iteration (below the bound,
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from lipcli.numerics.conv import conv_spectral_norm_upper_bound
 from lipcli.numerics.conv_fourier import zero_padded_conv_norm_upper_bound
-from lipcli.sdk.free_conv import AUTHORS_POWER_STEPS, FreeConv, stride2_filter
+from lipcli_liresnet.free_conv import AUTHORS_POWER_STEPS, FreeConv, stride2_filter
 
 
 def _operator(layer: FreeConv) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""``lipcli.sdk.cholesky``: the Cholesky-orthogonalised matrix ``L⁻¹X`` is a contraction for
+"""``lipcli_liresnet.cholesky``: the Cholesky-orthogonalised matrix ``L⁻¹X`` is a contraction for
 square, wide and tall ``X``; each layer's guaranteed bound covers the float64 norm of the matrix
 it applies (and exceeds 1 by at most its certificate's tolerance); the quasi-residual form is
 ``X = I + (W ⊙ γ)·s`` started as the authors' ``LiResMLP``; the export stand-ins compute the
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lipcli.sdk.cholesky import AUTHORS_CHOLESKY_RIDGE, CholeskyLinear, CholeskyPatchConv, cholesky_orthogonal
+from lipcli_liresnet.cholesky import AUTHORS_CHOLESKY_RIDGE, CholeskyLinear, CholeskyPatchConv, cholesky_orthogonal
 
 
 @pytest.mark.parametrize("shape", [(8, 8), (4, 12), (12, 4)])
