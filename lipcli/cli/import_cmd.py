@@ -55,13 +55,22 @@ def import_(
     from lipcli.importing import compare_imported, import_checkpoint
 
     radii_list = parse_radii(radii) if compare else []
-    report = import_checkpoint(checkpoint, source, out, arch=arch, overwrite=overwrite)
-    if compare:
-        from lipcli.cli.dataroot import for_certification
+    options: list[Any] = []
 
-        root, fetch = for_certification(out, dataset, data_dir, download)
-        compare_imported(report, CertifyOptions(radii=radii_list, dataset=dataset, data_dir=root,
-                                                download=fetch, limit=limit))
+    def check_data(record: Any) -> None:  # --compare: its data read before the file is written
+        from lipcli.cli.dataroot import for_certification
+        from lipcli.host.plugins import get_registry
+        from lipcli.importing.compare import check_compare_data
+
+        named = dataset or (record or {}).get("name")
+        root, fetch = for_certification(out, named, data_dir, download)
+        options.append(CertifyOptions(radii=radii_list, dataset=dataset, data_dir=root, download=fetch, limit=limit))
+        check_compare_data(options[0], record, out, get_registry())
+
+    report = import_checkpoint(checkpoint, source, out, arch=arch, overwrite=overwrite,
+                               before_write=check_data if compare else None)
+    if compare:
+        compare_imported(report, options[0])
     lines = [] if json_out else report_lines(report)
     if report.compare is not None and not json_out:
         lines += comparison_lines(report.compare)
