@@ -171,7 +171,8 @@ def other_rank() -> bool:
     import os
 
     env = os.environ
-    launched = "TORCHELASTIC_RUN_ID" in env or env.get("WORLD_SIZE", "1").strip() not in ("", "0", "1")
+    launched = "TORCHELASTIC_RUN_ID" in env or (env.get("WORLD_SIZE", "1").strip() not in ("", "0", "1")
+                                                and "MASTER_ADDR" in env)  # a launcher's: else it is said
     return launched and env.get("RANK", "0").strip() not in ("", "0")
 
 

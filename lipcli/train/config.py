@@ -47,6 +47,23 @@ MAX_NPROC_PER_NODE = 256
 #: the largest (global) training or evaluation batch, and power-iteration steps per refresh
 MAX_BATCH_SIZE = 65_536
 MAX_POWER_ITER_STEPS = 1000
+#: the largest learning rate, weight decay and step-decay factor (beyond them the weights
+#: overflow float32 within a step: typos, refused before any work)
+MAX_LR = 1e3
+MAX_WEIGHT_DECAY = 10.0
+MAX_LR_GAMMA = 10.0
+#: seeds are 64-bit (``torch.manual_seed``)
+MAX_SEED = (1 << 64) - 1
+#: data loader worker processes at most: this many per CPU core, and never above MAX_WORKERS
+WORKERS_PER_CORE = 4
+MAX_WORKERS = 256
+
+
+def max_workers() -> int:
+    """The most data loader workers on this machine (:data:`WORKERS_PER_CORE` per core)."""
+    import os
+
+    return min(MAX_WORKERS, WORKERS_PER_CORE * (os.cpu_count() or 1))
 #: set to ``"lipcli"`` in the environment of the workers that :mod:`lipcli.train.launch`
 #: starts (unset under ``torchrun``): the messages that tell how to continue a run name the
 #: launcher that started it
@@ -179,6 +196,7 @@ class TrainConfig:
         need(1 <= self.eval_batch_size <= MAX_BATCH_SIZE,
              f"eval_batch_size must be in 1..{MAX_BATCH_SIZE}" + got("eval_batch_size"))
         need(self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "{lr} must be positive" + got("lr"))
+        need(self.lr is None or self.lr <= MAX_LR, f"{{lr}} must be at most {MAX_LR:g}" + got("lr"))
         need(self.optimizer in OPTIMIZER_LR,
              f"{{optimizer}} must be one of {', '.join(OPTIMIZER_LR)}" + got_r("optimizer"))
         need(self.schedule in SCHEDULES,
@@ -194,7 +212,10 @@ class TrainConfig:
         need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
              "{betas} must be two numbers in [0, 1)" + got("betas"))
         need(self.weight_decay >= 0, "{weight_decay} must be >= 0" + got("weight_decay"))
+        need(self.weight_decay <= MAX_WEIGHT_DECAY,
+             f"{{weight_decay}} must be at most {MAX_WEIGHT_DECAY:g}" + got("weight_decay"))
         need(self.lr_gamma > 0, "lr_gamma must be positive" + got("lr_gamma"))
+        need(self.lr_gamma <= MAX_LR_GAMMA, f"lr_gamma must be at most {MAX_LR_GAMMA:g}" + got("lr_gamma"))
         need(
             all(0 < m <= 1 for m in self.lr_milestones)
             and list(self.lr_milestones) == sorted(self.lr_milestones),
@@ -210,7 +231,10 @@ class TrainConfig:
         need(1 <= self.power_iter_steps <= MAX_POWER_ITER_STEPS,
              f"power_iter_steps must be in 1..{MAX_POWER_ITER_STEPS}" + got("power_iter_steps"))
         need(self.workers is None or self.workers >= 0, "{workers} must be >= 0" + got("workers"))
+        need(self.workers is None or self.workers <= max_workers(),
+             f"{{workers}} must be at most {max_workers()} ({WORKERS_PER_CORE} per CPU core here)" + got("workers"))
         need(self.seed >= 0, "{seed} must be >= 0" + got("seed"))
+        need(self.seed <= MAX_SEED, "{seed} must fit in 64 bits (at most 2**64 - 1)" + got("seed"))
         from lipcli.train.cuda_graphs import GRAPH_MODES  # lazy: imports torch; this module is read by lip --help
 
         check_device_name(self.device)
