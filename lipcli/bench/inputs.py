@@ -144,9 +144,14 @@ def _check_most(key: str, value: int) -> None:
         raise SettingError(key, f"{key} must be at most {most}, got {value}")
 
 
-def _check_step_settings(*, batch_size: int, steps: int, warmup: int, width: int) -> None:
-    """The usage checks shared by ``lip bench train`` and ``lip bench profile``."""
+def _check_step_settings(*, batch_size: int, steps: int, warmup: int, width: int, num_classes: int = 10) -> None:
+    """The usage checks shared by ``lip bench train`` and ``lip bench profile``; the classes
+    within a model file's limit (:data:`lipcli.host.modelcheck.MAX_CLASSES`)."""
+    from lipcli.host.modelcheck import MAX_CLASSES
+
     _check_positive(batch_size=batch_size, steps=steps, width=width)
+    if not 2 <= num_classes <= MAX_CLASSES:
+        raise SettingError("num_classes", f"num_classes must be in 2..{MAX_CLASSES}, got {num_classes}")
     if warmup < 0:
         raise SettingError("warmup", f"warmup must be >= 0, got {warmup}")
     _check_most("warmup", warmup)
@@ -160,5 +165,5 @@ def arch_settings(per_arch: Callable[..., Any], options: dict[str, Any]) -> dict
     bound.apply_defaults()
     s = dict(bound.arguments)
     _check_step_settings(batch_size=s["batch_size"], steps=s["steps"], warmup=s["warmup"],
-                         width=s["width"])
+                         width=s["width"], num_classes=s.get("num_classes", 10))
     return s

@@ -48,3 +48,18 @@ def test_a_launch_environment_without_a_launcher(tmp_path, monkeypatch, env, mes
     for key in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(key, raising=False)
     _refused(tmp_path, [], message, env=env)
+
+
+def test_an_architecture_beyond_the_machine_is_refused_before_it_is_built(tmp_path):
+    from lipcli.host.modelcheck import BuildTooLarge, budgeted_build
+    from lipcli.host.models import create_model
+
+    with pytest.raises(BuildTooLarge) as exc:  # ~150 GiB of residual filters: refused, not allocated
+        budgeted_build(lambda: create_model("liresnet", width=4096, depth=256), 64 << 20)
+    assert exc.value.requested > 64 << 20
+    assert budgeted_build(lambda: create_model("lipconvnet-5", width=4), 1 << 30) is not None
+    out = tmp_path / "m.safetensors"
+    result = run_lip([*BASE, "--arch", "liresnet:depth=256,width=4096", "--out", str(out)])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and "out of memory in the model build" in lines[0]
+    assert not out.exists()
