@@ -17,3 +17,5 @@ CIFAR_STD: tuple[float, float, float] = (0.2507, 0.2507, 0.2507)
 CIFAR_SHAPE: tuple[int, int, int] = (3, 32, 32)
 #: images in one CIFAR-10 / CIFAR-100 training epoch
 CIFAR_TRAIN_IMAGES = 50_000
+#: the most classes a model file may have (:mod:`lipcli.host.modelcheck`; bench sizes too)
+MAX_CLASSES = 100_000

@@ -91,7 +91,8 @@ def bench_components_arch(
     """All ``variants`` on one architecture, interleaved (module docstring).  A variant may
     name its own ``"arch"`` (``lip bench train --recipe``); ``labels`` name the rows (default:
     the choices that differ between variants)."""
-    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
+    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width,
+                         num_classes=num_classes)
     if not variants:
         raise LipUsageError("nothing to compare")
     device = torch.device(device)

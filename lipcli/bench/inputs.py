@@ -124,12 +124,14 @@ def record_load_after(env: Environment) -> None:
     env.load_average_after = _load_average()
 
 
-def _check_step_settings(*, batch_size: int, steps: int, warmup: int, width: int) -> None:
+def _check_step_settings(*, batch_size: int, steps: int, warmup: int, width: int, num_classes: int = 10) -> None:
     """The usage checks shared by ``lip bench train`` and ``lip bench profile`` (their declared
-    ranges: :class:`lipcli.bench.options.StepBenchOptions`)."""
+    ranges: :class:`lipcli.bench.options.StepBenchOptions`; the classes within a model file's
+    limit)."""
     from lipcli.bench.options import StepBenchOptions, check_settings
 
-    check_settings(StepBenchOptions, batch_size=batch_size, steps=steps, warmup=warmup, width=width)
+    check_settings(StepBenchOptions, batch_size=batch_size, steps=steps, warmup=warmup, width=width,
+                   classes=num_classes)
 
 
 def arch_settings(per_arch: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
@@ -140,5 +142,5 @@ def arch_settings(per_arch: Callable[..., Any], options: dict[str, Any]) -> dict
     bound.apply_defaults()
     s = dict(bound.arguments)
     _check_step_settings(batch_size=s["batch_size"], steps=s["steps"], warmup=s["warmup"],
-                         width=s["width"])
+                         width=s["width"], num_classes=s.get("num_classes", 10))
     return s

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lipcli._util.constants import MAX_CLASSES
 from lipcli.host.defaults import DEFAULT_COMPONENTS as _DC
 from lipcli.host.settings import setting, settings_of
 from lipcli.sdk.errors import SettingError, render_template
@@ -27,7 +28,7 @@ class StepBenchOptions:
     steps: int = setting(10, "Timed steps per model.", owner=_B, min=1, max=MAX_STEPS)
     warmup: int = setting(2, "Untimed warm-up steps per model.", owner=_B, min=0, max=MAX_STEPS)
     width: int = setting(32, "LipConvnet width (channels after the stem).", owner=_B, min=1)
-    classes: int = setting(10, "Number of classes.", owner=_B, min=2)
+    classes: int = setting(10, "Number of classes.", owner=_B, min=2, max=MAX_CLASSES)
     seed: int = setting(0, "Seed for weights and synthetic batches.", owner=_B, min=0)
     cudnn_benchmark: bool = setting(False, _CUDNN_HELP, owner=_B, negative=True)
 
@@ -73,7 +74,7 @@ class CertifyBenchOptions:
     conv: str = setting(_DC["conv"], "Convolution component.", owner=_B)
     pool: str = setting(_DC["pool"], "Pool component.", owner=_B)
     width: int = setting(32, "LipConvnet width.", owner=_B, min=1)
-    classes: int = setting(10, "Number of classes (10 or 100 for CIFAR).", owner=_B, min=2)
+    classes: int = setting(10, "Number of classes (10 or 100 for CIFAR).", owner=_B, min=2, max=MAX_CLASSES)
     batch_size: int = setting(256, "Inputs per batch.", owner=_B, min=1, max=MAX_BATCH)
     n: int = setting(1024, "Number of synthetic inputs.", owner=_B, min=1, max=1_000_000)
     top_k: int | None = setting(None, "Also time the certificate restricted to the top-k classes (heuristic).",

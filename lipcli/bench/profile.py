@@ -282,7 +282,8 @@ def bench_profile(
     operator that launched it; shares are of total kernel time (GPU busy time), and the
     wall time and GPU idle time are reported beside them.
     """
-    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
+    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width,
+                         num_classes=num_classes)
     device = torch.device(device)
     env = environment(device)
     model = build_model(arch, conv=conv, head=head, pool=pool, width=width,

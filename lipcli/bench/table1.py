@@ -96,7 +96,8 @@ def bench_train_arch(
     ``floor`` (CUDA): each model's GPU kernel time per step and its convolution part are
     profiled over :data:`FLOOR_STEPS` extra eager steps after the timed ones, and the median
     step time is given as a multiple of that convolution time (the floor of a step)."""
-    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width)
+    _check_step_settings(batch_size=batch_size, steps=steps, warmup=warmup, width=width,
+                         num_classes=num_classes)
     device = torch.device(device)
     fast, exact, identical = build_twins(
         arch, fast_conv=fast_conv, exact_conv=exact_conv, head=head, pool=pool, width=width,

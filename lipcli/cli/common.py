@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from typing import Any, Callable, TypeVar
 
@@ -83,8 +84,9 @@ def cli_message(exc: LipError, func: Callable[..., Any] | None = None) -> str:
             if getattr(exc, "launcher", None) == "lipcli":  # started by lip train --nproc-per-node
                 return f"lip train --nproc-per-node {launch}"
             return f"torchrun --nproc-per-node {launch} -m lipcli train"
-        flag = None if func is None else option_flag(func, name)
-        return flag or "--" + name.replace("_", "-")
+        if func is None:
+            return "--" + name.replace("_", "-")
+        return option_flag(func, name) or name  # a setting with no option here (a settings-file key)
 
     return exc.render(option)
 
@@ -118,11 +120,29 @@ def cli_errors(func: F) -> F:
         except Exception as exc:  # noqa: BLE001 - never show a traceback by default
             if state.debug:
                 raise
+            oom = out_of_memory_line(exc)
+            if oom is not None:
+                to_launcher(oom, 1)
+                fail(oom, 1)
             message = f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)"
             to_launcher(message, 1)
             fail(message, 1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def out_of_memory_line(exc: BaseException) -> str | None:
+    """``"out of memory: ..."`` (one line) when ``exc`` is an allocation failure (Python's
+    ``MemoryError``, torch's CPU or CUDA allocator), else ``None``."""
+    text = str(exc)
+    name = type(exc).__name__
+    if not (isinstance(exc, MemoryError) or name == "OutOfMemoryError"
+            or "can't allocate memory" in text or "out of memory" in text.lower()):
+        return None
+    found = re.search(r"tried to allocate ([0-9.]+ ?[KMGT]?i?B|\d+ bytes)", text)
+    what = f" (an allocation of {found.group(1)})" if found else ""
+    return (f"out of memory{what}: choose smaller sizes (batch, width, depth, --check, --classes) "
+            "or a machine with more memory")
 
 
 def to_launcher(message: str, code: int) -> None:
@@ -171,7 +191,8 @@ def other_rank() -> bool:
     import os
 
     env = os.environ
-    launched = "TORCHELASTIC_RUN_ID" in env or env.get("WORLD_SIZE", "1").strip() not in ("", "0", "1")
+    launched = "TORCHELASTIC_RUN_ID" in env or (env.get("WORLD_SIZE", "1").strip() not in ("", "0", "1")
+                                                and "MASTER_ADDR" in env)  # a launcher's: else it is said
     return launched and env.get("RANK", "0").strip() not in ("", "0")
 
 

@@ -33,6 +33,10 @@ def resolve_augmentation(choice: str, augment: bool, registry: Registry) -> tupl
         return DEFAULT_COMPONENTS["augmentation"], component
     if not augment:
         raise LipUsageError(f"--augmentation {choice} needs augmentation on: drop --no-augment")
+    try:  # a policy that rejects its parameters (crossed bounds) is refused before any work
+        component.build(RandomCropFlip())
+    except (ValueError, TypeError) as exc:
+        raise LipUsageError(f"--augmentation {choice}: {' '.join(str(exc).split())}") from None
     return component_choice_text(component.name, component.params), component
 
 

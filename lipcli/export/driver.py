@@ -111,10 +111,24 @@ def default_output(model_path: str | os.PathLike, suffix: str) -> Path:
     return p.with_name(p.stem + suffix)
 
 
+#: the most check inputs (``--check``), and the most bytes of float32 images they may take
+MAX_CHECK_INPUTS = 100_000
+MAX_CHECK_BYTES = 256 << 20
+
+
+def _check_count(n: int, shape: tuple[int, ...]) -> None:
+    """``n`` check images of ``shape`` fit :data:`MAX_CHECK_BYTES` (refused before allocating)."""
+    per = 4 * math.prod(shape)
+    if n * per > MAX_CHECK_BYTES:
+        raise SettingError("check_inputs", f"check_inputs must be at most {max(1, MAX_CHECK_BYTES // per)} for "
+                           f"this model's {'x'.join(map(str, shape))} inputs ({MAX_CHECK_BYTES >> 20} MiB of "
+                           f"images), got {n}")
+
+
 def _check_options(model_path: Path, options: ExportOptions) -> tuple[Any, Path]:
     fmt = format_for(options.format, options.out)
-    if options.check_inputs < 1:
-        raise SettingError("check_inputs", f"check_inputs must be >= 1, got {options.check_inputs}")
+    if not 1 <= options.check_inputs <= MAX_CHECK_INPUTS:
+        raise SettingError("check_inputs", f"check_inputs must be in 1..{MAX_CHECK_INPUTS}, got {options.check_inputs}")
     check_dense_max_mib(options.dense_max_mib)
     if not model_path.exists():
         raise LipUsageError(f"model file not found: {model_path}")
@@ -306,6 +320,7 @@ def export_model(model_path: str | os.PathLike, options: ExportOptions, *,
     model, mf = load_model(model_path, registry=reg, device="cpu")
     model.eval()
     shape = model_input_shape(model)
+    _check_count(options.check_inputs, shape)
     times["load"] = time.perf_counter() - t0
 
     images, source = check_inputs(mf, options.check_inputs, shape, options.seed)

@@ -28,7 +28,7 @@ from torch import nn
 from lipcli.sdk.errors import ModelFileError
 
 #: generic limits (far above any real model: CIFAR-100 has 100 classes, images 32 x 32)
-MAX_CLASSES = 100_000
+from lipcli._util.constants import MAX_CLASSES  # noqa: E402,F401  (the model file's class limit, declared once)
 MAX_CHANNELS = 1024
 MAX_IMAGE_SIDE = 8192
 #: a component parameter's absolute value (ints and floats); strings: length
@@ -112,6 +112,45 @@ def _requested_numel(func: Any, args: tuple, kwargs: dict[str, Any]) -> int | No
             break
         leading.append(arg)
     return math.prod(leading) if leading else None
+
+
+class BuildTooLarge(Exception):
+    """:func:`budgeted_build`: the network asks for more bytes than the budget (``requested``)."""
+
+    def __init__(self, requested: int, budget: int) -> None:
+        super().__init__(f"{requested} bytes requested, {budget} available")
+        self.requested, self.budget = requested, budget
+
+
+def budgeted_build(build: Callable[[], nn.Module], budget: int | None) -> nn.Module:
+    """``build()`` with its tensor factory calls summed (in bytes of the default dtype, at
+    least 4 per element) and :class:`BuildTooLarge` raised *before* the call that would take
+    the total over ``budget`` (``None``: no limit).  Architecture parameters that ask for a
+    network far beyond the machine (``liresnet:depth=256,width=4096``) are so refused before
+    the first large tensor exists, instead of allocating and then failing or being killed."""
+    if budget is None:
+        return build()
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._device import _device_constructors
+
+    factories = _device_constructors()
+    per = max(4, torch.tensor([], dtype=torch.get_default_dtype()).element_size())
+
+    class Budget(TorchFunctionMode):
+        total = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in factories:
+                numel = _requested_numel(func, args, kwargs)
+                if numel is not None:
+                    Budget.total += numel * per
+                    if Budget.total > budget:
+                        raise BuildTooLarge(Budget.total, budget)
+            return func(*args, **kwargs)
+
+    with Budget():
+        return build()
 
 
 def guarded_build(

@@ -23,9 +23,19 @@ def run(checkpoint: str | os.PathLike, source: str, out: str | os.PathLike, *, a
     from lipcli.importing.driver import compare_imported, import_checkpoint
 
     radii_list = parse_radii(radii) if compare else []
-    report = import_checkpoint(checkpoint, source, out, arch=arch, overwrite=overwrite)
+    options: list[Any] = []
+
+    def check_data(record: Any) -> None:  # compare: its data read before the file is written
+        from lipcli.host.plugins import get_registry
+        from lipcli.importing.compare import check_compare_data
+
+        named = dataset or (record or {}).get("name")
+        root, fetch = for_certification(Path(out), named, None if data_dir is None else Path(data_dir), download)
+        options.append(CertifyOptions(radii=radii_list, dataset=dataset, data_dir=root, download=fetch, limit=limit))
+        check_compare_data(options[0], record, Path(out), get_registry())
+
+    report = import_checkpoint(checkpoint, source, out, arch=arch, overwrite=overwrite,
+                               before_write=check_data if compare else None)
     if compare:
-        root, fetch = for_certification(Path(out), dataset, None if data_dir is None else Path(data_dir), download)
-        compare_imported(report, CertifyOptions(radii=radii_list, dataset=dataset, data_dir=root,
-                                                download=fetch, limit=limit))
+        compare_imported(report, options[0])
     return report

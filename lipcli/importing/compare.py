@@ -22,7 +22,7 @@ from lipcli.certify.options import CertifyOptions
 from lipcli.host.models import load_model
 from lipcli.host.plugins import Registry
 
-__all__ = ["CompareRow", "ImportComparison", "compare_certificates"]
+__all__ = ["CompareRow", "ImportComparison", "check_compare_data", "compare_certificates"]
 
 #: images per batch for the source's rule
 _BATCH = 256
@@ -62,6 +62,14 @@ def _source_side(importer: Any, model: torch.nn.Module, images: torch.Tensor) ->
     return type(first)(predictions=torch.cat([p.predictions for p in parts]),
                        radii=torch.cat([p.radii.double() for p in parts]),
                        lipschitz=first.lipschitz, label=first.label, strict=first.strict)
+
+
+def check_compare_data(options: CertifyOptions, record: dict[str, Any] | None, out: str | os.PathLike,
+                       registry: Registry) -> None:
+    """Read the data ``compare_certificates`` will use (``record``: the data set the model file
+    will record), before that file is written: a bad data set or folder is refused first."""
+    load_dataset(registry, record, name=options.dataset, data_dir=options.data_dir,
+                 download=options.download, split=options.split, model_path=out)
 
 
 def compare_certificates(model_path: str | os.PathLike, importer: Any, options: CertifyOptions,

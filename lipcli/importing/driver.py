@@ -12,20 +12,22 @@ the guaranteed Lipschitz bound (as ``lip train`` does); write config, bound, dat
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from lipcli.host.modelcheck import guarded_build
-from lipcli.host.models import build_model, make_config, resolve_components, save_model
+from lipcli.host.locks import FileLock, check_unlocked, output_lock_path
+from lipcli.host.modelcheck import check_config_limits, guarded_build
+from lipcli.host.models import COMPONENT_KINDS, build_model, make_config, resolve_components, save_model
 from lipcli.host.modelfile import read_metadata
 from lipcli.host.plugins import Registry, get_registry
 from lipcli.sdk.checkpoints import Checkpoint, CheckpointError, read_checkpoint
-from lipcli.sdk.errors import LipError, LipUsageError
+from lipcli.sdk.errors import LipError, LipUsageError, ModelFileError
 from lipcli.sdk.importers import ImportPlan, SourceImporter
 from lipcli.sdk.specs import Component
 
@@ -90,7 +92,14 @@ def _build(ckpt: Checkpoint, plan: ImportPlan, registry: Registry) -> tuple[nn.M
     sizes = {k: plan.model[k] for k in _MODEL_KEYS if k in plan.model}
     if "image_size" in sizes:
         sizes["image_size"] = tuple(sizes["image_size"])
-    config = make_config(components, **sizes)
+    try:
+        config = make_config(components, **sizes)
+        check_config_limits(ckpt.path, config, COMPONENT_KINDS)
+    except ValueError as exc:
+        raise CheckpointError(f"{ckpt.path}: {exc}") from None
+    except ModelFileError as exc:  # the limits a model file has: lipcli could not read it back
+        reason = str(exc).split(f"{ckpt.path}: ", 1)[-1]
+        raise CheckpointError(f"{ckpt.path}: the model file it makes would be refused: {reason}") from None
     model = guarded_build(ckpt.path, lambda: build_model(config, components), ckpt.tensors)
     return model, components
 
@@ -105,7 +114,12 @@ def _load(model: nn.Module, state: dict[str, torch.Tensor], importer: str) -> No
         if tuple(state[key].shape) != tuple(ref.shape):
             raise LipError(f"importer {importer!r}: tensor {key!r} has shape "
                            f"{tuple(state[key].shape)}, the model's is {tuple(ref.shape)}")
-    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()}, strict=True)
+    cast = {k: v.to(expected[k].dtype) for k, v in state.items()}
+    for key, value in cast.items():  # e.g. float64 weights beyond float32's range become inf
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"importer {importer!r}: tensor {key!r} is not finite in "
+                                  f"{str(expected[key].dtype).removeprefix('torch.')} (values beyond its range)")
+    model.load_state_dict(cast, strict=True)
     model.eval()
 
 
@@ -120,6 +134,7 @@ def _dataset_record(name: str | None, registry: Registry) -> dict[str, Any] | No
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
+    check_unlocked(output_lock_path(out), f"model file {out}")  # a lip train writing it
     if out.exists():
         if not overwrite:
             raise LipUsageError(f"{out} already exists; pass --overwrite to replace it")
@@ -150,23 +165,42 @@ def prepare(checkpoint: str | os.PathLike, source: str, *, arch: str | None = No
 def import_checkpoint(
     checkpoint: str | os.PathLike, source: str, out: str | os.PathLike, *, arch: str | None = None,
     overwrite: bool = False, registry: Registry | None = None,
+    before_write: Callable[[dict[str, Any] | None], None] | None = None,
 ) -> ImportReport:
-    """Import ``checkpoint`` with the importer named ``source`` and write ``out`` (see the module)."""
+    """Import ``checkpoint`` with the importer named ``source`` and write ``out`` (see the module).
+
+    ``before_write(dataset record)``, when given, runs once everything is checked and before
+    the file is written (``--compare`` reads its data there); the file is written holding the
+    lock ``lip train`` holds on its model file, so a run writing ``out`` is never overwritten."""
     from lipcli.train.evaluation import lipschitz_record
 
     out = Path(out)
     _check_out(out, overwrite)
     reg = registry or get_registry()
     model, ckpt, plan, comp, _importer = prepare(checkpoint, source, arch=arch, registry=reg)
-    lipschitz = lipschitz_record(model, estimate=True)
+    try:
+        lipschitz = lipschitz_record(model, estimate=True)
+    except (ArithmeticError, ValueError) as exc:  # e.g. a zero std, zero power vectors
+        raise CheckpointError(f"{ckpt.path}: the imported network has no guaranteed bound: "
+                              f"{' '.join(str(exc).split()) or type(exc).__name__}") from None
+    bound = lipschitz.get("upper_bound")
+    if bound is not None and not math.isfinite(bound):
+        raise CheckpointError(f"{ckpt.path}: the imported network's guaranteed bound is {bound} "
+                              "(a zero or non-finite scale in the checkpoint)")
     spec = comp.spec
     provenance = {
         "source": getattr(spec, "source", ""), "importer": comp.to_config(), "format": ckpt.format,
         "sha256": ckpt.sha256, "checkpoint": Path(ckpt.path).name, "description": plan.description,
         "ignored": sorted(plan.ignored),
     }
-    save_model(model, out, dataset=_dataset_record(plan.dataset, reg), lipschitz=lipschitz,
-               provenance=provenance)
+    record = _dataset_record(plan.dataset, reg)
+    if before_write is not None:
+        before_write(record)
+    lock = FileLock(output_lock_path(out), f"model file {out}").acquire()
+    try:
+        save_model(model, out, dataset=record, lipschitz=lipschitz, provenance=provenance)
+    finally:
+        lock.release()
     return ImportReport(
         checkpoint=str(checkpoint), out=str(out), source=provenance["source"], importer=comp.name,
         format=ckpt.format, sha256=ckpt.sha256, description=plan.description,

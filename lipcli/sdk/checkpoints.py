@@ -2,70 +2,51 @@
 
 :func:`read_checkpoint` reads a PyTorch pickle (``torch.save``: zip or legacy), a safetensors
 file or a NumPy ``.npz`` and returns its tensors by flattened name (nested dictionaries joined
-with ``.``), the file's SHA-256 and its format.  A PyTorch pickle is checked *before* it is
-unpickled: every global it names (``GLOBAL``/``STACK_GLOBAL`` opcodes, found with
-:mod:`pickletools` without executing anything) must be in :data:`ALLOWED_GLOBALS` (tensor
-rebuilding, storages, plain containers); anything else is refused with one line
-(:class:`CheckpointError`, exit 1).  Only then is it loaded, and with
-``torch.load(weights_only=True)`` as a second lock.  An ``.npz`` is read with
-``allow_pickle=False``; a safetensors file holds no code at all.
+with ``.``), the file's SHA-256 and its format.  What it guarantees (tested in
+``tests/sdk/test_checkpoints*.py`` with hostile files made by the tests):
+
+* **no code runs**: a ``torch.save`` file is loaded by torch's weights-only unpickler alone,
+  with torch's built-in allowlist (:mod:`lipcli.sdk.torch_files`); nothing of lipcli's reads
+  its pickles otherwise.  An ``.npz`` is read without pickles, a safetensors file holds none.
+* **the format is the file's first bytes**: ``PK\\x03\\x04`` is a zip (a torch checkpoint, or an
+  ``.npz`` when every member is a ``.npy``), an 8-byte length and ``{`` safetensors, a pickle
+  protocol byte the legacy torch format; the file is memory-mapped, never read whole.
+* **nothing is allocated beyond what the file holds**: storages are checked against the
+  records' real bytes (torch's reader, and lipcli's own check of the zip directory and the
+  legacy storages), compressed members bounded before they are inflated, and every tensor
+  must be a real-valued, strided view inside its storage with no stride-0 (expanded) or
+  overlapping dimension; all tensors of a torch pickle together may not hold more than
+  :data:`MAX_SHARED_FACTOR` times the file's bytes.
+
+Every refusal is one line (:class:`CheckpointError`, exit 1).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
+import mmap
 import os
-import pickletools
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lipcli.sdk.errors import LipError
+from lipcli.sdk.torch_files import ZIP_MAGIC, CheckpointError, UnsafeCheckpointError, load_torch_file
 
-__all__ = [
-    "ALLOWED_GLOBALS", "Checkpoint", "CheckpointError", "UnsafeCheckpointError",
-    "pickle_globals", "read_checkpoint",
-]
+__all__ = ["Checkpoint", "CheckpointError", "UnsafeCheckpointError", "read_checkpoint"]
 
-#: the largest checkpoint read (a file beyond it is refused before it is opened for parsing)
+#: the largest checkpoint read (a file beyond it is refused before it is mapped)
 MAX_CHECKPOINT_BYTES = 8 << 30
 #: the deepest nesting of containers flattened into names
 MAX_DEPTH = 8
-
-_STORAGES = ("Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte",
-             "Bool", "ComplexFloat", "ComplexDouble")
-#: ``module.name`` globals a state-dict pickle may name: tensor and parameter rebuilding,
-#: typed storages, dtypes and ordered dictionaries (everything else is refused unread)
-ALLOWED_GLOBALS: frozenset[str] = frozenset(
-    {
-        "collections.OrderedDict",
-        "torch._utils._rebuild_tensor_v2",
-        "torch._utils._rebuild_parameter",
-        "torch.Size",
-        "torch.storage.UntypedStorage",
-        "torch.UntypedStorage",
-    }
-    | {f"torch.{kind}Storage" for kind in _STORAGES}
-    | {f"torch.{name}" for name in ("float64", "float32", "float16", "bfloat16", "int64",
-                                    "int32", "int16", "int8", "uint8", "bool")}
-)
-
-_STRING_OPS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE",
-                         "SHORT_BINSTRING", "BINSTRING", "STRING"})
-_MEMO_PUT = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
-_MEMO_GET = frozenset({"GET", "BINGET", "LONG_BINGET"})
-
-
-class CheckpointError(LipError):
-    """A checkpoint cannot be imported: unreadable, or not what its importer expects (exit 1)."""
-
-
-class UnsafeCheckpointError(CheckpointError):
-    """A pickle names a global beyond tensors and plain containers; nothing was unpickled."""
+#: all tensors together may hold at most this many times the file's bytes (tied weights share
+#: one storage; a view repeated a thousand times is refused)
+MAX_SHARED_FACTOR = 4
+#: the element types a checkpoint's tensors may have (real numbers; complex, quantised and
+#: 8-bit floats are refused)
+REAL_DTYPES = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                         torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
 
 
 @dataclass
@@ -83,87 +64,6 @@ class Checkpoint:
         return {name: tuple(t.shape) for name, t in self.tensors.items()}
 
 
-def pickle_globals(data: bytes) -> list[str]:
-    """Every ``module.name`` a pickle stream names, read from its opcodes (nothing executed).
-
-    ``STACK_GLOBAL`` takes its names from the two strings pushed before it (directly or from
-    the memo); a ``STACK_GLOBAL`` whose names cannot be read that way is reported as
-    ``"<unknown>"`` (and so refused)."""
-    found: list[str] = []
-    strings: list[str | None] = []  # the last values pushed, when they are strings
-    memo: dict[int, str | None] = {}
-    next_memo = 0
-    for op, arg, _pos in pickletools.genops(data):
-        name = op.name
-        if name == "GLOBAL":
-            module, _, attr = str(arg).partition(" ")
-            found.append(f"{module}.{attr}")
-            strings.append(None)
-        elif name == "STACK_GLOBAL":
-            pair = strings[-2:]
-            if len(pair) == 2 and all(isinstance(s, str) for s in pair):
-                found.append(f"{pair[0]}.{pair[1]}")
-            else:
-                found.append("<unknown>")
-            del strings[-2:]
-            strings.append(None)
-        elif name in ("INST", "OBJ"):  # protocol 0/1 class instantiation: never in a state dict
-            found.append(f"<{name} {arg}>")
-        elif name in _STRING_OPS:
-            strings.append(arg.decode("latin-1") if isinstance(arg, bytes) else str(arg))
-        elif name == "MEMOIZE":
-            memo[next_memo] = strings[-1] if strings else None
-            next_memo += 1
-        elif name in _MEMO_PUT:
-            memo[int(arg)] = strings[-1] if strings else None
-        elif name in _MEMO_GET:
-            strings.append(memo.get(int(arg)))
-        else:
-            strings.append(None)
-    return found
-
-
-def _check_pickle(path: Path, data: bytes) -> None:
-    try:
-        names = pickle_globals(data)
-    except Exception as exc:  # noqa: BLE001 - a malformed stream: refuse, never unpickle
-        raise UnsafeCheckpointError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc}); "
-                                    "nothing was loaded") from None
-    bad = sorted({n for n in names if n not in ALLOWED_GLOBALS})
-    if bad:
-        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-        raise UnsafeCheckpointError(
-            f"{path}: refused: its pickle asks for {shown}, beyond tensors and plain containers "
-            "(nothing was unpickled); save the state dict alone, or convert it to safetensors"
-        )
-
-
-def _torch_pickles(path: Path, raw: bytes) -> list[bytes]:
-    """The pickle streams of a ``torch.save`` file: ``*/data.pkl`` of the zip format, or the
-    whole legacy file (its several pickles concatenated; each is scanned in turn)."""
-    if zipfile.is_zipfile(io.BytesIO(raw)):
-        with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-            names = [n for n in archive.namelist() if n.endswith(".pkl")]
-            if not names:
-                raise CheckpointError(f"{path}: a zip file without a pickle: not a torch checkpoint")
-            return [archive.read(n) for n in names]
-    streams, rest = [], raw
-    while rest and len(streams) < 4:  # legacy: magic, protocol, sys info, then the object
-        end = None
-        for op, _arg, pos in pickletools.genops(rest):
-            if op.name == "STOP":
-                end = pos + 1
-                break
-        if end is None:
-            break
-        streams.append(rest[:end])
-        rest = rest[end:]
-        if len(streams) == 3:  # the object pickle is the fourth; storages follow raw
-            streams.append(rest)
-            break
-    return streams or [raw]
-
-
 def _flatten(obj: Any, prefix: str, tensors: dict[str, torch.Tensor], values: dict[str, Any],
              depth: int) -> None:
     if isinstance(obj, torch.Tensor):
@@ -177,6 +77,68 @@ def _flatten(obj: Any, prefix: str, tensors: dict[str, torch.Tensor], values: di
         values[prefix] = f"<{type(obj).__name__}>"
 
 
+def _check_tensor(path: Path, name: str, t: torch.Tensor) -> int:
+    """Refuse a tensor that would make lipcli allocate more than its storage holds (see the
+    module); its bytes."""
+    if t.layout != torch.strided:
+        raise CheckpointError(f"{path}: tensor {name!r} is {t.layout}, not a dense tensor")
+    if t.dtype not in REAL_DTYPES:
+        raise CheckpointError(f"{path}: tensor {name!r} has dtype {str(t.dtype).removeprefix('torch.')}; "
+                              "lipcli imports real-valued weights only")
+    if t.numel() == 0:
+        return 0
+    stored = t.untyped_storage().nbytes() // t.element_size()
+    extent = 1  # elements spanned by the dimensions checked so far, smallest stride first
+    for stride, size in sorted((st, s) for s, st in zip(t.shape, t.stride()) if s > 1):
+        if stride == 0:
+            raise CheckpointError(f"{path}: tensor {name!r} is a stride-0 (expanded) view declaring "
+                                  f"{t.numel()} elements over {stored} stored; refused rather than expanded")
+        if stride < extent:
+            raise CheckpointError(f"{path}: tensor {name!r} is an overlapping view (shape {tuple(t.shape)}, "
+                                  f"strides {t.stride()}); refused rather than expanded")
+        extent += (size - 1) * stride
+    if t.storage_offset() + extent > stored:
+        raise CheckpointError(f"{path}: tensor {name!r} reaches beyond its storage")
+    return t.numel() * t.element_size()
+
+
+def _detect(view: mmap.mmap) -> str:
+    """The format from the first bytes: ``zip``, ``safetensors`` or ``pickle``."""
+    if view[:4] == ZIP_MAGIC:
+        return "zip"
+    if len(view) >= 9 and view[8:9] == b"{" and int.from_bytes(view[:8], "little") <= len(view) - 8:
+        return "safetensors"
+    return "pickle"
+
+
+def _is_npz(view: mmap.mmap) -> bool:
+    import zipfile
+
+    from lipcli.sdk.torch_files import _MapReader
+
+    try:
+        names = zipfile.ZipFile(_MapReader(view)).namelist()
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        return False
+    return bool(names) and all(n.endswith(".npy") and "/" not in n for n in names)
+
+
+def _read(path: Path, view: mmap.mmap) -> tuple[Any, str]:
+    kind = _detect(view)
+    if kind == "safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path)), "safetensors"
+        except Exception as exc:  # noqa: BLE001 - safetensors' own error types
+            raise CheckpointError(f"{path}: not a valid safetensors file: {' '.join(str(exc).split())}") from None
+    if kind == "zip" and _is_npz(view):
+        from lipcli.sdk.npz_files import read_npz
+
+        return read_npz(path, view), "npz"
+    return load_torch_file(path, view), "torch-pickle"
+
+
 def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read ``path`` safely (see the module); every problem is one :class:`CheckpointError`."""
     path = Path(path)
@@ -185,43 +147,23 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     size = path.stat().st_size
     if size > MAX_CHECKPOINT_BYTES:
         raise CheckpointError(f"{path}: {size} bytes, beyond the {MAX_CHECKPOINT_BYTES} a checkpoint may have")
+    if size == 0:
+        raise CheckpointError(f"{path}: an empty file, not a checkpoint")
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            digest = hashlib.sha256(view).hexdigest()
+            obj, fmt = _read(path, view)
     except OSError as exc:
         raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
-    digest = hashlib.sha256(raw).hexdigest()
+    except MemoryError:
+        raise CheckpointError(f"{path}: out of memory while reading it") from None
     tensors: dict[str, torch.Tensor] = {}
     values: dict[str, Any] = {}
-    if raw[8:9] == b"{" and path.suffix == ".safetensors":
-        from safetensors.torch import load
-
-        try:
-            obj, fmt = load(raw), "safetensors"
-        except Exception as exc:  # noqa: BLE001 - safetensors' own error types
-            raise CheckpointError(f"{path}: not a valid safetensors file: {exc}") from None
-    elif raw[:4] == b"PK\x03\x04" and path.suffix == ".npz":
-        import numpy as np
-
-        try:
-            with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
-                obj = {name: torch.from_numpy(np.array(npz[name])) for name in npz.files}
-        except Exception as exc:  # noqa: BLE001 - a pickled array, a corrupt member
-            raise CheckpointError(f"{path}: not a plain .npz of arrays: {exc}") from None
-        fmt = "npz"
-    else:
-        try:
-            streams = _torch_pickles(path, raw)
-        except (ValueError, zipfile.BadZipFile, EOFError) as exc:  # not even a pickle stream
-            raise CheckpointError(f"{path}: not a torch checkpoint, safetensors or .npz file ({exc})") from None
-        for stream in streams:
-            _check_pickle(path, stream)
-        try:
-            obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - whatever torch's unpickler raises
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise CheckpointError(f"{path}: not a loadable torch checkpoint: {first}") from None
-        fmt = "torch-pickle"
     _flatten(obj, "", tensors, values, 0)
     if not tensors:
         raise CheckpointError(f"{path}: holds no tensors")
+    held = sum(_check_tensor(path, name, t) for name, t in tensors.items())
+    if fmt == "torch-pickle" and held > MAX_SHARED_FACTOR * size:
+        raise CheckpointError(f"{path}: its tensors declare {held} bytes in all, more than "
+                              f"{MAX_SHARED_FACTOR}x the file's {size} (views repeated over one storage)")
     return Checkpoint(path=str(path), tensors=tensors, sha256=digest, format=fmt, values=values)

@@ -51,8 +51,23 @@ MAX_NPROC_PER_NODE = 256
 #: the largest (global) training or evaluation batch, and power-iteration steps per refresh
 MAX_BATCH_SIZE = 65_536
 MAX_POWER_ITER_STEPS = 1000
-#: the largest seed torch's generators take (64 bits)
-MAX_SEED = 2**64 - 1
+#: the largest learning rate, weight decay and step-decay factor (beyond them the weights
+#: overflow float32 within a step: typos, refused before any work)
+MAX_LR = 1e3
+MAX_WEIGHT_DECAY = 10.0
+MAX_LR_GAMMA = 10.0
+#: seeds are 64-bit (``torch.manual_seed``)
+MAX_SEED = (1 << 64) - 1
+#: data loader worker processes at most: this many per CPU core, and never above MAX_WORKERS
+WORKERS_PER_CORE = 4
+MAX_WORKERS = 256
+
+
+def max_workers() -> int:
+    """The most data loader workers on this machine (:data:`WORKERS_PER_CORE` per core)."""
+    import os
+
+    return min(MAX_WORKERS, WORKERS_PER_CORE * (os.cpu_count() or 1))
 #: set to ``"lipcli"`` in the environment of the workers that :mod:`lipcli.train.launch`
 #: starts (unset under ``torchrun``): the messages that tell how to continue a run name the
 #: launcher that started it
@@ -130,11 +145,11 @@ class TrainConfig:
     optimizer: str = setting("sgd", f"Optimiser: {', '.join(OPTIMIZER_LR)} (sgd: the paper's).", owner=_O,
                              choices=tuple(OPTIMIZER_LR))
     lr: float | None = setting(None, f"Learning rate (default per optimiser: {_LRS}).", owner=_O, min=0.0,
-                               min_open=True)
+                               min_open=True, max=MAX_LR)
     momentum: float = setting(0.9, "SGD momentum.", owner=_O, min=0.0, max=1.0, max_open=True)
     betas: list[float] = setting(list(DEFAULT_BETAS), "Adam's B1,B2 for adamw and nadam.", owner=_O)
     weight_decay: float = setting(5e-4, "Weight decay on conv filters and the LLN weight.", owner=_O,
-                                  min=0.0)
+                                  min=0.0, max=MAX_WEIGHT_DECAY)
     lookahead: int = setting(0, "Wrap the optimiser in Lookahead, syncing every K steps (alpha "
                              "lookahead_alpha); 0: off.", owner=_O, min=0)
     lookahead_alpha: float = setting(0.5, "Lookahead's interpolation factor.", owner=_O, min=0.0,
@@ -146,7 +161,7 @@ class TrainConfig:
     lr_milestones: list[float] = setting([0.5, 0.75], "Fractions of training where the step schedule "
                                          "multiplies the rate by lr_gamma.", owner=_O, cli=False)
     lr_gamma: float = setting(0.1, "Factor of the step schedule.", owner=_O, min=0.0, min_open=True,
-                              cli=False)
+                              max=MAX_LR_GAMMA, cli=False)
     grad_clip: float | None = setting(None, "Gradient-norm clipping (default: the loss's; 0 = off).",
                                       owner=_O, min=0.0)
     seed: int = setting(0, "Random seed.", owner=_O, min=0, max=MAX_SEED)
@@ -235,6 +250,9 @@ class TrainConfig:
             "{lr_milestones} must be increasing fractions in (0, 1], got " + literal(self.lr_milestones),
         )
         need(not self.keep_best or self.val_split > 0, "{keep_best} needs {val_split} FRACTION")
+        need(self.workers is None or self.workers <= max_workers(),
+             f"{{workers}} must be at most {max_workers()} ({WORKERS_PER_CORE} per CPU core here), got "
+             + literal(self.workers))
         check_device_name(self.device)
 
     def resolved(self) -> "TrainConfig":

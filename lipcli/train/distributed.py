@@ -30,6 +30,32 @@ def lost_connection(exc: BaseException) -> bool:
     return isinstance(exc, getattr(dist, "DistError", ())) or any(s in text for s in _LOST_PEER)
 
 
+#: the variables a launcher (torchrun, ``lip train --nproc-per-node``) sets for its workers
+_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def check_launch_env(env: Any) -> None:
+    """Refuse, in one line, ``RANK``/``WORLD_SIZE`` & co. that are not integers, or that ask
+    for a distributed job no launcher started (no ``TORCHELASTIC_RUN_ID``, no
+    ``MASTER_ADDR``/``MASTER_PORT``): left over in a shell, they would hang or fail later."""
+    values = {}
+    for name in _LAUNCH_VARS:
+        text = str(env.get(name, "")).strip()
+        if text and not text.isdigit():
+            raise TrainUsageError(f"the environment sets {name}={literal(text)}, not a non-negative integer "
+                                  "(it is set by launchers such as torchrun; unset it)")
+        values[name] = int(text) if text else None
+    asks = (values["WORLD_SIZE"] or 1) > 1 or (values["RANK"] or 0) > 0
+    launcher = "TORCHELASTIC_RUN_ID" in env or ("MASTER_ADDR" in env and "MASTER_PORT" in env)
+    if asks and not launcher:
+        shown = ", ".join(f"{n}={values[n]}" for n in ("RANK", "WORLD_SIZE") if values[n] is not None)
+        raise TrainUsageError(f"the environment sets {shown} but no launcher started this process (no "
+                              "TORCHELASTIC_RUN_ID or MASTER_ADDR/MASTER_PORT): unset them, or start the "
+                              "run with torchrun or {nproc_per_node}")
+    if values["WORLD_SIZE"] is not None and values["RANK"] is not None and values["RANK"] >= max(values["WORLD_SIZE"], 1):
+        raise TrainUsageError(f"the environment sets RANK={values['RANK']}, not below WORLD_SIZE={values['WORLD_SIZE']}")
+
+
 @dataclass
 class DistContext:
     """This process's place in a (possibly single-process) run."""
@@ -58,8 +84,10 @@ class DistContext:
         Distributed (process group + DDP) when ``WORLD_SIZE > 1`` or when torchrun launched
         the process (``TORCHELASTIC_RUN_ID`` set), even with one process; else one plain process.
         """
-        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-        launched = "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
+        env = os.environ
+        check_launch_env(env)
+        world = int(env.get("WORLD_SIZE", "1") or 1)
+        launched = "TORCHELASTIC_RUN_ID" in env and "RANK" in env
         if world <= 1 and not launched:
             return cls()
         return cls(

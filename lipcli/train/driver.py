@@ -16,7 +16,9 @@ from torch import nn
 
 from lipcli.host.defaults import COMPONENT_SETTINGS, DEFAULT_COMPONENTS, LAYER_KINDS
 from lipcli.host.locks import check_run_unlocked
-from lipcli.sdk.errors import LipError, memory_step
+from lipcli.host.modelcheck import BuildTooLarge, budgeted_build
+from lipcli.sdk.errors import LipError, OutOfMemory, memory_step, out_of_memory_template
+from lipcli.train.memory import build_budget
 from lipcli.sdk.specs import Component
 from lipcli.train.checkpoint import read_checkpoint
 from lipcli.train.config import (CHECKPOINT_NAME, DEFAULT_NPROC_PER_NODE, MAX_CUDA_WORKERS, MODEL_NAME,
@@ -172,9 +174,13 @@ def _data_and_model(setup: _Setup, *, download: bool) -> tuple[Any, Any, dict[st
     torch.manual_seed(cfg.seed)
     try:
         with memory_step("model build", *MODEL_SIZED):
-            model = build_model(model_config, comps)
+            model = budgeted_build(lambda: build_model(model_config, comps), build_budget())
     except ComponentParameterError as exc:
         raise _component_error(exc, cfg) from exc
+    except BuildTooLarge as exc:
+        raise OutOfMemory(out_of_memory_template(
+            f"model build (it asks for over {exc.requested / 2**30:.3g} GiB, more than a third of the "
+            f"{3 * exc.budget / 2**30:.3g} GiB available, before the first step)", *MODEL_SIZED)) from None
     return data, extra, model_config, model
 
 

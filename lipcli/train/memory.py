@@ -87,6 +87,17 @@ def _saved_bytes(model: nn.Module, images: torch.Tensor, limit: int | None) -> i
     return total
 
 
+def build_budget() -> int | None:
+    """Bytes the model's construction may take on the CPU (where it is built): a third of the
+    memory available now (:func:`lipcli._util.memory.cpu_available`; a step needs at least
+    parameters, gradients and one optimiser slot, and construction its temporaries), ``None``
+    when unknown."""
+    from lipcli._util.memory import cpu_available
+
+    free, _source = cpu_available()
+    return None if free is None else free // 3
+
+
 def estimate_step(model: nn.Module, image_shape: tuple[int, ...], batch: int, optimizer: str,
                   momentum: float, device: torch.device, limit: int | None) -> MemoryEstimate | None:
     """The estimate (see the module) for ``batch`` images per step; ``None`` when the model

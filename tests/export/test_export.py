@@ -191,7 +191,9 @@ def _one_line(result) -> str:
     (["--format", "tflite"], 2, "unknown export format 'tflite'; valid formats: pt2, onnx, torchscript"),
     (["-o", "{tmp}"], 2, "is a directory; give a file name"),
     (["-o", "{tmp}/missing/x.pt2"], 2, "(--output): directory"),
-    (["--check", "0"], 2, "--check must be >= 1"),
+    (["--check", "0"], 2, "--check must be in 1..100000"),
+    (["--check", "100001"], 2, "--check must be in 1..100000"),
+    (["--check", "100000"], 2, "--check must be at most 21845 for this model"),
     (["-o", "{tmp}/x.onnx", "--format", "pt2"], 2, "has the suffix of format 'onnx' but --format is 'pt2'"),
 ])
 def test_bad_options_one_line_nothing_written(tmp_path, args, code, text):

@@ -49,6 +49,8 @@ import torch
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
 
+from .network import DEPTHS
+
 SOURCE = "github.com/singlasahil14/improved_l2_robustness"
 _SOC_KEYS = ("weight", "bias", "_u1", "_v1", "_u2", "_v2", "_u3", "_v3", "_u4", "_v4")
 #: the source's power vectors of lipcli's reshape r (rows, columns): the source's ``_u4`` is
@@ -56,6 +58,8 @@ _SOC_KEYS = ("weight", "bias", "_u1", "_v1", "_u2", "_v2", "_u3", "_v3", "_u4", 
 _POWER_VECTORS = (("_v1", "_u1"), ("_v2", "_u2"), ("_v3", "_u3"), ("_u4", "_v4"))
 _NUM_OTHER = 9  # the source's --num-other: classes its certificate compares with
 _DATASETS = {10: "cifar10", 100: "cifar100"}
+#: the most layers per block: lipcli's deepest registered LipConvNet
+MAX_BLOCKS = DEPTHS[-1] // 5
 
 
 def _soc_shapes(c_in: int, c_out: int, k: int, stride: int) -> dict[str, tuple[int, ...]]:
@@ -156,12 +160,16 @@ def _refuse_unsupported(tensors: Mapping[str, Any]) -> None:
 
 
 def _block_size(names: set[str], arch: str | None) -> int:
-    found = {int(m.group(1)) for n in names if (m := re.match(r"block1\.(\d+)\.", n))}
+    found = {int(m.group(1)) for n in names if (m := re.match(r"block1\.(\d{1,6})\.", n))}
     b = max(found) + 1 if found else 0
+    if b > MAX_BLOCKS:  # a key's layer index, before anything is sized by it
+        raise ImportRefused(f"the checkpoint names block1.{b - 1}: {b} layers per block, beyond the "
+                            f"{MAX_BLOCKS} of lipcli's deepest LipConvNet (lipconvnet-{DEPTHS[-1]})")
     if arch is not None:
-        m = re.fullmatch(r"(?:lipconvnet|LipConvNet)-?(\d+)", arch.strip())
-        if m is None or int(m.group(1)) % 5 or int(m.group(1)) < 5:
-            raise LipUsageError(f"--arch {arch!r}: improved-l2 takes lipconvnet-N with N a multiple of 5")
+        m = re.fullmatch(r"(?:lipconvnet|LipConvNet)-?(\d{1,6})", arch.strip())
+        if m is None or int(m.group(1)) not in DEPTHS:
+            raise LipUsageError(f"--arch {arch!r}: improved-l2 takes lipconvnet-N, N a multiple of 5 "
+                                f"from {DEPTHS[0]} to {DEPTHS[-1]}")
         if b and int(m.group(1)) // 5 != b:
             raise ImportRefused(f"--arch {arch} has {int(m.group(1)) // 5} layers per block but the "
                                 f"checkpoint has {b}")
@@ -221,7 +229,9 @@ class ImprovedL2Importer:
             "pool": pool, "head": head, "num_classes": k, "in_channels": 3, "image_size": (32, 32),
         }
         mean, std = _values(tensors, "shift", (3, 1, 1)), _values(tensors, "scale", (3, 1, 1))
-        if mean is not None and std is not None and min(std) > 0:
+        if std is not None and not min(std) > 0:
+            raise ImportRefused(f"cannot import scale (the input std) {std}: every entry must be positive")
+        if mean is not None and std is not None:
             model.update(mean=tuple(mean), std=tuple(std))
         return ImportPlan(model=model, expected=expected, ignored=tuple(ignored), dataset=_DATASETS.get(k),
                           description=f"LipConvNet-{5 * b} (width {w}), "
@@ -244,6 +254,10 @@ class ImprovedL2Importer:
                 out.update({f"{dst}.{key}": v for key, v in _cayley_state(tensors, src, k, image).items()})
                 continue
             out[f"{dst}.weight"] = tensors[f"{src}.weight"]
+            for key in _SOC_KEYS[2:]:  # the power vectors fix the layer's scale: zero is no vector
+                if not bool(tensors[f"{src}.{key}"].abs().max() > 0):
+                    raise ImportRefused(f"cannot import {src}.{key}: an all-zero power vector (the "
+                                        "layer's scale would be 0/0)")
             for r, (rows, cols) in enumerate(_POWER_VECTORS):
                 out[f"{dst}.power_u{r}"] = tensors[f"{src}.{rows}"].flatten()
                 out[f"{dst}.power_v{r}"] = tensors[f"{src}.{cols}"].flatten()

@@ -54,7 +54,7 @@ AUTHORS_LOT = "lot:border=zero"
 #: ``--bro-rank`` values tried first when reading the rank back (the authors' mask levels)
 _LEVELS = (0.125, 0.25, 0.5, 0.75, 1.0)
 _DATASETS = {10: "cifar10", 100: "cifar100"}
-_KEY = re.compile(r"layer([1-5])\.(\d+)\.(\w+)\.(\w+)$")
+_KEY = re.compile(r"layer([1-5])\.(\d{1,6})\.(\w+)\.(\w+)$")
 #: the SOC layer's power vectors (their ``lipconvnet/models/layers/soc.py``, the paper's SOC):
 #: shape from ``(C, k)``, and the pairs that are lipcli's ``power_u{r}``/``power_v{r}`` (rows,
 #: columns of reshape ``r``; as the ``improved-l2`` importer maps the paper's)
@@ -89,8 +89,11 @@ def _refuse_unsupported(names: set[str]) -> None:
 def _blocks(names: set[str], arch: str | None) -> int:
     found = {int(m.group(2)) for n in names if (m := _KEY.match(n)) and m.group(1) == "1"}
     b = max(found) + 1 if found else 0
+    if b > DEPTHS[-1] // 5:  # a key's block index, before anything is sized by it
+        raise ImportRefused(f"the checkpoint names {b} blocks per layer, beyond the {DEPTHS[-1] // 5} of "
+                            f"bronet-lipconvnet-{DEPTHS[-1]}")
     if arch is not None:
-        m = re.fullmatch(r"bronet-lipconvnet-(\d+)", arch.strip())
+        m = re.fullmatch(r"bronet-lipconvnet-(\d{1,6})", arch.strip())
         if m is None or int(m.group(1)) not in DEPTHS:
             raise LipUsageError(f"--arch {arch!r}: bronet-lipconvnet takes bronet-lipconvnet-N, "
                                 f"N in {DEPTHS[0]}..{DEPTHS[-1]} a multiple of 5")

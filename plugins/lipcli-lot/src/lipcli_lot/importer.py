@@ -99,14 +99,17 @@ def _structure(names: set[str], arch: str | None) -> tuple[bool, int]:
     """``(residual, blocks per layer)`` from the keys, checked against ``--arch``."""
     residual = any(re.match(r"layer1\.(block|in_block|res_lamda_logit)\b", n) for n in names)
     if residual:
-        hidden = {int(m.group(1)) for n in names if (m := re.match(r"layer1\.hidden_block\.(\d+)\.", n))}
+        hidden = {int(m.group(1)) for n in names if (m := re.match(r"layer1\.hidden_block\.(\d{1,6})\.", n))}
         b = 1 if "layer1.block.conv.weight" in names else 2 + (max(hidden) + 1 if hidden else 0)
     else:
-        found = {int(m.group(1)) for n in names if (m := re.match(r"layer1\.(\d+)\.conv\.", n))}
+        found = {int(m.group(1)) for n in names if (m := re.match(r"layer1\.(\d{1,6})\.conv\.", n))}
         b = max(found) + 1 if found else 0
+    if b > DEPTHS[-1] // 5:  # a key's block index, before anything is sized by it
+        raise ImportRefused(f"the checkpoint names {b} blocks per layer, beyond the {DEPTHS[-1] // 5} of "
+                            f"lipcli's deepest LOT network (depth {DEPTHS[-1]})")
     if arch is not None:
         m = _ARCH.fullmatch(arch.strip())
-        if m is None or int(m.group(2)) not in DEPTHS:
+        if m is None or len(m.group(2)) > 6 or int(m.group(2)) not in DEPTHS:
             raise LipUsageError(f"--arch {arch!r}: lot takes lot-lipconvnet-N or lot-lipresnet-N, "
                                 f"N in {DEPTHS[0]}..{DEPTHS[-1]} a multiple of 5")
         if b and (int(m.group(2)) // 5 != b or (m.group(1) == "lipresnet") != residual):

@@ -76,12 +76,12 @@ def _sizes(tensors: Mapping[str, Any], p: str) -> dict[str, int]:
                             "so only 3x3 filters are the function they compute")
     if w < 3:
         raise ImportRefused(f"cannot import width {w}: the authors' PaddingChannels needs at least 3 channels")
-    indices = sorted(int(m.group(1)) for k in names if (m := re.fullmatch(re.escape(p) + r"(\d+)\.weight", k)))
+    indices = sorted(int(m.group(1)) for k in names if (m := re.fullmatch(re.escape(p) + r"(\d{1,6})\.weight", k)))
     if not indices or indices[-1] < n + 3:
         raise ImportRefused(f"no {p}<i>.weight after the convolutions: cannot find the LinearNormalized head")
     last = indices[-1]
     d = last - n - 3
-    if indices != list(range(n + 3, last + 1)):
+    if indices[0] != n + 3 or len(indices) != last - n - 2 or len(set(indices)) != len(indices):  # sorted: consecutive iff this (no range of a key's index)
         raise ImportRefused(f"dense layers {p}{n + 3}.. are not consecutive: not the authors' LipschitzNetwork")
     (K,) = _shape(tensors, f"{p}{last}.bias", 1)
     if K not in _READERS:
