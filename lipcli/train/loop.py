@@ -278,16 +278,16 @@ class TrainingLoop:
                            training={"epoch": epoch + 1, "val_accuracy": val.accuracy})
 
     def _finish_epoch(self, epoch: int, record: dict[str, Any], images: int, train_time: float) -> None:
-        """Count the epoch as done: update the progress, append to the log, checkpoint, print."""
+        """Count the epoch as done: update the progress, checkpoint, append to the log, print."""
         state = self.run.state
         state.epoch = epoch + 1
         state.elapsed += train_time
         state.images += images
         state.history.append(record)
+        self.run.save_checkpoint()  # first: a log line never names an epoch no checkpoint holds
         if self.ctx.is_main:
             with open(self.run.settings.paths.log, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record) + "\n")
-        self.run.save_checkpoint()
         self.ctx.barrier()
         self.reporter.print(
             f"epoch {epoch + 1}/{self.cfg.epochs}  loss {record['train_loss']:.4f}  "
