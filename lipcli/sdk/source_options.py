@@ -39,6 +39,7 @@ __all__ = ["SourceOption", "SourceOptions", "parse_config_file", "parse_option",
 #: a config file larger than this is not a configuration
 MAX_CONFIG_BYTES = 1 << 20
 _AMBIGUOUS = object()
+_NONE = object()
 
 
 @dataclass(frozen=True)
@@ -200,12 +201,21 @@ class SourceOptions:
                 raise ImportRefused(f"option {names[0]!r}: {first_origin} states {first!r}, {origin} states {value!r}")
         return True, first, first_origin
 
-    def require(self, name: str, *aliases: str, told: Any = None, hint: str = "") -> Any:
+    def configured(self) -> bool:
+        """Whether a whole configuration of the source is at hand (the checkpoint's own or
+        ``--config``), not only single ``--option`` values."""
+        return any(origin != "--option" and table for origin, table in self.stated.items())
+
+    def require(self, name: str, *aliases: str, told: Any = None, hint: str = "", default: Any = _NONE) -> Any:
         """The stated value of ``name`` (or ``told``, what the tensors themselves tell, when
-        not ``None``); refuses naming the option when neither is known."""
+        not ``None``); refuses naming the option when neither is known.  ``default``: the
+        source code's own default for a key its configuration may leave out
+        (``kwargs.get(name, default)``), taken only when a whole configuration is at hand."""
         from lipcli.sdk.importers import ImportRefused
 
         stated, value, _origin = self.lookup(name, *aliases)
+        if not stated and told is None and default is not _NONE and self.configured():
+            return default
         if stated:
             if told is not None and value != told:
                 raise ImportRefused(f"option {name}={value!r} is stated, but the checkpoint's tensors are "
@@ -218,12 +228,12 @@ class SourceOptions:
                             f"--option {name}=VALUE{hint}")
 
     def choose(self, name: str, mapping: Mapping[Any, Any], *aliases: str, told: Any = None,
-               hint: str = "", key=None) -> Any:
+               hint: str = "", key=None, default: Any = _NONE) -> Any:
         """``mapping[value]`` for the option's required value; refuses, naming the option and
         what lipcli maps, for a value outside ``mapping`` (``key`` normalises the value first)."""
         from lipcli.sdk.importers import ImportRefused
 
-        value = self.require(name, *aliases, told=told, hint=hint)
+        value = self.require(name, *aliases, told=told, hint=hint, default=default)
         k = key(value) if key is not None else value
         if k not in mapping:
             known = ", ".join(repr(v) for v in mapping)

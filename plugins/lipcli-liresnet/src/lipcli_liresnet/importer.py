@@ -29,7 +29,8 @@ The options of the authors' ``train.py`` configuration (``configs/*.yaml``, ``mo
 centring; ``act_name`` and ``use_lln`` change no shape, so they are taken from the
 configuration ``train.py`` saves in every checkpoint (``configs``, read as plain values by
 the weights-only loader) or, for a bare state dict, from ``lip import --config`` (their YAML)
-or ``--option``: never assumed.
+or ``--option``: never assumed (a configuration that leaves a key out gets ``GloroNet``'s
+default for it, as their code does).
 """
 
 from __future__ import annotations
@@ -154,13 +155,15 @@ class LiResNetImporter:
         s = _sizes(tensors, p)
         d, w, c, D, n, K, centred = (s[k] for k in ("d", "w", "c", "D", "n", "K", "centering"))
         hint = " (their configs/*.yaml)"
-        activation = options.choose("act_name", ACTIVATIONS, key=lambda v: str(v).lower(), hint=hint)
-        head = options.choose("use_lln", {True: "lln"}, hint=hint)
+        # GloroNet's own defaults (act_name='MinMax', use_lln=True) for a configuration without the key
+        activation = options.choose("act_name", ACTIVATIONS, key=lambda v: str(v).lower(), hint=hint,
+                                    default="MinMax")
+        head = options.choose("use_lln", {True: "lln"}, hint=hint, default=True)
         options.require("input_size", told=INPUT_SIDE)
         options.require("num_classes", told=K)
         options.require("depth", told=d)
         options.require("width", told=w)
-        stated = {"act_name": options.require("act_name"), "use_lln": True}
+        stated = {"act_name": options.require("act_name", default="MinMax"), "use_lln": True}
         flat = w * (FEATURE_SIDE // PATCH) ** 2
         expected: dict[str, tuple[int, ...]] = {
             f"{p}stem.0.weight": (w, c, STEM_KERNEL, STEM_KERNEL), f"{p}stem.0.bias": (w,),
