@@ -8,6 +8,8 @@ Usage (development time only; the test suite never runs this or fetches anything
     pip install --target /tmp/pydeps einops          # the authors' SOC modules import it
     PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_options.py bronet /tmp/bronet/bronet
     PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_options.py improved-l2 /tmp/il2
+    git -C <mirror of araujoalexandre/Lipschitz-SLL-Networks> archive 87865dbf74f0 | tar -x -C /tmp/sll
+    .venv/bin/python tools/make_import_fixtures_options.py sll /tmp/sll
 
 ``bronet``: the BRONet authors' ``BRONet`` (``bronet/models/model.py``) at configurations whose
 options change no tensor shape, made exactly as ``tools/make_import_fixtures_bronet.py bronet``
@@ -22,6 +24,14 @@ which lipcli refuses by name) -> ``plugins/lipcli-bro/tests/data/``.
 ``update_sigma``, three SGD steps, ``torch.save(model.state_dict())``, their
 ``evaluate_certificates(exact=True)`` constant and radii) -> ``tests/data/import/``; also the
 ``config.json`` ``train_robust.py`` writes (its arguments) for ``lip import --config``.
+``sll``: the SLL authors' ``LipschitzNetwork`` without convolutions (``n_conv 0``,
+``sll_cifar10_c0_d2_w4``, the trainer's checkpoint dictionary as ``tools/make_import_fixtures.py
+sll`` writes it) and one saved alone (``LipschitzNetwork.state_dict()``, no ``NormalizedModel``
+or ``DataParallel`` around it: ``sll_cifar10_c2_d0_w4_net``; its logits those of the
+``NormalizedModel`` their evaluation wraps it in) -> ``plugins/lipcli-sll/tests/data/``; and
+for every SLL case (these and ``make_import_fixtures.py``'s) ``<case>.config.json``: the
+``main.py`` arguments of the configuration (``shift_data: true``, their default).
+
 Shims, outside the authors' code: ``Tensor.cuda`` is the identity (``LipPool`` puts its angles
 on the GPU at construction), and their cuDNN extension's ``convolution_backward_weight`` is
 ``torch.nn.grad.conv2d_weight`` (the orthogonal last layer's SOC keeps ``fast_train=True``,
@@ -139,9 +149,47 @@ def improved_l2(src: Path) -> None:
         print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
 
 
+SLL_CASES = {
+    "sll_cifar10_c0_d2_w4": (dict(dataset="cifar10", n_conv=0, n_dense=2, w=4, conv_inner_dim=-1,
+                                  dense_inner_dim=16), False),
+    "sll_cifar10_c2_d0_w4_net": (dict(dataset="cifar10", n_conv=2, n_dense=0, w=4, conv_inner_dim=3,
+                                      dense_inner_dim=-1), True),
+}
+
+
+def sll(src: Path) -> None:
+    import argparse
+
+    from make_import_fixtures import SLL_CASES as SLL_BASE
+    from make_import_fixtures import SLL_MEANS, SLL_OUT
+
+    sys.path.insert(0, str(src))
+    from core.models.model import LipschitzNetwork, NormalizedModel  # the authors' modules
+
+    for case, (fields, alone) in SLL_CASES.items():
+        torch.manual_seed(0)
+        net = LipschitzNetwork(argparse.Namespace(**fields), 10)
+        model = torch.nn.DataParallel(NormalizedModel(net, SLL_MEANS[fields["dataset"]], (1.0, 1.0, 1.0)))
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, betas=(0.5, 0.9))
+        logits = _train_a_little(model, opt, 10)
+        state = (net.state_dict() if alone else
+                 {"epoch": 1, "global_step": 3, "model_state_dict": model.state_dict(),
+                  "optimizer_state_dict": opt.state_dict()})
+        torch.save(state, SLL_OUT / f"{case}.pth")
+        record = {"source": "github.com/araujoalexandre/Lipschitz-SLL-Networks", "commit": COMMITS["sll"],
+                  "importer": "sll", "config": fields, "saved": "LipschitzNetwork.state_dict()" if alone else
+                  "core/trainer.py checkpoint", "input_seed": INPUT_SEED, "inputs": [NUM_INPUTS, 3, 32, 32],
+                  "logits": logits.tolist()}
+        (SLL_OUT / f"{case}.logits.json").write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {case}: {sum(t.numel() for t in net.state_dict().values())} numbers")
+    for case, fields in {**SLL_BASE, **{c: f for c, (f, _a) in SLL_CASES.items()}}.items():
+        args = {**fields, "shift_data": True, "mode": "train", "loss": "xent"}
+        (SLL_OUT / f"{case}.config.json").write_text(json.dumps(args, indent=2) + "\n")
+
+
 def main() -> None:
     which, src = sys.argv[1], Path(sys.argv[2])
-    {"bronet": bronet, "improved-l2": improved_l2}[which](src)
+    {"bronet": bronet, "improved-l2": improved_l2, "sll": sll}[which](src)
 
 
 if __name__ == "__main__":
