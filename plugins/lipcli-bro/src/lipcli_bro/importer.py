@@ -42,6 +42,8 @@ import torch
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
 
+from lipcli.sdk.source_options import SourceOption
+
 from .border import mask_mapping
 from .lipconvnet import AUTHORS_MEAN, AUTHORS_STD, DEPTHS, layer_plan
 
@@ -63,6 +65,28 @@ SOC_BUFFERS = {"_u1": lambda C, k: (1, C, 1, k), "_v1": lambda C, k: (C, 1, k, 1
                "_u3": lambda C, k: (1, C, k, k), "_v3": lambda C, k: (C, 1, 1, 1),
                "_u4": lambda C, k: (C, 1, k, k), "_v4": lambda C, k: (1, C, 1, 1)}
 SOC_POWER_PAIRS = (("_v1", "_u1"), ("_v2", "_u2"), ("_v3", "_u3"), ("_u4", "_v4"))
+
+
+#: every option of their lipconvnet/main.py that changes the network, and how it is handled (each
+#: leaves its mark in the keys or shapes: no configuration is needed)
+OPTIONS = (
+    SourceOption("conv_layer", "the convolution", "the keys/shapes: bro -> bro (authors' form), soc -> soc-fast, "
+                 "lot -> lot:border=zero; cayley and standard refused by name"),
+    SourceOption("bro_rank", "the BRO rank", "the shapes"),
+    SourceOption("activation", "the activation", "the keys: maxmin -> maxmin; hh1/hh2 refused by name"),
+    SourceOption("lln", "the head", "the keys/shapes: lln -> lln, their LOT last layer -> lot, else refused"),
+    SourceOption("kernel", "the stride-2 layers' kernel in blocks 1-4", "the shapes: 3 mapped; others refused by name"),
+    SourceOption("num_dense, dense_layer", "dense layers", "the keys: 0 mapped, dense layers refused by name"),
+    SourceOption("block_size, init_channels, dataset", "the sizes", "the shapes"),
+)
+
+
+def _refuse_kernel(tensors: Mapping[str, Any], b: int) -> None:
+    """Their ``--kernel`` sets the stride-2 layers' kernel in blocks 1-4 (``layer{i}.{b-1}``)."""
+    t = tensors.get(f"layer1.{b - 1}.conv.weight")
+    if t is not None and t.dim() == 4 and t.shape[-1] != 3:
+        raise ImportRefused(f"cannot import option kernel={int(t.shape[-1])} (the stride-2 layers' "
+                            f"{int(t.shape[-1])}x{int(t.shape[-1])} filters): bronet-lipconvnet maps kernel 3 only")
 
 
 def source_prefix(name: str) -> str:
@@ -151,6 +175,7 @@ class BRONetLipConvNetImporter:
         names = set(tensors)
         _refuse_unsupported(names)
         b = _blocks(names, arch)
+        _refuse_kernel(tensors, b)
         first = _shape(tensors, "layer1.0.conv.bias", 1)[0]
         w = first if b > 1 else first // 2
         lot = _is_lot(tensors, b)
