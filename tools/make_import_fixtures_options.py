@@ -10,6 +10,7 @@ Usage (development time only; the test suite never runs this or fetches anything
     PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_options.py improved-l2 /tmp/il2
     git -C <mirror of araujoalexandre/Lipschitz-SLL-Networks> archive 87865dbf74f0 | tar -x -C /tmp/sll
     .venv/bin/python tools/make_import_fixtures_options.py sll /tmp/sll
+    PYTHONPATH=/tmp/pydeps .venv/bin/python tools/make_import_fixtures_options.py bronet-lipconvnet /tmp/bronet/lipconvnet
 
 ``bronet``: the BRONet authors' ``BRONet`` (``bronet/models/model.py``) at configurations whose
 options change no tensor shape, made exactly as ``tools/make_import_fixtures_bronet.py bronet``
@@ -31,6 +32,12 @@ or ``DataParallel`` around it: ``sll_cifar10_c2_d0_w4_net``; its logits those of
 ``NormalizedModel`` their evaluation wraps it in) -> ``plugins/lipcli-sll/tests/data/``; and
 for every SLL case (these and ``make_import_fixtures.py``'s) ``<case>.config.json``: the
 ``main.py`` arguments of the configuration (``shift_data: true``, their default).
+
+``bronet-lipconvnet``: BRONet's ``lipconvnet/`` LipConvNet with ``--kernel 5`` (the stride-2
+layers of layers 1-4), BRO (``bronet_lipconvnet_k5_b1_w2_c10``) and LOT
+(``bronet_lipconvnet_lot_k5_b1_w2_c10``), made as ``tools/make_import_fixtures.py
+bronet-lipconvnet`` makes its cases (behind the loader's normalisation, three SGD steps,
+``torch.save(model.state_dict())``) -> ``plugins/lipcli-bro/tests/data/``.
 
 Shims, outside the authors' code: ``Tensor.cuda`` is the identity (``LipPool`` puts its angles
 on the GPU at construction), and their cuDNN extension's ``convolution_backward_weight`` is
@@ -187,9 +194,40 @@ def sll(src: Path) -> None:
         (SLL_OUT / f"{case}.config.json").write_text(json.dumps(args, indent=2) + "\n")
 
 
+KERNEL_CASES = {
+    "bronet_lipconvnet_k5_b1_w2_c10": dict(conv_name="bro", activation="maxmin", init_channels=2, block_size=1,
+                                           num_classes=10, input_size=32, lln=True, kernel_size=5),
+    "bronet_lipconvnet_lot_k5_b1_w2_c10": dict(conv_name="lot", activation="maxmin", init_channels=2, block_size=1,
+                                               num_classes=10, input_size=32, lln=True, kernel_size=5),
+}
+
+
+def bronet_lipconvnet(src: Path) -> None:
+    from make_import_fixtures import COMMITS as C
+    from make_import_fixtures import _LoaderNormalized
+
+    torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+    sys.path.insert(0, str(src))
+    from models.lip_convnets import LipConvNet  # the authors' modules
+    from utils import cifar10_mean, cifar10_std
+
+    mean, std = torch.tensor(cifar10_mean).view(3, 1, 1), torch.tensor(cifar10_std).view(3, 1, 1)
+    for case, kwargs in KERNEL_CASES.items():
+        torch.manual_seed(0)
+        model = LipConvNet(**kwargs)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        logits = _train_a_little(_LoaderNormalized(model, mean, std), opt, kwargs["num_classes"])
+        torch.save(model.state_dict(), BRONET_OUT / f"{case}.pt")
+        record = {"source": "github.com/ntuaislab/BRONet", "commit": C["bronet-lipconvnet"],
+                  "importer": "bronet-lipconvnet", "lipconvnet_args": kwargs, "input_seed": INPUT_SEED,
+                  "inputs": [NUM_INPUTS, 3, 32, 32], "logits": logits.tolist()}
+        (BRONET_OUT / f"{case}.logits.json").write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {case}: {sum(t.numel() for t in model.state_dict().values())} numbers")
+
+
 def main() -> None:
     which, src = sys.argv[1], Path(sys.argv[2])
-    {"bronet": bronet, "improved-l2": improved_l2, "sll": sll}[which](src)
+    {"bronet": bronet, "improved-l2": improved_l2, "sll": sll, "bronet-lipconvnet": bronet_lipconvnet}[which](src)
 
 
 if __name__ == "__main__":
