@@ -144,16 +144,18 @@ class _Evaluation:
 
 def _load(
     model_path: str | os.PathLike, options: CertifyOptions, reg: Registry, device: torch.device,
-    times: dict[str, float], notes: list[str],
+    times: dict[str, float], notes: list[str], loaded: Any = None,
 ) -> _Evaluation:
-    """Step 1: the model (eval mode, on ``device``) and the data set, checked against each other."""
+    """Step 1: the model (eval mode, on ``device``) and the data set, checked against each
+    other; ``loaded``: ``(model, model file, (dataset, info) or None)`` a caller already holds
+    (the model carrying exactly the file's tensors: ``lip import --compare``)."""
     t0 = time.perf_counter()
-    model, mf = load_model(model_path, registry=reg, device=device)
-    model.eval()
+    model, mf, data = loaded if loaded is not None else (*load_model(model_path, registry=reg, device=device), None)
+    model.to(device).eval()
     loaded_sha256 = tensors_fingerprint(mf.tensors)
     times["load"] = time.perf_counter() - t0
     recorded = mf.metadata.get("dataset")
-    dataset, ds_info = load_dataset(
+    dataset, ds_info = data if data is not None else load_dataset(
         reg, recorded, name=options.dataset, data_dir=options.data_dir,
         download=options.download, split=options.split, model_path=model_path,
     )
@@ -263,8 +265,10 @@ def run_certification(
     *,
     registry: Registry | None = None,
     progress: Progress | None = None,
+    loaded: Any = None,
 ) -> CertifyOutcome:
-    """Certify the model in ``model_path`` (see the package docstring). Writes the summary to
+    """Certify the model in ``model_path`` (see the package docstring; ``loaded``: the model,
+    its model file and data a caller already holds, :func:`_load`). Writes the summary to
     the file's ``results["certify"]`` and the certificate cache to ``cache[<name>]`` unless
     ``options.write`` is false or an attack found a soundness violation.  Runs with TF32
     disabled (:mod:`lipcli.numerics.precision`)."""
@@ -278,7 +282,7 @@ def run_certification(
     times: dict[str, float] = {}
     notes: list[str] = []
     t_start = time.perf_counter()
-    ev = _load(model_path, options, reg, device, times, notes)  # 1. model and data set
+    ev = _load(model_path, options, reg, device, times, notes, loaded)  # 1. model and data set
     with memory_step("eval lowering build", *_SIZED["lowering"]):  # 2. features, by the eval lowering
         run_model, network = _lower(ev, options, times, notes)
     with memory_step("feature extraction", *_SIZED["batch"]):
@@ -304,7 +308,7 @@ def run_certification(
     )
     outcome = CertifyOutcome(
         summary=summary, labels=feats.labels, predictions=predictions, radius=radius,
-        violations=violations, indices=ev.indices,
+        violations=violations, indices=ev.indices, model=ev.model, dataset=ev.dataset,
     )
     if options.write and not violations:
         _store_results(model_path, ev.loaded_sha256, cert, outcome)

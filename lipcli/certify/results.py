@@ -253,6 +253,10 @@ class CertifyOutcome:
     radius: torch.Tensor  # float64, input space, radius of the predicted class
     violations: list[Violation] = field(default_factory=list)
     indices: list[int] | None = None  # the points' indices in the split (None: all, in order)
+    #: the model certified and the points it was certified on (in ``indices`` order), for a
+    #: caller that goes on with them (``lip import --compare``); not part of the summary
+    model: Any = field(default=None, repr=False)
+    dataset: Any = field(default=None, repr=False)
 
     @property
     def correct(self) -> torch.Tensor:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 
@@ -26,6 +26,20 @@ def import_(
         "--arch", help="The source's architecture, when the checkpoint's shapes do not decide it "
         "(the importer's words, e.g. lipconvnet-10).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing model file.")] = False,
+    config: Annotated[Optional[Path], typer.Option(
+        "--config", help="The source's own configuration (a JSON object such as the config.json its "
+        "training script wrote, or its YAML config): the options the checkpoint's shapes cannot tell.",
+        show_default=False)] = None,
+    option: Annotated[Optional[List[str]], typer.Option(
+        "--option", help="NAME=VALUE: one option of the source's configuration, by the source's name "
+        "(e.g. act_name=MinMax); repeatable.", show_default=False)] = None,
+    verify: Annotated[Optional[Path], typer.Option(
+        "--verify", help="INPUTS_AND_LOGITS.npz ('inputs' (N,C,H,W) in [0,1], 'logits' (N,K) from the "
+        "source's code in eval mode): refuse to write the model file unless its logits match.",
+        show_default=False)] = None,
+    verify_tolerance: Annotated[float, typer.Option(
+        "--verify-tolerance", help="--verify: the largest difference allowed, "
+        "relative to max(1, max |logit|).")] = 1e-4,
     compare: Annotated[bool, typer.Option(
         "--compare", help="Then certify the imported model on its data set both ways: the source's "
         "own rule (its Lipschitz estimate, head formula, top-k) and lipcli's (guaranteed bound, all "
@@ -54,7 +68,8 @@ def import_(
     from lipcli.importing.api import run
 
     report = run(checkpoint, source, out, arch=arch, overwrite=overwrite, compare=compare, radii=radii,
-                 dataset=dataset, data_dir=data_dir, download=download, limit=limit)
+                 dataset=dataset, data_dir=data_dir, download=download, limit=limit, config=config,
+                 options=tuple(option or ()), verify=verify, verify_tolerance=verify_tolerance)
     lines = [] if json_out else report_lines(report)
     if report.compare is not None and not json_out:
         lines += comparison_lines(report.compare)
@@ -71,6 +86,12 @@ def report_lines(report: Any) -> list[str]:
              f"checkpoint {report.checkpoint} ({report.format}, sha256 {report.sha256})",
              "GUARANTEED Lipschitz bound of the features: "
              + ("none (see `lip lipschitz`)" if bound is None else f"{bound:.8g}")]
+    if report.options:
+        lines.append("source options: " + ", ".join(f"{k}={v}" for k, v in report.options.items()))
+    if report.verify is not None:
+        v = report.verify
+        lines.append(f"verified against {v.file}: {v.points} inputs, logits within {v.max_abs_error:.3g} "
+                     f"({v.relative_error:.3g} of max(1, |logit|); tolerance {v.tolerance:g})")
     if report.ignored:
         lines.append(f"not imported (estimator state lipcli does not use): {len(report.ignored)} tensors")
     return lines

@@ -19,7 +19,6 @@ import torch
 from lipcli.certify.data import load_dataset, stack
 from lipcli.certify.driver import run_certification
 from lipcli.certify.options import CertifyOptions
-from lipcli.host.models import load_model
 from lipcli.host.plugins import Registry
 
 __all__ = ["CompareRow", "ImportComparison", "check_compare_data", "compare_certificates"]
@@ -65,28 +64,27 @@ def _source_side(importer: Any, model: torch.nn.Module, images: torch.Tensor) ->
 
 
 def check_compare_data(options: CertifyOptions, record: dict[str, Any] | None, out: str | os.PathLike,
-                       registry: Registry) -> None:
+                       registry: Registry) -> Any:
     """Read the data ``compare_certificates`` will use (``record``: the data set the model file
-    will record), before that file is written: a bad data set or folder is refused first."""
-    load_dataset(registry, record, name=options.dataset, data_dir=options.data_dir,
+    will record), before that file is written: a bad data set or folder is refused first;
+    returns ``(dataset, info)`` for the comparison (read once)."""
+    return load_dataset(registry, record, name=options.dataset, data_dir=options.data_dir,
                  download=options.download, split=options.split, model_path=out)
 
 
 def compare_certificates(model_path: str | os.PathLike, importer: Any, options: CertifyOptions,
-                         registry: Registry) -> ImportComparison:
-    """Certify ``model_path`` both ways on ``options``' data (see the module)."""
-    outcome = run_certification(model_path, options, registry=registry)
-    model, mf = load_model(model_path, registry=registry)
-    dataset, _info = load_dataset(registry, mf.metadata.get("dataset"), name=options.dataset,
-                                  data_dir=options.data_dir, download=options.download,
-                                  split=options.split, model_path=model_path)
-    indices = outcome.indices if outcome.indices is not None else list(range(len(outcome.labels)))
-    images, labels = stack(dataset, indices)
+                         registry: Registry, loaded: Any = None) -> ImportComparison:
+    """Certify ``model_path`` both ways on ``options``' data (see the module); ``loaded``: the
+    model, model file and data a caller holds (:func:`lipcli.certify.driver.run_certification`),
+    so that nothing is built, read or loaded twice."""
+    outcome = run_certification(model_path, options, registry=registry, loaded=loaded)
+    model, dataset = outcome.model, outcome.dataset  # the points certified, in their order
+    images, labels = stack(dataset, list(range(len(dataset))))
     correct = outcome.predictions.cpu() == labels
     source = _source_side(importer, model, images)
     summary = outcome.summary
     comparison = ImportComparison(
-        points=len(indices), clean_accuracy=float(correct.double().mean()),
+        points=len(labels), clean_accuracy=float(correct.double().mean()),
         lipcli_lipschitz=float(summary.lipschitz.value),
         source_lipschitz=None if source is None else float(source.lipschitz),
         source_label="" if source is None else source.label,

@@ -12,6 +12,7 @@ the guaranteed Lipschitz bound (as ``lip train`` does); write config, bound, dat
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from dataclasses import dataclass, field
@@ -29,9 +30,11 @@ from lipcli.host.plugins import Registry, get_registry
 from lipcli.sdk.checkpoints import Checkpoint, CheckpointError, read_checkpoint
 from lipcli.sdk.errors import LipError, LipUsageError, ModelFileError
 from lipcli.sdk.importers import ImportPlan, SourceImporter
+from lipcli.sdk.source_options import SourceOptions, parse_config_file, parse_option
 from lipcli.sdk.specs import Component
+from lipcli.importing.verify import DEFAULT_VERIFY_TOLERANCE, verify_logits
 
-__all__ = ["ImportReport", "check_against_plan", "compare_imported", "import_checkpoint", "prepare"]
+__all__ = ["ImportReport", "check_against_plan", "compare_imported", "import_checkpoint", "prepare", "source_options"]
 
 #: how many names a missing/unexpected-key message lists
 _SHOWN = 3
@@ -52,11 +55,16 @@ class ImportReport:
     config: dict[str, Any]
     lipschitz_upper_bound: float | None
     ignored: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+    verify: Any = None
     compare: Any = None
+    #: the imported network (what ``--compare`` certifies, with the written file's tensors)
+    model: Any = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "compare"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("compare", "verify", "model")}
         out["compare"] = None if self.compare is None else self.compare.to_json()
+        out["verify"] = None if self.verify is None else self.verify.to_json()
         return out
 
 
@@ -87,8 +95,15 @@ def check_against_plan(ckpt: Checkpoint, plan: ImportPlan, importer: str) -> Non
 
 
 def _build(ckpt: Checkpoint, plan: ImportPlan, registry: Registry) -> tuple[nn.Module, dict[str, Component]]:
-    choices = {kind: plan.model[kind] for kind in ("arch", "conv", "activation", "pool", "head")}
+    choices = {kind: plan.model[kind] for kind in COMPONENT_KINDS if kind in plan.model}
+    unstated = [key for key in ("arch", "head", "mean", "std") if key not in plan.model]
+    if unstated:  # an importer bug: nothing stands in for what the source's network computes
+        raise CheckpointError(f"{ckpt.path}: the importer does not state the network's {', '.join(unstated)} "
+                              "(an input normalisation it has none of is mean 0, std 1)")
     components = resolve_components(choices, registry)
+    lacking = [kind for kind in components if kind not in plan.model]
+    if lacking:
+        raise CheckpointError(f"{ckpt.path}: the importer does not state the network's {', '.join(lacking)}")
     sizes = {k: plan.model[k] for k in _MODEL_KEYS if k in plan.model}
     if "image_size" in sizes:
         sizes["image_size"] = tuple(sizes["image_size"])
@@ -146,14 +161,42 @@ def _check_out(out: Path, overwrite: bool) -> None:
         raise LipUsageError(f"cannot write {out}: directory {out.parent} does not exist")
 
 
+def source_options(ckpt: Checkpoint, config: str | os.PathLike | None = None,
+                   options: list[str] | tuple[str, ...] = ()) -> SourceOptions:
+    """The source's configuration stated by the checkpoint's own plain values (``configs``),
+    ``--config FILE`` and ``--option NAME=VALUE`` (:mod:`lipcli.sdk.source_options`)."""
+    stated = SourceOptions.from_checkpoint(ckpt.values)
+    if config is not None:
+        stated.add(f"--config {Path(config).name}", parse_config_file(config))
+    if options:
+        stated.add("--option", dict(parse_option(o) for o in options))
+    return stated
+
+
+def _plan(importer: SourceImporter, tensors: dict[str, Any], arch: str | None, stated: SourceOptions,
+          told: bool) -> ImportPlan:
+    try:
+        takes = "options" in inspect.signature(importer.plan).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if takes:
+        return importer.plan(tensors, arch, options=stated)
+    if told:
+        raise LipUsageError("--config/--option: this importer reads every option from the checkpoint's shapes "
+                            "(leave them out)")
+    return importer.plan(tensors, arch)
+
+
 def prepare(checkpoint: str | os.PathLike, source: str, *, arch: str | None = None,
-            registry: Registry | None = None) -> tuple[nn.Module, Checkpoint, ImportPlan, Component, SourceImporter]:
+            registry: Registry | None = None, config: str | os.PathLike | None = None,
+            options: list[str] | tuple[str, ...] = ()) -> tuple[nn.Module, Checkpoint, ImportPlan, Component, SourceImporter]:
     """Read, check, build and load (no file written): the imported model and what made it."""
     reg = registry or get_registry()
     comp = reg.component("importer", source)
     importer = comp.build()
     ckpt = read_checkpoint(checkpoint)
-    plan = importer.plan(dict(ckpt.tensors), arch)
+    stated = source_options(ckpt, config, options)
+    plan = _plan(importer, dict(ckpt.tensors), arch, stated, told=config is not None or bool(options))
     check_against_plan(ckpt, plan, comp.name)
     model, _components = _build(ckpt, plan, reg)
     with torch.no_grad():
@@ -164,7 +207,9 @@ def prepare(checkpoint: str | os.PathLike, source: str, *, arch: str | None = No
 
 def import_checkpoint(
     checkpoint: str | os.PathLike, source: str, out: str | os.PathLike, *, arch: str | None = None,
-    overwrite: bool = False, registry: Registry | None = None,
+    overwrite: bool = False, registry: Registry | None = None, config: str | os.PathLike | None = None,
+    options: list[str] | tuple[str, ...] = (), verify: str | os.PathLike | None = None,
+    verify_tolerance: float = DEFAULT_VERIFY_TOLERANCE,
     before_write: Callable[[dict[str, Any] | None], None] | None = None,
 ) -> ImportReport:
     """Import ``checkpoint`` with the importer named ``source`` and write ``out`` (see the module).
@@ -177,7 +222,9 @@ def import_checkpoint(
     out = Path(out)
     _check_out(out, overwrite)
     reg = registry or get_registry()
-    model, ckpt, plan, comp, _importer = prepare(checkpoint, source, arch=arch, registry=reg)
+    model, ckpt, plan, comp, _importer = prepare(checkpoint, source, arch=arch, registry=reg, config=config,
+                                                 options=options)
+    checked = None if verify is None else verify_logits(model, verify, verify_tolerance)
     try:
         lipschitz = lipschitz_record(model, estimate=True)
     except (ArithmeticError, ValueError) as exc:  # e.g. a zero std, zero power vectors
@@ -191,8 +238,10 @@ def import_checkpoint(
     provenance = {
         "source": getattr(spec, "source", ""), "importer": comp.to_config(), "format": ckpt.format,
         "sha256": ckpt.sha256, "checkpoint": Path(ckpt.path).name, "description": plan.description,
-        "ignored": sorted(plan.ignored),
+        "ignored": sorted(plan.ignored), "options": dict(plan.options),
     }
+    if checked is not None:
+        provenance["verified"] = checked.to_json()
     record = _dataset_record(plan.dataset, reg)
     if before_write is not None:
         before_write(record)
@@ -205,17 +254,26 @@ def import_checkpoint(
         checkpoint=str(checkpoint), out=str(out), source=provenance["source"], importer=comp.name,
         format=ckpt.format, sha256=ckpt.sha256, description=plan.description,
         config=dict(model.lipcli_config), lipschitz_upper_bound=lipschitz.get("upper_bound"),
-        ignored=sorted(plan.ignored),
+        ignored=sorted(plan.ignored), options=dict(plan.options), verify=checked, model=model,
     )
 
 
-def compare_imported(report: ImportReport, options: Any, registry: Registry | None = None) -> Any:
+def compare_imported(report: ImportReport, options: Any, registry: Registry | None = None,
+                     data: Any = None) -> Any:
     """``lip import --compare``: the written model certified by the source's rule and by
     lipcli's (:func:`lipcli.importing.compare.compare_certificates`; ``options`` a
-    :class:`~lipcli.certify.CertifyOptions`); stored in ``report.compare`` and returned."""
+    :class:`~lipcli.certify.CertifyOptions`); stored in ``report.compare`` and returned.
+    One walk: the imported network itself, given the written file's tensors (read once), and
+    ``data`` (``(dataset, info)``) when the caller read it already."""
+    from lipcli.host.modelfile import read_model_file
     from lipcli.importing.compare import compare_certificates
 
     reg = registry or get_registry()
     importer = reg.component("importer", report.importer).build()
-    report.compare = compare_certificates(report.out, importer, options, reg)
+    loaded = None
+    if report.model is not None:
+        mf = read_model_file(report.out)
+        report.model.load_state_dict(mf.tensors, strict=True)  # exactly what the file stores
+        loaded = (report.model, mf, data)
+    report.compare = compare_certificates(report.out, importer, options, reg, loaded=loaded)
     return report.compare

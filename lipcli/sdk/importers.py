@@ -8,7 +8,7 @@ the keys and shapes against the importer's :class:`ImportPlan` *before* it build
 refuses non-finite weights, builds the model, loads :meth:`SourceImporter.convert`'s tensors
 strictly, computes the guaranteed bound and writes the model file.
 
-``plan(tensors, arch)``
+``plan(tensors, arch)`` or ``plan(tensors, arch, options=...)``
     From the checkpoint's tensors (the file's own, by flattened name; nothing else is
     allocated yet: decide from their shapes, read a value only after checking its shape) and
     the user's ``--arch`` (``None``: infer it), return an :class:`ImportPlan`: the
@@ -16,7 +16,12 @@ strictly, computes the guaranteed bound and writes the model file.
     (:attr:`ImportPlan.expected`), the keys it knows but does not import
     (:attr:`ImportPlan.ignored`) and the data set.  Raise :class:`ImportRefused` (one line,
     naming the missing piece) for what lipcli cannot represent, ``LipUsageError`` for a bad
-    ``--arch``.
+    ``--arch``.  An importer whose source has options the shapes cannot tell declares the
+    ``options`` parameter: a :class:`~lipcli.sdk.source_options.SourceOptions` with what the
+    checkpoint's own values, ``--config FILE`` and ``--option NAME=VALUE`` state; it takes
+    every such option from there and never assumes one (``options.require``/``choose`` refuse,
+    naming it).  Its table of the source's options that change the function is its ``OPTIONS``
+    (:class:`~lipcli.sdk.source_options.SourceOption` rows).
 ``convert(tensors, plan)``
     The lipcli state dict (every key of the built model's ``state_dict()``) from the source
     tensors (the keys of ``plan.expected``, shapes already checked, all finite).
@@ -48,9 +53,11 @@ class ImportRefused(CheckpointError):
 class ImportPlan:
     """What an importer makes of a checkpoint (see the module).
 
-    ``model``: the component choices by kind (``arch``, ``conv``, ``activation``, ``pool``,
-    ``head``; each ``"name"``, ``"name:key=value,..."`` or a config entry) and optionally
-    ``num_classes``, ``in_channels``, ``image_size``, ``mean``, ``std`` (as
+    ``model``: the component choices by kind (``arch``, ``head`` and every other slot of the
+    architecture: ``conv``, ``activation``, ``pool`` where it has them; each ``"name"``,
+    ``"name:key=value,..."`` or a config entry), the input normalisation ``mean`` and ``std``
+    of the source's network (required: nothing stands in for it; mean 0 and std 1 where it
+    has none), and optionally ``num_classes``, ``in_channels``, ``image_size`` (as
     :func:`lipcli.host.models.make_config` takes them).  ``expected``: source key -> shape,
     every tensor the importer reads (a checkpoint key outside ``expected`` and ``ignored`` is
     refused as unexpected).  ``ignored``: source keys accepted and not imported (estimator
@@ -58,6 +65,8 @@ class ImportPlan:
     ``dataset`` component name) or ``None``.  ``description``: one line for the report (e.g.
     ``"LipConvNet-10 (width 32), SOC, LLN head"``).  ``source_state``: values the importer's
     ``source_certificates`` needs later (e.g. the source's own head weights), JSON-free.
+    ``options``: the source's options that decided the network (name -> value, JSON values),
+    recorded in the model file's provenance.
     """
 
     model: Mapping[str, Any]
@@ -66,6 +75,7 @@ class ImportPlan:
     dataset: str | None = None
     description: str = ""
     source_state: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -45,12 +45,15 @@ def check_import_fixture(checkpoint: str | Path, importer: str, out: str | Path,
                          rtol: float = 1e-5) -> ImportFixtureReport:
     """Import ``checkpoint`` with ``importer`` to ``out`` and check it against
     ``<checkpoint stem>.logits.json`` (keys ``source``, ``input_seed``, ``inputs`` (the shape
-    of ``torch.rand`` inputs drawn with that seed) and ``logits``): logits within ``rtol``
+    of ``torch.rand`` inputs drawn with that seed) and ``logits``; ``<stem>.config.json``, the
+    source's configuration, is passed as ``--config`` when present): logits within ``rtol``
     (and ``rtol · max|logit|`` absolute), provenance, and bound >= the features' Jacobian
     norm in float64 at one seeded input of the same shape."""
     checkpoint, out = Path(checkpoint), Path(out)
     record = json.loads(checkpoint.with_name(f"{checkpoint.stem}.logits.json").read_text())
-    result = run_lip(["import", str(checkpoint), "--from", importer, "--out", str(out)])
+    config = checkpoint.with_name(f"{checkpoint.stem}.config.json")  # the source's own arguments
+    extra = ["--config", str(config)] if config.is_file() else []
+    result = run_lip(["import", str(checkpoint), "--from", importer, "--out", str(out), *extra])
     assert result.exit_code == 0, result.output
     model, mf = load_model(out)
     with torch.no_grad():
@@ -74,11 +77,14 @@ def check_import_fixture(checkpoint: str | Path, importer: str, out: str | Path,
 
 def check_import_refused(checkpoint: str | Path, importer: str, message: str, *, code: int = 1) -> str:
     """``lip import checkpoint --from importer`` fails with exit ``code`` and one line of stderr
-    containing ``message``, and writes nothing in the checkpoint's folder; returns the line."""
+    containing ``message``, and writes nothing in the checkpoint's folder (``<stem>.config.json``
+    passed as ``--config`` when present); returns the line."""
     checkpoint = Path(checkpoint)
     before = sorted(p.name for p in checkpoint.parent.iterdir())
     out = checkpoint.parent / "imported.safetensors"
-    result = run_lip(["import", str(checkpoint), "--from", importer, "--out", str(out)])
+    config = checkpoint.with_name(f"{checkpoint.stem}.config.json")  # the source's own arguments
+    extra = ["--config", str(config)] if config.is_file() else []
+    result = run_lip(["import", str(checkpoint), "--from", importer, "--out", str(out), *extra])
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == code and len(lines) == 1 and message in lines[0], result.output
     assert sorted(p.name for p in checkpoint.parent.iterdir()) == before, "lip import wrote a file"

@@ -15,11 +15,22 @@ Source layout (``lip_convnets.LipConvNet``; block size ``b = depth/5``, stem wid
 
 An SOC layer holds ``weight``, ``bias`` and the power vectors ``_u1 .. _v4`` of the four
 reshapes of its skew filter; they define the layer's ``σ`` (the smallest of the four
-quotients), so they are imported as lipcli's ``power_u{r}``/``power_v{r}`` (the row and
-column vectors of reshape ``r``: ``_v1/_u1``, ``_v2/_u2``, ``_v3/_u3``, ``_u4/_v4``).  The CRC head's ``_u``/``_v`` (its curvature power
-vectors) are estimator state lipcli does not use.  MaxMin and the pairwise max pool are
-lipcli's ``maxmin`` and ``max``; the source's HouseHolder activations, LipPool and orthogonal
-heads are refused naming the missing piece.
+quotients), so they are imported as lipcli's ``power_u{r}``/``power_v{r}`` (``_v1/_u1``,
+``_v2/_u2``, ``_v3/_u3``, ``_u4/_v4``); the CRC head's ``_u``/``_v`` are estimator state.  MaxMin and the pairwise max pool are
+lipcli's ``maxmin`` and ``max``; the source's projection pooling (``--pooling lip1``,
+``LipPool``: the signed distance of each channel pair to the cone of angle
+``clamp(θ, 0, π)``) is lipcli's ``projection`` pool, ``θ`` as it is (``blockN.{b-1}.act.theta``
+-> ``body.blockN_pool.theta``).  The source's orthogonal last layer (``--last-layer ortho``
+with SOC: a 1×1 SOC layer from the ``D`` features, its first ``K`` outputs) is the
+``ortho`` head of lipcli-ortho-head (installed): its ``K × D`` matrix is the source's
+evaluation series (15 terms of ``exp(S/σ)``, ``σ`` from the stored power vectors; float64)
+cut to ``K`` rows, which lipcli's head re-orthonormalises (a change of ~1e-7: their series is
+orthogonal to rounding) and bounds with a guaranteed spectral bound (:func:`_ortho_head`).
+Their HouseHolder activations and their Cayley/BCOP orthogonal last layers are refused
+naming the piece.
+
+Every option of ``train_robust.py`` that changes the network (:data:`OPTIONS`) leaves its mark
+in the keys or shapes; a stated configuration (``--config``, ``--option``) must agree with them.
 
 The source's Cayley LipConvNet (``conv_name='cayley'``: ``weight``, ``bias`` and the scale
 ``alpha`` per layer) maps onto the same architecture with the ``cayley`` convolution of the
@@ -48,6 +59,7 @@ import torch
 
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
+from lipcli.sdk.source_options import SourceOption, SourceOptions
 
 from .network import DEPTHS
 
@@ -56,6 +68,21 @@ _SOC_KEYS = ("weight", "bias", "_u1", "_v1", "_u2", "_v2", "_u3", "_v3", "_u4", 
 #: the source's power vectors of lipcli's reshape r (rows, columns): the source's ``_u4`` is
 #: indexed (out, tap, tap) and ``_v4`` by the input channel; the other pairs the other way
 _POWER_VECTORS = (("_v1", "_u1"), ("_v2", "_u2"), ("_v3", "_u3"), ("_u4", "_v4"))
+#: every option of train_robust.py that changes the network, and how it is handled (all told by the keys)
+OPTIONS = (
+    SourceOption("conv_layer", "the orthogonal convolution", "the keys: soc -> soc-fast, cayley -> cayley, "
+                 "bcop -> bcop:taps=authors"),
+    SourceOption("activation", "the activation", "the keys: maxmin -> maxmin; hh1/hh2 (theta) refused by name"),
+    SourceOption("pooling", "the channel-halving pool", "the keys: max -> max, lip1 (theta) -> projection"),
+    SourceOption("last_layer", "the head", "the keys: lln -> lln, crc_full -> mlp, ortho (SOC) -> ortho; "
+                 "Cayley/BCOP ortho and crc_ortho refused by name"),
+    SourceOption("num_layers, init_channels, num_hidden, dataset", "the sizes", "the shapes"),
+    SourceOption("fast_train", "the SOC backward pass only (not the function)", "not needed"),
+)
+#: stated train_robust.py arguments that must agree with the keys: option -> plan key
+_TOLD = {"conv_layer": "conv_layer", "activation": "activation", "pooling": "pooling",
+         "last_layer": "last_layer", "num_layers": "num_layers", "init_channels": "init_channels"}
+_SOC_TERMS = 15  # SOC(eval_terms=15): the evaluation series of their orthogonal last layer
 _NUM_OTHER = 9  # the source's --num-other: classes its certificate compares with
 _DATASETS = {10: "cifar10", 100: "cifar100"}
 #: the most layers per block: lipcli's deepest registered LipConvNet
@@ -143,18 +170,21 @@ def _cayley_state(tensors: Mapping[str, Any], src: str, k: int, size: int) -> di
             "spatial_size": torch.tensor((size, size), dtype=torch.int64)}
 
 
+def _is_pool_theta(name: str, t: Any) -> bool:
+    """LipPool's angles: one-dimensional ``blockN.j.act.theta`` (HouseHolder's are 4-D)."""
+    return name.endswith(".act.theta") and t.dim() == 1 and not name.startswith("init_layer")
+
+
 def _refuse_unsupported(tensors: Mapping[str, Any]) -> None:
     names = set(tensors)
-    thetas = [n for n in names if re.search(r"\.act\.theta\d?$", n)]
-    if thetas:  # LipPool's theta is one-dimensional, HouseHolder's (1, C/2, 1, 1) or per group
-        pool = any(n.endswith(".act.theta") and tensors[n].dim() == 1 and not n.startswith("init_layer")
-                   for n in thetas)
-        piece = ("the source's LipPool ('lip1' pooling)" if pool
-                 else "the source's HouseHolder activations ('hh1'/'hh2')")
-        raise ImportRefused(f"cannot import {piece}: improved-l2 maps no lipcli component to it yet")
-    if any(n.startswith("logits_layer.ortho.") for n in names):
-        raise ImportRefused("cannot import the source's orthogonal head ('ortho' last layer): "
-                            "improved-l2 maps no lipcli head to it yet (use the lln or crc_full heads)")
+    thetas = [n for n in names if re.search(r"\.act\.theta\d?$", n) and not _is_pool_theta(n, tensors[n])]
+    if thetas:  # HouseHolder's theta is (1, C/2, 1, 1) or per group
+        raise ImportRefused("cannot import the source's HouseHolder activations (--activation hh1/hh2): "
+                            "improved-l2 maps no lipcli component to them yet")
+    if any(n.startswith("logits_layer.ortho.") for n in names) and not all(
+            f"logits_layer.ortho.{k}" in names for k in _SOC_KEYS):
+        raise ImportRefused("cannot import the source's Cayley or BCOP orthogonal last layer (--last-layer ortho "
+                            "with --conv-layer cayley/bcop): improved-l2 maps the SOC one only")
     if any(n.startswith("features_layer.") for n in names):
         raise ImportRefused("cannot import the source's 'crc_ortho' features layer: no lipcli equivalent yet")
 
@@ -179,6 +209,38 @@ def _block_size(names: set[str], arch: str | None) -> int:
     return b
 
 
+def _pool_layers(b: int, w: int, last: bool) -> dict[str, tuple[str, int]]:
+    """The source's LipPool keys -> (lipcli pool module, channels in): the stride-2 layer of
+    blocks 1-4 (``4C`` channels) and, unless the head is ``crc_full``, block 5's last layer."""
+    out, c = {}, w
+    for n in range(1, 5):
+        out[f"block{n}.{b - 1}.act.theta"] = (f"block{n}_pool", 4 * c)
+        c *= 2
+    if last:
+        out[f"block5.{b - 1}.act.theta"] = ("block5_pool", 4 * c)
+    return out
+
+
+def _ortho_head(tensors: Mapping[str, Any], k: int) -> torch.Tensor:
+    """The ``K × D`` matrix of the source's SOC 1×1 last layer in evaluation: ``S = (W − Wᵀ)/2``
+    over ``σ = min_r Σ S·u_r·v_r`` (the stored vectors), the series ``Σ_{j<15} S^j/j!`` by
+    Horner (their ``conv_exp``/``SOC_Function``), its first ``K`` rows; float64, then the
+    checkpoint's dtype."""
+    p = "logits_layer.ortho."
+    w = tensors[p + "weight"].double()
+    skew4 = 0.5 * (w - w.transpose(0, 1))
+    sigma = min(float((skew4 * tensors[p + f"_u{r}"].double() * tensors[p + f"_v{r}"].double()).sum())
+                for r in range(1, 5))
+    if not sigma > 0:
+        raise ImportRefused("cannot import logits_layer.ortho: its power vectors give sigma <= 0")
+    skew = skew4[:, :, 0, 0] / sigma
+    eye = torch.eye(skew.shape[0], dtype=torch.float64)
+    m = eye.clone()
+    for i in range(_SOC_TERMS - 1, 0, -1):
+        m = eye + skew @ m / i
+    return m[:k].to(tensors[p + "weight"].dtype)
+
+
 def _values(tensors: Mapping[str, Any], key: str, shape: tuple[int, ...]) -> list[float] | None:
     t = tensors.get(key)
     if t is None or tuple(t.shape) != shape or not bool(torch.isfinite(t).all()):
@@ -189,7 +251,8 @@ def _values(tensors: Mapping[str, Any], key: str, shape: tuple[int, ...]) -> lis
 class ImprovedL2Importer:
     """The ``improved-l2`` importer (see the module)."""
 
-    def plan(self, tensors: Mapping[str, Any], arch: str | None) -> ImportPlan:
+    def plan(self, tensors: Mapping[str, Any], arch: str | None,
+             options: SourceOptions | None = None) -> ImportPlan:
         names = set(tensors)
         _refuse_unsupported(tensors)
         b = _block_size(names, arch)
@@ -207,7 +270,21 @@ class ImprovedL2Importer:
             shapes = (_cayley_shapes if cayley else _bcop_shapes if bcop else _soc_shapes)(c_in, c_out, k, s)
             expected.update({f"{src}.{key}": shape for key, shape in shapes.items()})
         ignored: list[str] = []
-        if "logits_layer.linear1.weight" in names:
+        pool_thetas = {n for n in names if _is_pool_theta(n, tensors[n])}
+        pools = _pool_layers(b, w, last="logits_layer.linear1.weight" not in names)
+        if pool_thetas:
+            if pool_thetas != set(pools):
+                raise ImportRefused(f"LipPool angles at {sorted(pool_thetas)[:3]}, not at every pooling layer "
+                                    f"({', '.join(sorted(pools))}): not the source's --pooling lip1 network")
+            expected.update({key: (c // 2,) for key, (_dst, c) in pools.items()})
+        pool = "projection" if pool_thetas else "max"
+        if "logits_layer.ortho.weight" in names:
+            bias = tensors.get("logits_layer.ortho.bias")
+            k = int(bias.shape[0]) if bias is not None and bias.dim() == 1 else 10
+            expected.update({f"logits_layer.ortho.{key}": shape
+                             for key, shape in _soc_shapes(feat_pool, k, 1, 1).items()})
+            head, what = "ortho", "orthogonal (SOC) last layer"
+        elif "logits_layer.linear1.weight" in names:
             lw = tensors["logits_layer.linear1.weight"]
             hidden = int(lw.shape[0]) if lw.dim() == 2 else 1
             classes = tensors.get("logits_layer.linear2.bias")
@@ -217,12 +294,19 @@ class ImprovedL2Importer:
                              "logits_layer.linear2.weight": (k, hidden),
                              "logits_layer.linear2.bias": (k,)})
             ignored = ["logits_layer._u", "logits_layer._v"]
-            head, pool, what = f"mlp:hidden={hidden}", "max", "CRC-Lip head"
+            head, what = f"mlp:hidden={hidden}", "CRC-Lip head"
         else:
             classes = tensors.get("logits_layer.bias")
             k = int(classes.shape[0]) if classes is not None and classes.dim() == 1 else 10
             expected.update({"logits_layer.weight": (k, feat_pool), "logits_layer.bias": (k,)})
-            head, pool, what = "lln", "max", "LLN head"
+            head, what = "lln", "LLN head"
+        conv_layer = "cayley" if cayley else "bcop" if bcop else "soc"
+        told = {"conv_layer": conv_layer, "activation": "maxmin", "pooling": "lip1" if pool_thetas else "max",
+                "last_layer": "ortho" if head == "ortho" else "lln" if head == "lln" else "crc_full",
+                "num_layers": 5 * b, "init_channels": w}
+        if options is not None:
+            for name, value in told.items():
+                options.require(name, told=value)
         model: dict[str, Any] = {
             "arch": f"lipconvnet-{5 * b}:width={w}",
             "conv": "cayley" if cayley else "bcop:taps=authors" if bcop else "soc-fast", "activation": "maxmin",
@@ -235,9 +319,11 @@ class ImprovedL2Importer:
             model.update(mean=tuple(mean), std=tuple(std))
         return ImportPlan(model=model, expected=expected, ignored=tuple(ignored), dataset=_DATASETS.get(k),
                           description=f"LipConvNet-{5 * b} (width {w}), "
-                                      f"{'Cayley' if cayley else 'BCOP' if bcop else 'SOC'}, MaxMin, {what}, "
-                                      f"{k} classes",
-                          source_state={"blocks": b, "width": w, "cayley": cayley, "bcop": bcop})
+                                      f"{'Cayley' if cayley else 'BCOP' if bcop else 'SOC'}, MaxMin, "
+                                      f"{'projection (lip1)' if pool_thetas else 'max'} pooling, {what}, {k} classes",
+                          source_state={"blocks": b, "width": w, "cayley": cayley, "bcop": bcop,
+                                        "pools": {key: dst for key, (dst, _c) in pools.items()} if pool_thetas else {}},
+                          options=told)
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         b, w = plan.source_state["blocks"], plan.source_state["width"]
@@ -261,7 +347,12 @@ class ImprovedL2Importer:
             for r, (rows, cols) in enumerate(_POWER_VECTORS):
                 out[f"{dst}.power_u{r}"] = tensors[f"{src}.{rows}"].flatten()
                 out[f"{dst}.power_v{r}"] = tensors[f"{src}.{cols}"].flatten()
-        if "logits_layer.linear1.weight" in tensors:
+        for key, dst in plan.source_state.get("pools", {}).items():
+            out[f"body.{dst}.theta"] = tensors[key]
+        if "logits_layer.ortho.weight" in tensors:
+            out["head.weight"] = _ortho_head(tensors, int(tensors["logits_layer.ortho.bias"].shape[0]))
+            out["head.bias"] = tensors["logits_layer.ortho.bias"]
+        elif "logits_layer.linear1.weight" in tensors:
             for i in (1, 2):
                 out[f"head.fc{i}.weight"] = tensors[f"logits_layer.linear{i}.weight"]
                 out[f"head.fc{i}.bias"] = tensors[f"logits_layer.linear{i}.bias"]

@@ -5,11 +5,13 @@ write nothing; the source's certificate rule is reproduced."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from bro_fixture_data import DATA, check_matches, check_variant_refused, import_reports, inputs, record
 
-from lipcli.testing import load_model, run_lip
+from lipcli.testing import check_import_refused, load_model, run_lip
 from lipcli_bro.bro import BROConv
 from lipcli_bro.bronet_importer import BRONetImporter
 from lipcli_liresnet.cholesky import CholeskyLinear
@@ -106,16 +108,70 @@ def test_bad_checkpoints_are_one_line_and_write_nothing(tmp_path, change, messag
 
 
 def test_bare_state_dict_and_wrong_arch(tmp_path):
-    """A bare ``state_dict()`` (no ``backbone.`` prefix, no optimizer) imports to the same
-    logits; ``--arch`` other than ``bronet`` is a usage error (exit 2), nothing written."""
+    """A bare ``state_dict()`` (no ``backbone.`` prefix, no optimizer, no configs) is refused
+    naming the first option its tensors cannot tell, then imports to the same logits with the
+    configuration stated (``--config``, JSON); ``--arch`` other than ``bronet`` is a usage
+    error (exit 2), nothing written."""
     rec = record(CASES[0])
     torch.save(torch.load(DATA / f"{CASES[0]}.pt", weights_only=True)["backbone"], tmp_path / "bare.pt")
+    check_import_refused(tmp_path / "bare.pt", "bronet", "option 'backbone_type' of the source's configuration is "
+                                                        "not stated")
+    (tmp_path / "cfg.json").write_text(json.dumps({"model": rec["model_config"]}))
     out = tmp_path / "m.safetensors"
-    assert run_lip(["import", str(tmp_path / "bare.pt"), "--from", "bronet", "--out", str(out)]).exit_code == 0
+    assert run_lip(["import", str(tmp_path / "bare.pt"), "--from", "bronet", "--out", str(out),
+                    "--config", str(tmp_path / "cfg.json")]).exit_code == 0
     model, _mf = load_model(out)
     x = inputs(rec)
     with torch.no_grad():
         assert torch.allclose(model(x), torch.tensor(rec["logits"]), rtol=1e-5, atol=1e-5)
     out2 = tmp_path / "m2.safetensors"
-    result = run_lip(["import", str(tmp_path / "bare.pt"), "--from", "bronet", "--arch", "liresnet", "--out", str(out2)])
+    result = run_lip(["import", str(tmp_path / "bare.pt"), "--from", "bronet", "--arch", "liresnet", "--out", str(out2),
+                      "--config", str(tmp_path / "cfg.json")])
     assert result.exit_code == 2 and "builds the arch 'bronet'" in result.stderr and not out2.exists()
+
+
+#: the authors' code at options that change no tensor shape (tools/make_import_fixtures_options.py)
+PLAIN = "bronet_d2_w4_c10_plain"
+
+
+def test_quasi_residual_and_zero_padding_off_import_as_stated(tmp_path):
+    """``backbone_quasi_residual: False`` (``V = γ·W``) and ``backbone_zero_padding: False``
+    (the circular torus): the authors' logits; with either stated the other way (what was
+    imported before the configuration was read) the logits differ."""
+    rec = record(PLAIN)
+    report = import_reports([PLAIN], "bronet", tmp_path)[PLAIN]
+    check_matches(report, rec, 10)
+    assert report.jacobian_norm <= report.bound
+    model, mf = load_model(report.model_file)
+    assert {c.border for c in model.modules() if isinstance(c, BROConv)} == {"circular"}
+    assert mf.metadata["provenance"]["options"]["backbone_quasi_residual"] is False
+    for key in ("backbone_quasi_residual", "backbone_zero_padding"):
+        ckpt = torch.load(DATA / f"{PLAIN}.pt", weights_only=True)
+        ckpt["configs"]["model"][key] = True
+        torch.save(ckpt, tmp_path / "flipped.pt")
+        out = tmp_path / f"{key}.safetensors"
+        assert run_lip(["import", str(tmp_path / "flipped.pt"), "--from", "bronet", "--out", str(out)]).exit_code == 0
+        other, _ = load_model(out)
+        with torch.no_grad():
+            err = float((other(inputs(rec)) - torch.tensor(rec["logits"])).abs().max())
+        assert err > 1e-3, key
+
+
+@pytest.mark.parametrize("block", ["lot", "cholesky", "cayley"])
+def test_backbones_without_a_lipcli_layer_are_refused_by_name(tmp_path, block):
+    """The authors' LOT backbone (their code, backbone_type lot) and the same layout stated as
+    cholesky or cayley: refused naming the option, not read as BRO or as a shape mismatch."""
+    check_variant_refused("bronet_lot_d1_w4_c10", "bronet",
+                          lambda c: c["configs"]["model"].__setitem__("backbone_type", block),
+                          f"cannot import option backbone_type='{block}': no lipcli layer computes", tmp_path)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("act_name", "ReLU", "option act_name='ReLU': lipcli maps act_name 'minmax' only"),
+    ("use_lln", False, "option use_lln=False"),
+    ("backbone_type", "soc", "backbone_type='soc'"),
+    ("backbone_centering", False, "option backbone_centering=False is stated"),
+])
+def test_other_stated_options_are_refused_by_name(tmp_path, key, value, message):
+    check_variant_refused(CASES[0], "bronet", lambda c: c["configs"]["model"].__setitem__(key, value), message,
+                          tmp_path)

@@ -104,12 +104,52 @@ def test_arch_is_read_from_the_shapes(tmp_path):
 
 
 def test_a_bare_data_parallel_state_dict_imports_the_same(tmp_path, imported):
-    """``model.state_dict()`` of the DDP-wrapped model (``module.`` keys), no trainer dictionary."""
+    """``model.state_dict()`` of the DDP-wrapped model (``module.`` keys), no trainer dictionary:
+    refused until its configuration is stated (``--config`` their YAML), then the same model."""
     state = torch.load(DATA / f"{CASES[0]}.pth", weights_only=True)["backbone"]
     torch.save({f"module.{k}": v for k, v in state.items()}, tmp_path / "bare.pt")
+    check_import_refused(tmp_path / "bare.pt", "liresnet", "option 'act_name'")
+    cfg = _record(CASES[0])["config"]["model"]
+    (tmp_path / "cifar10.yaml").write_text(
+        "model:\n" + "".join(f"    {k}: {v!r}\n" if isinstance(v, str) else f"    {k}: {v}\n" for k, v in cfg.items())
+        + "dataset:\n    name: 'cifar10'\n    num_classes: 10\n    input_size: 32  # CIFAR\n")
     result = run_lip(["import", str(tmp_path / "bare.pt"), "--from", "liresnet", "--out",
-                      str(tmp_path / "bare.safetensors")])
+                      str(tmp_path / "bare.safetensors"), "--config", str(tmp_path / "cifar10.yaml")])
     assert result.exit_code == 0, result.output
     a, _ = load_model(tmp_path / "bare.safetensors")
     b, _ = load_model(imported[CASES[0]].model_file)
     assert all(torch.equal(a.state_dict()[k], v) for k, v in b.state_dict().items())
+
+
+def _with_config(tmp_path: Path, **model) -> Path:
+    """The first case's checkpoint with its saved ``configs.model`` changed (as train.py saves
+    it for another configuration)."""
+    state = torch.load(DATA / f"{CASES[0]}.pth", weights_only=True)
+    state["configs"]["model"].update(model)
+    torch.save(state, tmp_path / "variant.pth")
+    return tmp_path / "variant.pth"
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ({"act_name": "HalfAbs"}, "option act_name='HalfAbs': lipcli maps act_name 'minmax' only"),
+    ({"act_name": "ReLU"}, "option act_name='ReLU'"),
+    ({"use_lln": False}, "option use_lln=False: lipcli maps use_lln True only"),
+    ({"depth": 12}, "option depth=12 is stated, but the checkpoint's tensors are those of depth=2"),
+])
+def test_the_saved_configuration_decides_and_refuses_by_name(tmp_path, model, message):
+    """The options that change no shape come from the configs train.py saves: another
+    activation or a plain head is refused naming the option (it imported as MinMax/LLN)."""
+    check_import_refused(_with_config(tmp_path, **model), "liresnet", message)
+
+
+def test_a_stated_option_that_contradicts_the_checkpoint_is_refused(tmp_path):
+    out = tmp_path / "m.safetensors"
+    result = run_lip(["import", str(DATA / f"{CASES[0]}.pth"), "--from", "liresnet", "--out", str(out),
+                      "--option", "act_name=ReLU"])
+    assert result.exit_code == 1 and "option 'act_name'" in result.stderr and "'MinMax'" in result.stderr
+    assert not out.exists()
+
+
+def test_the_options_are_recorded(imported):
+    prov = imported[CASES[0]].metadata["provenance"]
+    assert prov["options"] == {"act_name": "MinMax", "use_lln": True}

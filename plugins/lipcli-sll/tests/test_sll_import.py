@@ -16,7 +16,10 @@ from lipcli.testing import (certify_model_file, check_import_fixture, check_impo
 from lipcli_sll.importer import SLLImporter
 
 DATA = Path(__file__).resolve().parent / "data"
-CASES = ["sll_cifar10_c2_d1_w4", "sll_cifar100_c3_d0_w3"]
+#: the authors' configurations (tools/make_import_fixtures.py sll, tools/make_import_fixtures_options.py sll):
+#: two trainer checkpoints, one without convolutions (n_conv 0), one LipschitzNetwork saved alone
+CASES = ["sll_cifar10_c2_d1_w4", "sll_cifar100_c3_d0_w3", "sll_cifar10_c0_d2_w4", "sll_cifar10_c2_d0_w4_net"]
+CONFIG = ["--config", str(Path(__file__).resolve().parent / "data" / f"{CASES[0]}.config.json")]
 
 
 def _lip(*args: str) -> tuple[int, str, str]:
@@ -25,7 +28,7 @@ def _lip(*args: str) -> tuple[int, str, str]:
 
 
 def _import(checkpoint: Path, out: Path) -> None:
-    code, _stdout, stderr = _lip("import", str(checkpoint), "--from", "sll", "--out", str(out))
+    code, _stdout, stderr = _lip("import", str(checkpoint), "--from", "sll", "--out", str(out), *CONFIG)
     assert code == 0, stderr
 
 
@@ -43,7 +46,8 @@ def test_import_matches_the_authors_model(imported, case):
     record = json.loads((DATA / f"{case}.logits.json").read_text())
     assert report.metadata["dataset"]["name"] == record["config"]["dataset"]
     ignored = report.metadata["provenance"]["ignored"]
-    assert ignored and all(k.startswith("optimizer_state_dict.") for k in ignored)
+    assert (bool(ignored) == case.endswith(("w4", "w3"))) and all(k.startswith("optimizer_state_dict.") for k in ignored)
+    assert report.metadata["provenance"]["options"]["shift_data"] is True
     assert report.jacobian_norm <= report.bound < 1.0 + 1e-5  # std 1: the SLL layers' 1 + O(1e-6)
 
 
@@ -52,6 +56,7 @@ def _variant(tmp_path: Path, change) -> Path:
     change(state["model_state_dict"])
     path = tmp_path / "variant.pth"
     torch.save(state, path)
+    (tmp_path / "variant.config.json").write_text((DATA / f"{CASES[0]}.config.json").read_text())
     return path
 
 
@@ -86,10 +91,10 @@ def test_a_bare_state_dict_without_wrappers_imports_the_same(tmp_path, imported)
 def test_arch_must_agree_with_the_checkpoint(tmp_path):
     out = tmp_path / "m.safetensors"
     code, _o, stderr = _lip("import", str(DATA / f"{CASES[0]}.pth"), "--from", "sll", "--arch", "sll-small",
-                            "--out", str(out))
+                            "--out", str(out), *CONFIG)
     assert code == 1 and "the checkpoint has 2, 1, 4" in stderr and not out.exists()
     code, _o, stderr = _lip("import", str(DATA / f"{CASES[0]}.pth"), "--from", "sll", "--arch", "lipconvnet-5",
-                            "--out", str(out))
+                            "--out", str(out), *CONFIG)
     assert code == 2 and "sll-small" in stderr and not out.exists()
 
 
@@ -114,7 +119,7 @@ def test_import_compare_reports_both_rules(tmp_path):
     root = _random_cifar10(tmp_path / "cifar")
     out = tmp_path / "m.safetensors"
     code, stdout, stderr = _lip("import", str(DATA / f"{CASES[0]}.pth"), "--from", "sll", "--out", str(out),
-                                "--compare", "--data-dir", str(root), "--radii", "0,36", "--json")
+                                "--compare", "--data-dir", str(root), "--radii", "0,36", "--json", *CONFIG)
     assert code == 0, stderr
     cmp = json.loads(stdout)["compare"]
     assert cmp["source_lipschitz"] == 1.0 < cmp["lipcli_lipschitz"]
@@ -139,3 +144,25 @@ def test_source_rule_is_lipclis_margin_with_lipschitz_one(imported, tmp_path):
     bound = outcome.summary.lipschitz.value
     assert bound > 1.0 and outcome.summary.lipschitz.guaranteed
     assert torch.allclose(src.radii.double(), outcome.radius.cpu() * bound, rtol=1e-5, atol=1e-7)
+
+
+def test_shift_data_is_stated_or_refused_and_both_values_map(tmp_path, imported):
+    """``shift_data`` changes no tensor: refused unstated (it was assumed True), the reader's
+    mean with True, none with False."""
+    (tmp_path / "alone.pth").write_bytes((DATA / f"{CASES[2]}.pth").read_bytes())  # no config.json beside it
+    check_import_refused(tmp_path / "alone.pth", "sll", "option 'shift_data' of the source's configuration")
+    out = tmp_path / "noshift.safetensors"
+    code, _o, stderr = _lip("import", str(DATA / f"{CASES[2]}.pth"), "--from", "sll", "--out", str(out),
+                            "--option", "shift_data=false")
+    assert code == 0, stderr
+    model, _mf = load_model(out)
+    assert float(model.body.normalize.shift.abs().max()) == 0.0
+    shifted, _ = load_model(imported[CASES[2]].model_file)
+    assert float(shifted.body.normalize.shift.min()) > 0.4
+
+
+def test_a_stated_size_must_agree(tmp_path):
+    out = tmp_path / "m.safetensors"
+    code, _o, stderr = _lip("import", str(DATA / f"{CASES[2]}.pth"), "--from", "sll", "--out", str(out),
+                            "--option", "shift_data=true", "--option", "n_conv=3")
+    assert code == 1 and "option n_conv=3 is stated, but the checkpoint's tensors are those of n_conv=0" in stderr

@@ -23,9 +23,17 @@ evaluation (so ``linear.eval_weight`` is not read).  ``rfft2`` of their filter i
 convolution, lipcli's ``kernel_spectrum`` a correlation: the filter is imported flipped.
 Ignored (estimator state and constants): ``stem.0.init_x`` (the stem's power vector),
 ``conv.I_low``, ``conv.I_full``, ``linear.eval_weight`` and the optimizer's state.  Fixed as
-the authors' configurations fix them (not in the tensors): MinMax, the LLN head
-(``use_lln: True``), the quasi-residual ``V`` (``backbone_quasi_residual`` default) and the
-input shift ``x − 0.5``.  Refused, naming the piece: the ImageNet patch stem, the hybrid
+the authors' code fixes them: the input shift ``x − 0.5``.
+
+The options of the authors' configuration (``configs/*.yaml``, ``model:``; :data:`OPTIONS`)
+that change no tensor shape — ``act_name``, ``use_lln``, ``backbone_type`` (``bro``, ``lot``,
+``cholesky`` and ``cayley`` blocks have one layout), ``backbone_quasi_residual`` and
+``backbone_zero_padding`` — are taken from the configuration ``train.py`` saves in every
+checkpoint (``configs``) or from ``lip import --config``/``--option``, never assumed (a
+configuration without the key gets ``BRONet``'s default, as their code does).
+``backbone_quasi_residual: False`` makes the block filter ``V = γ·W`` (no identity);
+``backbone_zero_padding: False`` makes the blocks' reflector act on the ``S/2 × S/2`` torus
+(lipcli's ``border=circular``) instead of the zero-padded, cropped image.  Refused, naming the piece: the ImageNet patch stem, the hybrid
 LiResNet + BRO backbone, non-BRO backbones, the ``l2`` and BRO necks and BRO dense layers.
 """
 
@@ -40,6 +48,8 @@ import torch
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
 
+from lipcli.sdk.source_options import SourceOption, SourceOptions
+
 from .bronet import AUTHORS_MEAN, AUTHORS_STD
 
 SOURCE = "github.com/ntuaislab/BRONet"
@@ -49,6 +59,29 @@ AUTHORS_BACKBONE_RIDGE = 1e-7
 #: power-iteration steps of the authors' ``test.py`` (``model.set_num_lc_iter(500)``)
 AUTHORS_TEST_LC_ITER = 500
 _DATASETS = {(32, 10): "cifar10", (32, 100): "cifar100"}
+#: every option of the authors' ``model:`` configuration that changes the network, and how it is handled
+OPTIONS = (
+    SourceOption("act_name", "every activation", "stated: 'MinMax' -> maxmin; others refused by name"),
+    SourceOption("use_lln", "the head", "stated: True -> lln; False refused (no plain linear head in lipcli)"),
+    SourceOption("backbone_type", "the block layer (one tensor layout for bro, lot, cholesky, cayley)",
+                 "stated: 'bro' -> bro; 'lot', 'cholesky', 'cayley' refused by name (no lipcli layer computes "
+                 "their frequency-domain LOT_ortho, CholeskyOrthConv or cayley_func on the shared block filter); "
+                 "soc, sll, nonortho, hybrid and v2 refused by their keys"),
+    SourceOption("backbone_quasi_residual", "the block filter: V = I + γ·W·depth^-1/2 or V = γ·W",
+                 "stated: both mapped (the filter V is computed here)"),
+    SourceOption("backbone_zero_padding", "the blocks' border: zero-pad and crop, or circular",
+                 "stated: True -> bro border=zero, False -> border=circular"),
+    SourceOption("backbone_centering", "running-mean subtraction", "the shapes (conv.running_mean)"),
+    SourceOption("backbone_weight_rank_ratio, stem_kernel_size, depth, width, dense_width, linear_num, "
+                 "neck_conv_patch_size, num_classes, input_size", "the sizes", "the shapes"),
+    SourceOption("neck_conv_type, neck_linear_type, neck_conv_patch_size_2, dense_type, dense_quasi_residual",
+                 "the neck and dense layers", "the keys: the Cholesky neck and dense layers mapped, the l2 and BRO "
+                 "necks, a second neck convolution and BRO dense layers refused by name"),
+    SourceOption("backbone_id_random_init, num_lc_iter", "initialisation / the estimate only", "not needed"),
+)
+#: ``backbone_type`` values with this layout that lipcli has no layer for
+_UNMAPPED_BLOCKS = {"lot": "BRONet's LOT_ortho", "cholesky": "BRONet's CholeskyOrthConv",
+                    "cayley": "BRONet's cayley_func"}
 _IGNORED = ("stem.0.init_x", "conv.I_low", "conv.I_full", "linear.eval_weight")
 
 
@@ -94,10 +127,27 @@ def _refuse_unsupported(names: set[str], p: str) -> None:
 class BRONetImporter:
     """The ``bronet`` importer (see the module)."""
 
-    def plan(self, tensors: Mapping[str, Any], arch: str | None) -> ImportPlan:
+    def plan(self, tensors: Mapping[str, Any], arch: str | None,
+             options: SourceOptions | None = None) -> ImportPlan:
+        options = options if options is not None else SourceOptions()
         names = set(tensors)
         p = _prefix(names)
         _refuse_unsupported(names, p)
+        hint = " (their configs/*.yaml, model:)"
+        block = str(options.require("backbone_type", hint=hint, default="default")).lower()
+        if block in _UNMAPPED_BLOCKS:
+            raise ImportRefused(f"cannot import option backbone_type={block!r}: no lipcli layer computes "
+                                f"{_UNMAPPED_BLOCKS[block]} (the bronet importer maps backbone_type 'bro')")
+        if block != "bro":
+            raise ImportRefused(f"cannot import option backbone_type={block!r}: the bronet importer maps "
+                                "backbone_type 'bro' only")
+        activation = options.choose("act_name", {"minmax": "maxmin"}, key=lambda v: str(v).lower(), hint=hint,
+                                    default="MinMax")
+        head = options.choose("use_lln", {True: "lln"}, hint=hint, default=True)
+        quasi = bool(options.choose("backbone_quasi_residual", {True: True, False: False}, hint=hint, default=True))
+        border = options.choose("backbone_zero_padding", {True: "zero", False: "circular"}, hint=hint, default=True)
+        stated = {"backbone_type": "bro", "act_name": options.require("act_name", default="MinMax"),
+                  "use_lln": True, "backbone_quasi_residual": quasi, "backbone_zero_padding": border == "zero"}
         if arch is not None and arch.strip().split(":")[0] != "bronet":
             raise LipUsageError(f"--arch {arch!r}: the bronet importer builds the arch 'bronet' (its shapes are "
                                 "read from the checkpoint)")
@@ -138,17 +188,20 @@ class BRONetImporter:
         ignored = tuple(p + key for key in _IGNORED if p + key in names)
         if p:  # bronet/train.py's checkpoint: the optimizer's state beside the model's
             ignored += tuple(sorted(key for key in names if key.startswith("optimizer.")))
-        conv = f"bro:rank={r},border=zero,ridge={AUTHORS_BACKBONE_RIDGE:g}"
+        options.require("backbone_centering", told=p + "conv.running_mean" in names)
+        conv = f"bro:rank={r},border={border},ridge={AUTHORS_BACKBONE_RIDGE:g}"
         model: dict[str, Any] = {
             "arch": f"bronet:depth={d},width={w},stem_kernel={k},neck_patch={patch},dense={n},dense_width={D}",
-            "conv": conv, "activation": "maxmin", "pool": "max", "head": "lln", "num_classes": K,
+            "conv": conv, "activation": activation, "pool": "max", "head": head, "num_classes": K,
             "in_channels": 3, "image_size": (side, side), "mean": AUTHORS_MEAN, "std": AUTHORS_STD,
         }
         return ImportPlan(model=model, expected=expected, ignored=ignored, dataset=_DATASETS.get((side, K)),
                           description=f"BRONet (bronet/): {k}x{k} stem, {d} BRO blocks (width {w}, rank {r}), "
                                       f"Cholesky neck ({patch}x{patch} patches) and {n} dense layers (width {D}), "
                                       f"MaxMin, LLN head, {K} classes",
-                          source_state={"prefix": p, "depth": d, "dense": n, "side": side, "centering": centering})
+                          source_state={"prefix": p, "depth": d, "dense": n, "side": side, "centering": centering,
+                                        "quasi_residual": quasi, "border": border},
+                          options=stated)
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         st = plan.source_state
@@ -158,11 +211,15 @@ class BRONetImporter:
                                "body.stem_conv.weight": tensors[p + "stem.0.weight"],
                                "body.stem_conv.bias": tensors[p + "stem.0.bias"]}
         # the authors' expressions, in their order of operations (LiResConvOrtho.get_wfft_ortho, forward)
-        V = tensors[p + "conv.identity"] + tensors[p + "conv.weights"] * tensors[p + "conv.gamma"] * d ** -0.5
+        if st.get("quasi_residual", True):
+            V = tensors[p + "conv.identity"] + tensors[p + "conv.weights"] * tensors[p + "conv.gamma"] * d ** -0.5
+        else:  # backbone_quasi_residual: False (get_wfft_ortho: V = gamma * weights)
+            V = tensors[p + "conv.gamma"] * tensors[p + "conv.weights"]
         bias = tensors[p + "conv.bias"]
         if st["centering"]:
             bias = bias - tensors[p + "conv.running_mean"]
-        padded = torch.tensor((side // 2 + 2, side // 2 + 2), dtype=torch.int64)
+        grid = side // 2 + 2 if st.get("border", "zero") == "zero" else side // 2  # their padding_input_size
+        padded = torch.tensor((grid, grid), dtype=torch.int64)
         for i in range(d):
             out[f"body.block{i + 1}_conv.weight"] = V[i].flip(-1, -2)  # convolution -> correlation
             out[f"body.block{i + 1}_conv.bias"] = bias[i]

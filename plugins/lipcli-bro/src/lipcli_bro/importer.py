@@ -42,6 +42,8 @@ import torch
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
 
+from lipcli.sdk.source_options import SourceOption
+
 from .border import mask_mapping
 from .lipconvnet import AUTHORS_MEAN, AUTHORS_STD, DEPTHS, layer_plan
 
@@ -63,6 +65,31 @@ SOC_BUFFERS = {"_u1": lambda C, k: (1, C, 1, k), "_v1": lambda C, k: (C, 1, k, 1
                "_u3": lambda C, k: (1, C, k, k), "_v3": lambda C, k: (C, 1, 1, 1),
                "_u4": lambda C, k: (C, 1, k, k), "_v4": lambda C, k: (1, C, 1, 1)}
 SOC_POWER_PAIRS = (("_v1", "_u1"), ("_v2", "_u2"), ("_v3", "_u3"), ("_u4", "_v4"))
+
+
+#: every option of their lipconvnet/main.py that changes the network, and how it is handled (each
+#: leaves its mark in the keys or shapes: no configuration is needed)
+OPTIONS = (
+    SourceOption("conv_layer", "the convolution", "the keys/shapes: bro -> bro (authors' form), soc -> soc-fast, "
+                 "lot -> lot:border=zero; cayley and standard refused by name"),
+    SourceOption("bro_rank", "the BRO rank", "the shapes"),
+    SourceOption("activation", "the activation", "the keys: maxmin -> maxmin; hh1/hh2 refused by name"),
+    SourceOption("lln", "the head", "the keys/shapes: lln -> lln, their LOT last layer -> lot, else refused"),
+    SourceOption("kernel", "the stride-2 layers' kernel in layers 1-4", "the shapes: odd 1..7 -> the arch's kernel; "
+                 "others refused by name"),
+    SourceOption("num_dense, dense_layer", "dense layers", "the keys: 0 mapped, dense layers refused by name"),
+    SourceOption("block_size, init_channels, dataset", "the sizes", "the shapes"),
+)
+
+
+def _kernel(tensors: Mapping[str, Any], b: int) -> int:
+    """Their ``--kernel``: the stride-2 layers' kernel in layers 1-4 (``layer{i}.{b-1}``), from the shape."""
+    t = tensors.get(f"layer1.{b - 1}.conv.weight")
+    k = int(t.shape[-1]) if t is not None and t.dim() == 4 else 3
+    if k % 2 == 0 or not 1 <= k <= 7:
+        raise ImportRefused(f"cannot import option kernel={k} (the stride-2 layers' {k}x{k} filters): "
+                            "bronet-lipconvnet maps odd kernels 1..7")
+    return k
 
 
 def source_prefix(name: str) -> str:
@@ -115,7 +142,7 @@ def _shape(tensors: Mapping[str, Any], key: str, dims: int) -> tuple[int, ...]:
 def _rank_ratio(tensors: Mapping[str, Any], b: int, w: int) -> float:
     """The ``--bro-rank`` that gives every square layer (``in·s² = out``) its stored rank."""
     square = [(c_out, f"{source_prefix(name)}.weight")
-              for name, c_in, c_out, _k, s in layer_plan(b, w) if c_in * s * s == c_out]
+              for name, c_in, c_out, _k, s in layer_plan(b, w, kernel=3) if c_in * s * s == c_out]
     ranks = []
     for c, key in square:
         shape = tensors.get(key)
@@ -154,6 +181,7 @@ class BRONetLipConvNetImporter:
         names = set(tensors)
         _refuse_unsupported(names)
         b = _blocks(names, arch)
+        kernel = _kernel(tensors, b)
         first = _shape(tensors, "layer1.0.conv.bias", 1)[0]
         w = first if b > 1 else first // 2
         lot = _is_lot(tensors, b)
@@ -170,7 +198,7 @@ class BRONetLipConvNetImporter:
         expected: dict[str, tuple[int, ...]] = {}
         sizes: dict[str, tuple[int, int]] = {}
         image = side
-        for name, c_in, c_out, k, s in layer_plan(b, w):
+        for name, c_in, c_out, k, s in layer_plan(b, w, kernel=kernel):
             src = source_prefix(name)
             conv_in = c_in * s * s
             expected[f"{src}.bias"] = (c_out,)
@@ -193,7 +221,7 @@ class BRONetLipConvNetImporter:
         conv = ("soc-fast" if soc else AUTHORS_LOT if lot else
                 f"bro:rank_ratio={ratio:g},rank_rule=lipconvnet,border=zero,ridge={AUTHORS_RIDGE:g}")
         model: dict[str, Any] = {
-            "arch": f"bronet-lipconvnet-{5 * b}:width={w}", "conv": conv, "activation": "maxmin",
+            "arch": f"bronet-lipconvnet-{5 * b}:width={w}" + (f",kernel={kernel}" if kernel != 3 else ""), "conv": conv, "activation": "maxmin",
             "pool": "max", "head": "lot" if lot_head else "lln", "num_classes": K, "in_channels": 3,
             "image_size": (side, side),
             "mean": AUTHORS_MEAN, "std": AUTHORS_STD,
@@ -202,12 +230,14 @@ class BRONetLipConvNetImporter:
         return ImportPlan(model=model, expected=expected, ignored=(), dataset=_DATASETS.get(K) if side == 32 else None,
                           description=f"BRONet LipConvNet-{5 * b} (width {w}), {layer}, MaxMin, "
                                       f"{'LOT' if lot_head else 'LLN'} head, {K} classes",
-                          source_state={"blocks": b, "width": w, "sizes": sizes, "soc": soc, "lot_head": lot_head})
+                          source_state={"blocks": b, "width": w, "sizes": sizes, "soc": soc, "lot_head": lot_head,
+                                        "kernel": kernel})
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         out: dict[str, Any] = {"body.normalize.mean": torch.tensor(AUTHORS_MEAN),
                                "body.normalize.std": torch.tensor(AUTHORS_STD)}
-        for name, *_ in layer_plan(plan.source_state["blocks"], plan.source_state["width"]):
+        for name, *_ in layer_plan(plan.source_state["blocks"], plan.source_state["width"],
+                                   kernel=plan.source_state.get("kernel", 3)):
             src = source_prefix(name)
             out[f"body.{name}.bias"] = tensors[f"{src}.bias"]
             if plan.source_state.get("soc"):  # conv2d on both sides; sigma from the imported vectors

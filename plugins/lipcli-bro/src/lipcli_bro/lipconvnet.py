@@ -49,15 +49,16 @@ MAX_WIDTH = 256
 TOTAL_STRIDE = 32
 
 
-def layer_plan(blocks: int, width: int, in_channels: int = 3) -> list[tuple[str, int, int, int, int]]:
-    """``(name, in, out, kernel, stride)`` of every convolution, in order (module table)."""
+def layer_plan(blocks: int, width: int, in_channels: int = 3, kernel: int = 3) -> list[tuple[str, int, int, int, int]]:
+    """``(name, in, out, kernel, stride)`` of every convolution, in order (module table); ``kernel``:
+    the stride-2 layers' of layers 1-4 (the authors' ``--kernel``)."""
     plan, c = [], in_channels
     for layer in range(1, 6):
         planes = width if layer == 1 else c
         for j in range(1, blocks):
             plan.append((f"layer{layer}_conv{j}", c, planes, 3, 1))
             c = planes
-        plan.append((f"layer{layer}_conv{blocks}", c, 2 * planes, 3 if layer < 5 else 1, 2))
+        plan.append((f"layer{layer}_conv{blocks}", c, 2 * planes, kernel if layer < 5 else 1, 2))
         c = 2 * planes
     return plan
 
@@ -71,7 +72,7 @@ class BRONetLipConvNet(AuthorsNetwork):
     def __init__(self, *, depth: int, conv: Component, activation: Component, pool: Component,
                  head: Component, num_classes: int, in_channels: int = 3,
                  mean: Sequence[float] = AUTHORS_MEAN, std: Sequence[float] = AUTHORS_STD,
-                 width: int = 32, image_size: Sequence[int] = (32, 32)) -> None:
+                 width: int = 32, image_size: Sequence[int] = (32, 32), kernel: int = 3) -> None:
         super().__init__()
         del pool  # the authors' LipConvNet downsamples with the stride-2 convolutions only
         size = (int(image_size[0]), int(image_size[1]))
@@ -82,6 +83,7 @@ class BRONetLipConvNet(AuthorsNetwork):
         check_arguments(((depth % 5 == 0 and 5 <= depth <= DEPTHS[-1],
                           f"depth must be a multiple of 5 in 5..{DEPTHS[-1]}, got {depth}"),
                          (1 <= width <= MAX_WIDTH, f"width must be in 1..{MAX_WIDTH}, got {width}"),
+                         (kernel % 2 == 1 and 1 <= kernel <= 7, f"kernel must be odd in 1..7, got {kernel}"),
                          (num_classes >= 2, f"num_classes must be at least 2, got {num_classes}"),
                          (len(mean) == len(std) == in_channels,
                           f"mean/std need {in_channels} entries, got {len(mean)} and {len(std)}")))
@@ -89,7 +91,7 @@ class BRONetLipConvNet(AuthorsNetwork):
         self.in_channels, self.image_size = in_channels, size
         layers: OrderedDict[str, nn.Module] = OrderedDict()
         layers["normalize"] = Normalize(mean, std)
-        for name, c_in, c_out, k, s in layer_plan(depth // 5, width, in_channels):
+        for name, c_in, c_out, k, s in layer_plan(depth // 5, width, in_channels, kernel):
             layers[name] = conv.build(c_in, c_out, k, s)
             layers[name.replace("_conv", "_act")] = activation.build(c_out)
         layers["flatten"] = flatten = nn.Flatten(1)

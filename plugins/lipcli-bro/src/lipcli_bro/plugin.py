@@ -103,7 +103,9 @@ def lip_architectures() -> list[ArchSpec]:
                         "convolutions C -> 2C without pooling (use --conv bro:rank_rule=lipconvnet,border=zero,"
                         "ridge=1e-5 --head lln)",
             params=(Param(name="width", type=int, default=32, min=1, max=MAX_WIDTH,
-                          help="channels of the first layer (the authors' --init-channels)"),),
+                          help="channels of the first layer (the authors' --init-channels)"),
+                    Param(name="kernel", type=int, default=3, min=1, max=7,
+                          help="odd kernel of the stride-2 convolutions of layers 1-4 (the authors' --kernel)")),
         )
         for n in DEPTHS
     ] + [bronet_arch_spec()]

@@ -23,8 +23,14 @@ The neck and dense matrices are what the authors' evaluation computes from the p
 float32 as there); ``linear.eval_weight`` is their cached copy of the same (recomputed by
 ``model.eval()``), the stem's ``init_x`` their power-iteration vector, and the optimizer
 state training state: read by no one here.  The input transform is the authors' ``x − 0.5``.
-Not in the state dict, hence assumed as in all the authors' configs: MinMax activations and
-the LLN head (``act_name: 'MinMax'``, ``use_lln: True``).
+
+The options of the authors' ``train.py`` configuration (``configs/*.yaml``, ``model:`` and
+``dataset:``; :data:`OPTIONS`) that change the network: the shapes tell the sizes and the
+centring; ``act_name`` and ``use_lln`` change no shape, so they are taken from the
+configuration ``train.py`` saves in every checkpoint (``configs``, read as plain values by
+the weights-only loader) or, for a bare state dict, from ``lip import --config`` (their YAML)
+or ``--option``: never assumed (a configuration that leaves a key out gets ``GloroNet``'s
+default for it, as their code does).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from .cholesky import cholesky_orthogonal
 from lipcli.sdk.errors import LipUsageError
 from .free_conv import FreeConv
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
+from lipcli.sdk.source_options import SourceOption, SourceOptions
 
 from .network import MAX_DENSE, MAX_DEPTH, MAX_WIDTH, PATCH
 from .residual import ResidualConv
@@ -51,6 +58,22 @@ STEM_KERNEL, FEATURE_SIDE, INPUT_SIDE = 5, 16, 32
 DATASETS = {10: "cifar10", 100: "cifar100"}
 #: the power-iteration steps of the authors' evaluation (``train.py``: ``set_num_lc_iter(500)``)
 EVAL_LC_ITERS = 500
+#: every option of the authors' configuration that changes the network, and how it is handled
+OPTIONS = (
+    SourceOption("act_name", "every activation (stem, blocks, neck, dense)",
+                 "stated (configs or --config/--option): 'MinMax' -> maxmin; HalfAbs, ReLU, RAbs and the "
+                 "HouseHolder activations refused by name"),
+    SourceOption("use_lln", "the head: normalised rows (LLN) or a plain linear layer",
+                 "stated: True -> lln; False refused (no plain linear head in lipcli)"),
+    SourceOption("input_size", "the stem (5x5 stride 2 for 32 and 64, a patch stem for 224)",
+                 "the shapes (init_x side 16: 32); a stated value must agree; 64 and 224 refused"),
+    SourceOption("depth, width, num_classes", "the sizes", "the shapes"),
+    SourceOption("centering (LiResConv, not a config key)", "running-mean subtraction in the blocks",
+                 "the shapes (conv.running_mean present or not)"),
+    SourceOption("num_lc_iter", "the power-iteration estimate only (not the function)", "not needed"),
+)
+#: ``act_name`` (lower-cased, as their ``build_activation``) -> lipcli activation
+ACTIVATIONS = {"minmax": "maxmin"}
 _PREFIX = re.compile(r"^((?:backbone\.)?(?:module\.)?)conv\.weights$")
 
 
@@ -122,13 +145,25 @@ def _identity_pattern(t: torch.Tensor) -> torch.Tensor:
 class LiResNetImporter:
     """The ``liresnet`` importer (see the module)."""
 
-    def plan(self, tensors: Mapping[str, Any], arch: str | None) -> ImportPlan:
+    def plan(self, tensors: Mapping[str, Any], arch: str | None,
+             options: SourceOptions | None = None) -> ImportPlan:
+        options = options if options is not None else SourceOptions()
         if arch is not None:
             raise LipUsageError(f"--arch {arch!r}: the liresnet importer reads the architecture from the "
                                 "checkpoint's shapes (leave --arch out)")
         p = _prefix(set(tensors))
         s = _sizes(tensors, p)
         d, w, c, D, n, K, centred = (s[k] for k in ("d", "w", "c", "D", "n", "K", "centering"))
+        hint = " (their configs/*.yaml)"
+        # GloroNet's own defaults (act_name='MinMax', use_lln=True) for a configuration without the key
+        activation = options.choose("act_name", ACTIVATIONS, key=lambda v: str(v).lower(), hint=hint,
+                                    default="MinMax")
+        head = options.choose("use_lln", {True: "lln"}, hint=hint, default=True)
+        options.require("input_size", told=INPUT_SIDE)
+        options.require("num_classes", told=K)
+        options.require("depth", told=d)
+        options.require("width", told=w)
+        stated = {"act_name": options.require("act_name", default="MinMax"), "use_lln": True}
         flat = w * (FEATURE_SIDE // PATCH) ** 2
         expected: dict[str, tuple[int, ...]] = {
             f"{p}stem.0.weight": (w, c, STEM_KERNEL, STEM_KERNEL), f"{p}stem.0.bias": (w,),
@@ -147,13 +182,13 @@ class LiResNetImporter:
                      f"centering={'true' if centred else 'false'},stem_kernel={STEM_KERNEL},neck=patch,"
                      f"dense_width={D},features=act,layers=free"),
             "conv": "soc-fast", "pool": "max",  # unused: layers=free, features=act
-            "activation": "maxmin", "head": "lln", "num_classes": K, "in_channels": c,
+            "activation": activation, "head": head, "num_classes": K, "in_channels": c,
             "image_size": (INPUT_SIDE, INPUT_SIDE), "mean": (0.5,) * c, "std": (1.0,) * c,
         }
         return ImportPlan(model=model, expected=expected, ignored=ignored, dataset=DATASETS.get(K),
                           description=f"LiResNet ({d} residual blocks of width {w}{', centred' if centred else ''}; "
                                       f"{n} dense layer{'' if n == 1 else 's'} of {D}), LLN head, {K} classes",
-                          source_state={"prefix": p, **s})
+                          source_state={"prefix": p, **s}, options=stated)
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         st = plan.source_state

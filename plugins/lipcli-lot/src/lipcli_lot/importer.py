@@ -38,6 +38,8 @@ import torch
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates, strip_prefix
 
+from lipcli.sdk.source_options import SourceOption
+
 from .head import LOTHead
 from .network import DEPTHS, LOT_MEAN, LOT_STD, lot_blocks
 
@@ -85,6 +87,17 @@ def _check_hh2_offsets(tensors: Mapping[str, Any], keys: list[str]) -> None:
         if t is not None and t.dim() == 1 and bool(((t < 0) | (t > 2 * math.pi)).any()):
             raise ImportRefused(f"cannot import {key} outside [0, 2*pi]: the authors' hh2 clamps it, lipcli's "
                                 "householder:order=2 does not")
+
+
+#: every option of the LOT authors' train_robust.py that changes the network, and how it is handled
+#: (each leaves its mark in the keys or shapes: no configuration is needed)
+OPTIONS = (
+    SourceOption("conv_layer", "the convolution", "the keys: lot -> lot:border=zero; soc, bcop, cayley refused by name"),
+    SourceOption("activation", "the activation", "the keys: maxmin -> maxmin, hh1/hh2 (theta) -> householder"),
+    SourceOption("lln", "the head", "the keys/shapes: lln -> lln, else their 1x1 LOT last layer -> lot"),
+    SourceOption("residual", "LipConvNet or LipResNet (mixing lambda)", "the keys (res_lamda_logit)"),
+    SourceOption("block_size, init_channels, dataset", "the sizes", "the shapes (classes)"),
+)
 
 
 def _refuse_unsupported(names: set[str]) -> None:

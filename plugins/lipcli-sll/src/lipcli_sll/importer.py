@@ -20,6 +20,14 @@ lipcli's with ``log_q = q``.  The input normalisation is not in the checkpoint: 
 authors' readers fix it by data set (mean per ``core/data/readers.py`` with ``shift_data``,
 std 1), told apart by the class count (10, 100: CIFAR, 32×32; 200: Tiny ImageNet, 64×64).  The optimizer
 state is training state lipcli does not use.
+
+Also read: the ``LipschitzNetwork``'s own ``state_dict()`` saved alone (prefix ``model.``, no
+``NormalizedModel`` around it; its inputs are then the reader's, hence the same mean in
+front) and networks without convolutions (``--n_conv 0``: ``PaddingChannels`` alone before
+the pool; ``D`` from the head).  The options of ``main.py`` (:data:`OPTIONS`): the sizes are
+the shapes; ``shift_data`` (whether the reader subtracts the mean) changes no tensor, so it
+is taken from ``lip import --config`` (their arguments as JSON) or ``--option shift_data=...``,
+never assumed.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import torch
 
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.importers import ImportPlan, ImportRefused, SourceCertificates
+from lipcli.sdk.source_options import SourceOption, SourceOptions
 
 from .network import SIZES, InputScale
 
@@ -45,15 +54,24 @@ _READERS = {
 }
 #: |q| beyond which exp(±q) under- or overflows float32 (the authors' T is then not ``Σ|G|``)
 _MAX_ABS_Q = 80.0
-_PREFIX = re.compile(r"^((?:model_state_dict\.)?(?:module\.)?model\.model\.)1\.kernel$")
+_PREFIX = re.compile(r"^((?:model_state_dict\.)?(?:module\.)?(?:model\.)?model\.)\d+\.(?:kernel|weight)$")
+#: every option of main.py that changes the network, and how it is handled
+OPTIONS = (
+    SourceOption("shift_data", "the input mean the reader subtracts (or none)",
+                 "stated (--config/--option): True -> the reader's mean, False -> 0"),
+    SourceOption("dataset", "the input size and the mean", "the class count (10, 100, 200); a stated value must agree"),
+    SourceOption("n_conv, n_dense, w, conv_inner_dim, dense_inner_dim", "the sizes",
+                 "the shapes (n_conv 0: PaddingChannels alone); stated values must agree"),
+)
+_CLASSES = {"cifar10": 10, "cifar100": 100, "tiny-imagenet": 200}
 
 
 def _prefix(names: set[str]) -> str:
-    found = [m.group(1) for n in names if (m := _PREFIX.match(n))]
+    found = {m.group(1) for n in names if (m := _PREFIX.match(n))}
     if len(found) != 1:
-        raise ImportRefused("no '[model_state_dict.][module.]model.model.1.kernel': not a checkpoint "
-                            "of the SLL authors' LipschitzNetwork")
-    return found[0]
+        raise ImportRefused("no single '[model_state_dict.][module.][model.]model.<i>.kernel' or '.weight': not a "
+                            "checkpoint of the SLL authors' LipschitzNetwork")
+    return found.pop()
 
 
 def _shape(tensors: Mapping[str, Any], key: str, dims: int) -> tuple[int, ...]:
@@ -70,13 +88,24 @@ def _sizes(tensors: Mapping[str, Any], p: str) -> dict[str, int]:
     n = 0
     while f"{p}{n + 1}.kernel" in names:
         n += 1
-    h, w, kh, kw = _shape(tensors, f"{p}1.kernel", 4)
+    indices = sorted(int(m.group(1)) for k in names if (m := re.fullmatch(re.escape(p) + r"(\d{1,6})\.weight", k)))
+    if not n:  # n_conv 0: the width from the head's D = w * (S/4)^2
+        if not indices:
+            raise ImportRefused(f"no {p}<i>.weight: cannot find the LinearNormalized head")
+        K0, D0 = _shape(tensors, f"{p}{indices[-1]}.weight", 2)
+        side0 = _READERS.get(K0, (None, 32))[1]
+        cells = (side0 // 4) ** 2
+        if D0 % cells:
+            raise ImportRefused(f"{p}{indices[-1]}.weight has {D0} features, not w*{cells}: not the authors' "
+                                "LipschitzNetwork")
+        h, w, kh, kw = 0, D0 // cells, 3, 3
+    else:
+        h, w, kh, kw = _shape(tensors, f"{p}1.kernel", 4)
     if (kh, kw) != (3, 3):
         raise ImportRefused(f"cannot import a {kh}x{kw} SLL filter: the authors' layer pads by 1, "
                             "so only 3x3 filters are the function they compute")
     if w < 3:
         raise ImportRefused(f"cannot import width {w}: the authors' PaddingChannels needs at least 3 channels")
-    indices = sorted(int(m.group(1)) for k in names if (m := re.fullmatch(re.escape(p) + r"(\d{1,6})\.weight", k)))
     if not indices or indices[-1] < n + 3:
         raise ImportRefused(f"no {p}<i>.weight after the convolutions: cannot find the LinearNormalized head")
     last = indices[-1]
@@ -109,12 +138,23 @@ def _check_arch(arch: str | None, s: dict[str, int]) -> None:
 class SLLImporter:
     """The ``sll`` importer (see the module)."""
 
-    def plan(self, tensors: Mapping[str, Any], arch: str | None) -> ImportPlan:
+    def plan(self, tensors: Mapping[str, Any], arch: str | None,
+             options: SourceOptions | None = None) -> ImportPlan:
+        options = options if options is not None else SourceOptions()
         p = _prefix(set(tensors))
         s = _sizes(tensors, p)
         _check_arch(arch, s)
         n, d, w, h, H, D, K, side = (s[k] for k in ("n", "d", "w", "h", "H", "D", "K", "side"))
         dataset, _side, mean = _READERS[K]
+        stated_set = options.require("dataset", told=None, default=None) if options.lookup("dataset")[0] else None
+        if stated_set is not None and _CLASSES.get(str(stated_set)) != K:
+            raise ImportRefused(f"option dataset={stated_set!r} is stated, but the checkpoint's head has {K} classes")
+        for name, value in (("n_conv", n), ("n_dense", d), ("w", w)):
+            options.require(name, told=value)
+        shift = options.choose("shift_data", {True: True, False: False}, hint=" (their main.py arguments)",
+                               default=True)
+        if not shift:
+            mean = (0.0, 0.0, 0.0)
         expected: dict[str, tuple[int, ...]] = {}
         for i in range(1, n + 1):
             expected.update({f"{p}{i}.kernel": (h, w, 3, 3), f"{p}{i}.bias": (1, h, 1, 1), f"{p}{i}.q": (h,)})
@@ -129,7 +169,7 @@ class SLLImporter:
         ignored = tuple(k for k in tensors if k.startswith("optimizer_state_dict."))
         model: dict[str, Any] = {
             "arch": f"sll-small:depth={n},dense={d},width={w},dense_hidden={H}",
-            "conv": f"sll:hidden={h}",
+            "conv": f"sll:hidden={h or 1}",  # n_conv 0: no convolution built
             "activation": "maxmin", "pool": "max",  # unused: SLL layers have their own ReLU and sum pool
             "head": "lln", "num_classes": K, "in_channels": 3, "image_size": (side, side),
             "mean": mean, "std": (1.0, 1.0, 1.0),
@@ -137,7 +177,8 @@ class SLLImporter:
         return ImportPlan(model=model, expected=expected, ignored=ignored, dataset=dataset,
                           description=f"SLL network ({n} convolutions of width {w}, {h} hidden; "
                                       f"{d} dense layer{'' if d == 1 else 's'} of {H}), LLN head, {K} classes",
-                          source_state={"prefix": p, "convs": n, "dense": d, "head": s["last"]})
+                          source_state={"prefix": p, "convs": n, "dense": d, "head": s["last"]},
+                          options={"shift_data": shift, "n_conv": n, "n_dense": d, "w": w})
 
     def convert(self, tensors: Mapping[str, Any], plan: ImportPlan) -> dict[str, Any]:
         p, n, d = plan.source_state["prefix"], plan.source_state["convs"], plan.source_state["dense"]

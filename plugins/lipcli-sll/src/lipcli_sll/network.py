@@ -13,6 +13,7 @@ normalise     ``normalize``: ``(x − mean)·(1/std)``                          
 convolutions  ``conv1`` conv(in → w, 3×3) — with ``--conv sll``: zero         w @ S²
               channels up to ``w`` then an SLL layer, the authors'
               ``PaddingChannels`` + first layer — then ``conv2 .. conv{depth}``
+              (``depth = 0``: ``pad``, the zero channels alone)
               conv(w → w, 3×3); no activation (SLL has its own ReLU)
 pool          ``pool``: 4×4 window sums divided by 4 (the authors'            D @ 1²
               ``AvgPool2d(4, divisor_override=4)``), as a ``(N, D, 1, 1)``
@@ -97,6 +98,23 @@ class PoolToVector(nn.Module):
         return self
 
 
+class PadChannels(nn.Module):
+    """Zero channels appended up to ``width`` (the authors' ``PaddingChannels(mode="zero")``):
+    the network's first layer when it has no convolution (``depth = 0``); an isometry."""
+
+    lip_promises = (ONE_LIPSCHITZ,)
+
+    def __init__(self, in_channels: int, width: int) -> None:
+        super().__init__()
+        self.in_channels, self.width = int(in_channels), int(width)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pad(x, (0, 0, 0, 0, 0, self.width - x.shape[1]))
+
+    def export_module(self) -> nn.Module:
+        return self
+
+
 class SLLNetwork(nn.Module):
     """The network of the module docstring (lipcli's architecture protocol: ``body``,
     ``head``, ``features``, ``forward``)."""
@@ -112,8 +130,8 @@ class SLLNetwork(nn.Module):
         if size[0] % WINDOW or size[1] % WINDOW:
             raise ValueError(f"the SLL network needs an image size divisible by {WINDOW}, got "
                              f"{size[0]}x{size[1]}")
-        for name, value, top in (("depth", depth, MAX_DEPTH), ("width", width, MAX_WIDTH)):
-            if not 1 <= value <= top:
+        for name, value, low, top in (("depth", depth, 0, MAX_DEPTH), ("width", width, 1, MAX_WIDTH)):
+            if not low <= value <= top:
                 raise ValueError(f"{name} must be in 1..{top}, got {value}")
         if not 0 <= dense <= MAX_DENSE:
             raise ValueError(f"dense must be in 0..{MAX_DENSE}, got {dense}")
@@ -129,7 +147,12 @@ class SLLNetwork(nn.Module):
         D = width * (size[0] // WINDOW) * (size[1] // WINDOW)
         layers: OrderedDict[str, nn.Module] = OrderedDict()
         layers["normalize"] = InputScale(mean, std)
-        layers["conv1"] = conv.build(in_channels, width, 3, 1)
+        if depth:
+            layers["conv1"] = conv.build(in_channels, width, 3, 1)
+        else:  # no convolution (the authors' n_conv 0): their PaddingChannels alone
+            if width < in_channels:
+                raise ValueError(f"width {width} below the {in_channels} input channels")
+            layers["pad"] = PadChannels(in_channels, width)
         for i in range(2, depth + 1):
             layers[f"conv{i}"] = conv.build(width, width, 3, 1)
         layers["pool"] = PoolToVector()

@@ -67,7 +67,7 @@ def network_specs() -> list[ArchSpec]:
             description=f"the SLL authors' {size} network: {depth} convolutions of width {width}, "
                         f"sum pool, {dense} SLL dense layers (use --conv sll:hidden=5,q_init=normal --head lln)",
             params=(
-                Param(name="depth", type=int, default=depth, min=1, max=MAX_DEPTH, help="convolutions"),
+                Param(name="depth", type=int, default=depth, min=0, max=MAX_DEPTH, help="convolutions"),
                 Param(name="dense", type=int, default=dense, min=0, max=MAX_DENSE, help="SLL dense layers"),
                 Param(name="width", type=int, default=width, min=1, max=MAX_WIDTH, help="channels"),
                 Param(name="dense_hidden", type=int, default=dense_hidden, min=1, max=MAX_DENSE_HIDDEN,
