@@ -60,3 +60,15 @@ def test_a_bad_setting_is_the_same_one_line_error(tmp_path):
     with pytest.raises(LipUsageError, match="unknown setting 'epoch'"):
         lipcli.train(dataset="digits", epoch=3, out=tmp_path / "m.safetensors")
     assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_the_guides_notebook_session_runs_as_written(tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "guide.md").read_text(encoding="utf-8")
+    section = text.split("## Python API: a notebook session", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "guide.md", "exec"), {})
+    assert (tmp_path / "runs" / "nb" / "model.safetensors").is_file()
