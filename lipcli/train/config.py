@@ -18,9 +18,10 @@ from lipcli.train.errors import TrainUsageError, literal
 
 #: optimisers (``--optimizer``) and the learning rate each uses when ``--lr`` is not given
 OPTIMIZER_LR: dict[str, float] = {"sgd": 0.1, "adamw": 1e-3, "nadam": 1e-3}
-#: learning-rate schedules (``--schedule``): the paper's step decay, cosine to 0, or SLL's
-#: triangular one (0 -> lr at 40 %, lr/20 at 80 %, 0 at the end)
-SCHEDULES: tuple[str, ...] = ("step", "cosine", "triangular")
+#: learning-rate schedules (``--schedule``): the paper's step decay, cosine to 0, SLL's
+#: triangular one (0 -> lr at 40 %, lr/20 at 80 %, 0 at the end), or torch's ``OneCycleLR``
+#: with its defaults (max lr = ``--lr``; the comparison study's)
+SCHEDULES: tuple[str, ...] = ("step", "cosine", "triangular", "onecycle")
 #: Adam's (beta1, beta2) for adamw and nadam: torch's defaults
 DEFAULT_BETAS: tuple[float, float] = (0.9, 0.999)
 #: the fraction of each batch drawn from ``--extra-data`` when ``--extra-ratio`` is not given
