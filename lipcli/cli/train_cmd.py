@@ -59,6 +59,9 @@ def train(
     run_dir: Annotated[Optional[Path], typer.Option("--run-dir", help="Run directory for checkpoint and "
         "logs (default: OUT's stem + '-run' beside --out, else runs/ARCH-HEAD-TIMESTAMP).")] = None,
     epochs: Annotated[int, typer.Option("--epochs", help="Epochs.")] = _D.epochs,
+    time_budget: Annotated[Optional[str], typer.Option("--time-budget", help="Train for this wall-clock "
+        "time (90s, 10m, 2h, 1h30m): the step time is measured first and fixes the epochs (replacing "
+        "--epochs) and the schedule; the run stops once its training time reaches it.")] = _D.time_budget,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Global batch size, split over "
         "processes.")] = _D.batch_size,
     eval_batch_size: Annotated[int, typer.Option("--eval-batch-size", help="Batch size of validation and "

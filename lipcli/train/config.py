@@ -125,6 +125,10 @@ class TrainConfig:
     # settings given over it: key -> {"recipe": its value, "value": the one used}
     recipe: str | None = None
     recipe_overrides: dict[str, Any] = field(default_factory=dict)
+    # a wall-clock training budget ("2h", "10m", "90s"; lipcli.train.budget): the epochs are
+    # fixed from a measured step time; ``budget`` records that plan (set by the trainer)
+    time_budget: str | None = None
+    budget: dict[str, Any] = field(default_factory=dict)
 
     # -- (de)serialisation ---------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -174,6 +178,13 @@ class TrainConfig:
             return f", got {literal(repr(getattr(self, name)))}"
 
         need(self.epochs >= 1, "{epochs} must be at least 1" + got("epochs"))
+        if self.time_budget is not None:
+            from lipcli.train.budget import parse_duration
+
+            try:
+                parse_duration(self.time_budget)
+            except ValueError as exc:
+                need(False, "{time_budget}: " + literal(str(exc)))
         need(self.epochs <= MAX_EPOCHS, f"{{epochs}} must be at most {MAX_EPOCHS}" + got("epochs"))
         need(1 <= self.batch_size <= MAX_BATCH_SIZE,
              f"{{batch_size}} must be in 1..{MAX_BATCH_SIZE}" + got("batch_size"))
@@ -253,6 +264,10 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad("a table of loss parameter shortcuts")
         return TrainConfig().updated(value, source=source).loss_shortcuts
+    if key == "budget":  # the trainer's record of a --time-budget plan (lipcli.train.budget)
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise LipUsageError(f"{source}: setting 'budget' must be a table, got {value!r}")
+        return dict(value)
     if key == "recipe_overrides":
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad("a table of settings")

@@ -44,6 +44,7 @@ def head_spec() -> HeadSpec:
         description="the first num_classes features as logits (the comparison study's head)",
         certificate="margin",
         features="activation",
+        loss="offset-ce",
     )
 
 
