@@ -247,7 +247,7 @@ class TrainConfig:
 
 _OPTIONAL_INT = {"width", "limit_train", "limit_test", "workers"}
 _OPTIONAL_FLOAT = {"grad_clip", "lr", "extra_ratio"}
-_OPTIONAL_STR = {"data_dir", "loss", "extra_data", "recipe"}
+_OPTIONAL_STR = {"data_dir", "loss", "extra_data", "recipe", "time_budget"}
 
 
 def _coerce(key: str, value: Any, source: str) -> Any:
