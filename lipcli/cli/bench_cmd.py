@@ -296,3 +296,8 @@ def _quiet_profiler() -> None:
     import os
 
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+
+from lipcli.cli.bench_layers_cmd import layers as _layers  # noqa: E402 - its own module
+
+bench_app.command("layers", short_help="Every installed convolution in the study's network.")(_layers)

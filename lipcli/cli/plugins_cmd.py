@@ -42,7 +42,7 @@ def plugins(
                     ],
                     **({"certificate": spec.certificate, "features": spec.features}
                        if kind == "head" else {}),
-                    **({"slots": list(arch_slots(spec)), "slots_vary": callable(spec.slots)}
+                    **({"slots": list(arch_slots(registry, spec)), "slots_vary": callable(spec.slots)}
                        if kind == "arch" else {}),
                     **(_recipe_json(registry, spec) if kind == "recipe" else {}),
                 }
@@ -60,14 +60,12 @@ def plugins(
                                       if len(registry.conflicts) > 1 else ""), 1)
 
 
-def arch_slots(spec: Any) -> tuple[str, ...]:
+def arch_slots(registry: Registry, spec: Any) -> tuple[str, ...]:
     """The layer kinds an architecture takes from the user at its default parameters (with
-    lipcli's default head)."""
+    lipcli's default head, from the listing's own registry)."""
     from lipcli.host.defaults import DEFAULT_COMPONENTS
-    from lipcli.host.plugins import get_registry
 
-    head = get_registry().get("head", DEFAULT_COMPONENTS["head"])
-    return spec.slots_for({p.name: p.default for p in spec.params}, head)
+    return spec.slots_for({p.name: p.default for p in spec.params}, registry.get("head", DEFAULT_COMPONENTS["head"]))
 
 
 def _print_tables(host: PluginHost, registry: Registry, verbose: bool) -> None:
@@ -103,7 +101,7 @@ def _print_tables(host: PluginHost, registry: Registry, verbose: bool) -> None:
                     for p in spec.params) + "]"
             if verbose and kind == "arch":
                 desc += (" {slots at the defaults: " if callable(spec.slots) else " {slots: ") + \
-                    ", ".join(arch_slots(spec)) + "}"
+                    ", ".join(arch_slots(registry, spec)) + "}"
             comp.add_row(Text(kind), Text(spec.name),
                          Text(registry.provided(kind, spec.name).plugin.name),
                          Text(", ".join(spec.promises)), Text(desc))

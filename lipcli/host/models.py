@@ -32,7 +32,7 @@ from lipcli._util.safetext import clean, install_hint, is_distribution_name
 from lipcli.host.defaults import DEFAULT_COMPONENTS, LAYER_KINDS
 from lipcli.host.modelcheck import check_config_limits, guarded_build
 from lipcli.host.plugins import DISABLE_AUTOLOAD_ENV, autoload_disabled
-from lipcli.sdk.loading import loading_tensors
+from lipcli.sdk.loading import adopt_lazy_buffers, loading_tensors
 COMPONENT_KINDS = ("arch", "conv", "activation", "pool", "head")
 #: the default layer components (from :data:`~lipcli.host.defaults.DEFAULT_COMPONENTS`)
 DEFAULTS = {kind: DEFAULT_COMPONENTS[kind] for kind in LAYER_KINDS}
@@ -285,6 +285,7 @@ def load_model(
         raise ModelFileError(f"{path}: metadata: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelFileError(f"{path}: model config is invalid: {exc}") from None
+    adopt_lazy_buffers(model, mf.tensors)  # buffers a layer sizes from its first input
     expected = model.state_dict()
     missing = sorted(set(expected) - set(mf.tensors))
     extra = sorted(set(mf.tensors) - set(expected))

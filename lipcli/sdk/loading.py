@@ -32,3 +32,21 @@ def loading_tensors() -> Iterator[None]:
         yield
     finally:
         _LOADING.reset(token)
+
+
+def adopt_lazy_buffers(model: "object", tensors: "dict") -> None:
+    """The host's side of ``lip_lazy_buffers``: a module may name buffers that it sizes from its
+    first input (e.g. CPL's power-iteration vector ``u``, the shape of the layer's input, which
+    its factory does not know); built empty (a dimension of 0), they take the shape of the
+    file's tensor of that name before the shapes are compared.  Only a zero dimension may
+    change, so nothing larger than the file's own tensor is allocated."""
+    import torch
+
+    for name, module in model.named_modules():  # type: ignore[attr-defined]
+        for buf in getattr(module, "lip_lazy_buffers", ()):
+            key = f"{name}.{buf}" if name else buf
+            got, ref = tensors.get(key), getattr(module, buf, None)
+            if (isinstance(got, torch.Tensor) and isinstance(ref, torch.Tensor) and ref.numel() == 0
+                    and got.dim() == ref.dim() and got.dtype == ref.dtype
+                    and all(r in (0, g) for r, g in zip(ref.shape, got.shape))):
+                setattr(module, buf, torch.empty(got.shape, dtype=ref.dtype, device=ref.device))

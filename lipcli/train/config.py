@@ -20,9 +20,10 @@ from lipcli.train.errors import TrainUsageError, literal
 
 #: optimisers (``--optimizer``) and the learning rate each uses when ``--lr`` is not given
 OPTIMIZER_LR: dict[str, float] = {"sgd": 0.1, "adamw": 1e-3, "nadam": 1e-3}
-#: learning-rate schedules (``--schedule``): the paper's step decay, cosine to 0, or SLL's
-#: triangular one (0 -> lr at 40 %, lr/20 at 80 %, 0 at the end)
-SCHEDULES: tuple[str, ...] = ("step", "cosine", "triangular")
+#: learning-rate schedules (``--schedule``): the paper's step decay, cosine to 0, SLL's
+#: triangular one (0 -> lr at 40 %, lr/20 at 80 %, 0 at the end), or torch's ``OneCycleLR``
+#: with its defaults (max lr = ``--lr``; the comparison study's)
+SCHEDULES: tuple[str, ...] = ("step", "cosine", "triangular", "onecycle")
 #: Adam's (beta1, beta2) for adamw and nadam: torch's defaults
 DEFAULT_BETAS: tuple[float, float] = (0.9, 0.999)
 #: the fraction of each batch drawn from ``{extra_data}`` when ``--extra-ratio`` is not given
@@ -194,6 +195,13 @@ class TrainConfig:
     # settings given over it: key -> {"recipe": its value, "value": the one used}
     recipe: str | None = None
     recipe_overrides: dict[str, Any] = field(default_factory=dict)
+    # a wall-clock training budget ("2h", "10m", "90s"; lipcli.train.budget): the epochs are
+    # fixed from a measured step time; ``budget`` records that plan (set by the trainer)
+    time_budget: str | None = setting(None, "Train for this wall-clock time (90s, 10m, 2h, 1h30m): the step "
+                                      "time is measured first and fixes the epochs (replacing {epochs}) and "
+                                      "the schedule; the run stops once its training time reaches it.",
+                                      owner=_O)
+    budget: dict[str, Any] = field(default_factory=dict)
 
     # -- (de)serialisation ---------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -241,6 +249,13 @@ class TrainConfig:
             raise TrainUsageError(problem)
         need(self.warmup_epochs <= self.epochs,
              "{warmup_epochs} must be in [0, {epochs}], got " + literal(self.warmup_epochs))
+        if self.time_budget is not None:
+            from lipcli.train.budget import parse_duration
+
+            try:
+                parse_duration(self.time_budget)
+            except ValueError as exc:
+                need(False, "{time_budget}: " + literal(str(exc)))
         need(self.extra_ratio is None or self.extra_data is not None, "{extra_ratio} needs {extra_data} FILE")
         need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
              "{betas} must be two numbers in [0, 1), got " + literal(self.betas))
@@ -287,6 +302,10 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad("a table of loss parameter shortcuts")
         return TrainConfig().updated(value, source=source).loss_shortcuts
+    if key == "budget":  # the trainer's record of a --time-budget plan (lipcli.train.budget)
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise LipUsageError(f"{source}: setting 'budget' must be a table, got {value!r}")
+        return dict(value)
     if key == "recipe_overrides":
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad("a table of settings")

@@ -32,6 +32,7 @@ from lipcli.train.reporting import Reporter
 from lipcli.train.results import TrainSummary
 from lipcli.train.parts import RunSettings
 from lipcli.train.run import TrainingRun
+from lipcli.train.budget import plan_budget
 from lipcli.data.augmentation import resolve_augmentation
 from lipcli.data.loaders import check_data_dir, load_data, resolve_dataset
 from lipcli.host.models import ComponentParameterError, build_model, make_config
@@ -260,6 +261,9 @@ def train(
         settings = RunSettings(cfg=cfg, ctx=ctx, device=device, paths=paths, reporter=reporter,
                                workers=setup.workers, overwrite=overwrite)
         with memory_step("optimiser set-up", *MODEL_SIZED):
+            run = TrainingRun.build(settings, data, model, model_config, loss=setup.loss_comp, extra=extra)
+        if cfg.time_budget and setup.ckpt_tensors is None:  # a new run: measure, fix epochs and schedule
+            settings = dataclasses.replace(settings, cfg=plan_budget(run))
             run = TrainingRun.build(settings, data, model, model_config, loss=setup.loss_comp, extra=extra)
         return run.execute(setup.ckpt_tensors, setup.ckpt_meta)
     finally:

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from lipcli.data.loaders import epoch_seed
+from lipcli.train.budget import budget_exhausted
 from lipcli.host.models import save_model
 from lipcli.train.config import INTERRUPT_ENV, TrainConfig
 from lipcli.train.distributed import DistContext
@@ -134,6 +135,8 @@ class TrainingLoop:
         current_epoch = self.run.state.epoch
         try:
             for epoch in range(self.run.state.epoch, self.cfg.epochs):
+                if budget_exhausted(self.cfg, self.run.state.elapsed):  # --time-budget spent (resume too)
+                    break
                 current_epoch = epoch
                 sums, extra, train_time = self._train_epoch(epoch, forward, interrupt_at)
                 record = self._epoch_record(epoch, sums, extra, train_time)

@@ -148,9 +148,14 @@ def make_schedule(optimizer: torch.optim.Optimizer, *, schedule: str, total_step
     ``TriangularLRScheduler`` (Lipschitz-SLL-Networks ``core/utils.py``): linear through
     ``(0, 0)``, ``(⌊2T/5⌋, 1)``, ``(⌊4T/5⌋, 1/20)``, ``(T, 0)``, and as their loop calls it
     (``scheduler.step(t)`` after step ``t``) step ``t ≥ 1`` runs at the value at ``t − 1``
-    and step 0 at the full rate.
+    and step 0 at the full rate.  ``onecycle``: torch's ``OneCycleLR`` with its defaults
+    (``max_lr`` the base rate; momentum cycled 0.85–0.95 for SGD; warm-up is its own).
     """
     steps = [int(f * total_steps) for f in milestones]
+    if schedule == "onecycle":  # torch's defaults (the comparison study's); its own warm-up phase
+        base = optimizer.base if isinstance(optimizer, Lookahead) else optimizer
+        return torch.optim.lr_scheduler.OneCycleLR(base, max_lr=[g["lr"] for g in base.param_groups],
+                                                   total_steps=max(1, total_steps))
     if schedule == "step" and warmup_steps == 0:
         return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=steps, gamma=gamma)
     if schedule not in SCHEDULES:

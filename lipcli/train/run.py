@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from lipcli.version import __version__
+from lipcli.train.budget import budget_record
 from lipcli.sdk.errors import LipError, LipUsageError, is_allocation_failure
 from lipcli.train.checkpoint import (_prefixed, flatten_state, rng_state, set_rng_state, unflatten_state,
                                      write_checkpoint)
@@ -276,6 +277,7 @@ class TrainingRun:
             "extra_data": self._extra_record(),
             "run_dir": str(self.settings.paths.run_dir),
             "resumed_from_epochs": state.resumed_from,
+            "time_budget": budget_record(cfg, state),
             "cuda_graphs": graphs,
             "history": state.history,
         }

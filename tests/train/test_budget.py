@@ -1,0 +1,85 @@
+"""``lip train --time-budget``: durations parse (bad ones are one usage line), the step time is
+measured first and fixes the epochs and the schedule, the model file records the plan and the
+epochs run, the budget stops a run, and a resumed run keeps the first plan and counts the
+training time already spent."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lipcli.testing import read_model_metadata, run_lip
+from lipcli.train.budget import budget_exhausted, parse_duration
+from lipcli.train import INTERRUPT_ENV, TrainConfig, read_checkpoint
+
+TINY = ["train", "--dataset", "digits", "--width", "2", "--batch-size", "32", "--limit-train", "64",
+        "--limit-test", "32", "--no-lipschitz-estimate", "-q"]
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("2h", 7200), ("1h30m", 5400),
+                                           ("1.5h", 5400), ("45", 45), ("1d", 86400), (" 2H ", 7200)])
+def test_durations_parse(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0s", "2x", "h", "10m5", "-1h", "400d", "1h 30q"])
+def test_bad_durations_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_bad_budget_is_one_usage_line(tmp_path):
+    r = run_lip([*TINY, "--time-budget", "ten minutes", "-o", str(tmp_path / "m.safetensors")])
+    assert r.exit_code == 2 and "time-budget" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_exhausted_only_with_a_budget():
+    assert not budget_exhausted(TrainConfig(), 1e9)
+    cfg = TrainConfig(time_budget="1m")
+    assert not budget_exhausted(cfg, 59.0) and budget_exhausted(cfg, 60.0)
+
+
+def test_budget_fixes_the_epochs_and_the_model_file_records_the_plan(tmp_path):
+    out = tmp_path / "m.safetensors"
+    r = run_lip([*TINY, "--time-budget", "3s", "--epochs", "1", "--schedule", "onecycle", "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    training = read_model_metadata(out)["training"]
+    plan = training["config"]["budget"]
+    assert plan["budget_s"] == 3.0 and plan["epoch_s"] > 0 and plan["steps_timed"] >= 2
+    assert plan["epochs"] == max(1, int(3.0 / plan["epoch_s"])) == training["config"]["epochs"]
+    record = training["time_budget"]
+    assert record["time_budget"] == "3s" and record["epochs_run"] == training["epochs"]
+    assert record["stopped_on_budget"] == (training["epochs"] < plan["epochs"])
+    assert record["train_time_s"] >= 3.0 or not record["stopped_on_budget"]
+
+
+def test_resume_keeps_the_plan_and_counts_the_time_spent(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "b" / "model.safetensors"
+    r = run_lip([*TINY, "--time-budget", "1h", "-o", str(out)], env={INTERRUPT_ENV: "1:0"})
+    assert r.exit_code == 130
+    _, ck = read_checkpoint(tmp_path / "b" / "model-run" / "checkpoint.safetensors")
+    planned = ck["config"]["epochs"]
+    assert ck["config"]["budget"]["epochs"] == planned and ck["epoch"] == 1
+    r = run_lip(["train", "--resume", "b/model-run", "--time-budget", "2h", "-q"])
+    assert r.exit_code == 2 and "time-budget" in r.stderr  # the budget cannot change on resume
+    # spend the budget: resume with the checkpoint's training time past it (honest accounting)
+    path = tmp_path / "b" / "model-run" / "checkpoint.safetensors"
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(path), "pt") as fh:
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+        header = dict(fh.metadata())
+    meta = json.loads(header["lipcli.checkpoint"]) if "lipcli.checkpoint" in header else None
+    if meta is None:
+        pytest.skip("checkpoint metadata layout unknown")
+    meta["elapsed_s"] = 3600.0
+    header["lipcli.checkpoint"] = json.dumps(meta)
+    save_file(tensors, str(path), metadata=header)
+    r = run_lip(["train", "--resume", "b/model-run", "-q", "--json"])
+    assert r.exit_code == 0, r.stderr
+    training = read_model_metadata(out)["training"]
+    assert training["epochs"] == 1 and training["config"]["epochs"] == planned
+    assert training["time_budget"]["stopped_on_budget"] is True
