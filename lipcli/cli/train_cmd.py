@@ -63,10 +63,10 @@ def train(
         "processes.")] = _D.batch_size,
     eval_batch_size: Annotated[int, typer.Option("--eval-batch-size", help="Batch size of validation and "
         "the test evaluation (may change on --resume).")] = _D.eval_batch_size,
-    optimizer: Annotated[str, typer.Option("--optimizer", help=f"Optimiser: {', '.join(OPTIMIZER_LR)} "
-        f"({_D.optimizer}: the paper's).")] = _D.optimizer,
+    optimizer: Annotated[str, typer.Option("--optimizer", help=f"Optimiser (NAME or NAME:key=value,...): "
+        f"{', '.join(OPTIMIZER_LR)} or a plugin's ({_D.optimizer}: the paper's).")] = _D.optimizer,
     lr: Annotated[Optional[float], typer.Option("--lr", help=f"Learning rate (default per optimiser: "
-        f"{_LRS}).")] = _D.lr,
+        f"{_LRS}; a plugin's: its own).")] = _D.lr,
     momentum: Annotated[float, typer.Option("--momentum", help="SGD momentum.")] = _D.momentum,
     betas: Annotated[str, typer.Option("--betas", help="Adam's B1,B2 for adamw and nadam.")] = ",".join(
         f"{b:g}" for b in _D.betas),

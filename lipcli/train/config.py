@@ -16,7 +16,8 @@ from lipcli.host.defaults import COMPONENT_SETTINGS, DEFAULT_COMPONENTS
 from lipcli.train.errors import TrainUsageError, literal
 
 
-#: optimisers (``--optimizer``) and the learning rate each uses when ``--lr`` is not given
+#: the built-in optimisers (``--optimizer``; plugin ``lipcli.optimizers``) and the learning
+#: rate each uses when ``--lr`` is not given (a plugin's: its ``OptimizerSpec.default_lr``)
 OPTIMIZER_LR: dict[str, float] = {"sgd": 0.1, "adamw": 1e-3, "nadam": 1e-3}
 #: learning-rate schedules (``--schedule``): the paper's step decay, cosine to 0, or SLL's
 #: triangular one (0 -> lr at 40 %, lr/20 at 80 %, 0 at the end)
@@ -179,8 +180,8 @@ class TrainConfig:
         need(1 <= self.eval_batch_size <= MAX_BATCH_SIZE,
              f"eval_batch_size must be in 1..{MAX_BATCH_SIZE}" + got("eval_batch_size"))
         need(self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "{lr} must be positive" + got("lr"))
-        need(self.optimizer in OPTIMIZER_LR,
-             f"{{optimizer}} must be one of {', '.join(OPTIMIZER_LR)}" + got_r("optimizer"))
+        need(self.optimizer.partition(":")[0].strip() in optimizer_names(),
+             f"{{optimizer}} must be one of {', '.join(optimizer_names())}" + got_r("optimizer"))
         need(self.schedule in SCHEDULES,
              f"{{schedule}} must be one of {', '.join(SCHEDULES)}" + got_r("schedule"))
         need(math.isfinite(self.warmup_epochs) and 0 <= self.warmup_epochs <= self.epochs,
@@ -223,7 +224,7 @@ class TrainConfig:
         :func:`lipcli.train.objective.resolve_loss`.)"""
         changes: dict[str, Any] = {}
         if self.lr is None:
-            changes["lr"] = OPTIMIZER_LR[self.optimizer]
+            changes["lr"] = optimizer_default_lr(self.optimizer)
         if self.extra_data is not None:
             changes["extra_data"] = str(Path(self.extra_data).expanduser().absolute())
             if self.extra_ratio is None:
@@ -298,6 +299,25 @@ def loss_shortcut_names() -> set[str]:
 
     reg = get_registry()
     return {p.shortcut for name in reg.names("loss") for p in reg.get("loss", name).params if p.shortcut}
+
+
+def optimizer_names() -> list[str]:
+    """The installed optimisers (kind ``optimizer``): the built-ins of :data:`OPTIMIZER_LR`,
+    then the plugins'."""
+    from lipcli.host.plugins import get_registry  # lazy: loads the plugins (torch)
+
+    names = get_registry().names("optimizer")
+    return [n for n in OPTIMIZER_LR if n in names] + [n for n in names if n not in OPTIMIZER_LR]
+
+
+def optimizer_default_lr(choice: str) -> float:
+    """The learning rate of the optimiser ``choice`` (``NAME[:params]``) when ``--lr`` is not given."""
+    name = choice.partition(":")[0].strip()
+    if name in OPTIMIZER_LR:
+        return OPTIMIZER_LR[name]
+    from lipcli.host.plugins import get_registry
+
+    return float(get_registry().get("optimizer", name).default_lr)
 
 
 def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
