@@ -98,7 +98,9 @@ class Stem(nn.Module):
         return isometry_norm_upper_bound(self.weight)
 
     def export_module(self) -> nn.Module:
-        return self
+        from .export import export_stem
+
+        return export_stem(self)
 
 
 class Block(nn.Module):
@@ -129,7 +131,9 @@ class Block(nn.Module):
         return _mul_up(r, r, isometry_norm_upper_bound(self.M))
 
     def export_module(self) -> nn.Module:
-        return self
+        from .export import export_block
+
+        return export_block(self)
 
 
 class BetaAbs(nn.Module):
