@@ -67,3 +67,11 @@ def test_certify_attack_and_export(trained):
     report = json.loads(exp.stdout)
     assert report["check"]["prediction_mismatches"] == 0
     assert report["record"]["lipschitz"]["upper_bound"] >= summary["lipschitz"]["upper_bound"]
+
+
+def test_so_adam_on_a_model_without_orthogonal_parameters_is_one_line(tmp_path):
+    r = run_lip(["train", "--dataset", "digits", "--width", "4", "--optimizer", "so-adam", "--epochs", "1",
+                 "--limit-train", "16", "--limit-test", "16", "--device", "cpu", "-q",
+                 "--out", str(tmp_path / "m.safetensors")])
+    assert r.exit_code == 2, r.output
+    assert "declares none" in r.stderr and "Traceback" not in r.stderr

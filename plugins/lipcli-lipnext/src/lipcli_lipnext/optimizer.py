@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.optimizers import OptimizerContext
 from lipcli.sdk.orthogonal import orthogonal_parameters
 from lipcli.sdk.specs import OptimizerSpec, Param
@@ -23,6 +24,10 @@ def so_adam_factory(context: OptimizerContext, *, euclidean: str = "nadam", so_l
     """so-adam over ``context``: the declared parameters on the manifold at ``so_lr × lr``, the
     others with ``euclidean`` (its own weight-decay groups, the run's --betas/--momentum)."""
     ortho = orthogonal_parameters(context.model)
+    if not ortho:
+        raise LipUsageError("optimizer 'so-adam' trains parameters a layer declared orthogonal "
+                            "(lipcli.sdk.orthogonal); this model declares none (use --arch lipnext, "
+                            "or another optimizer)")
     ids = {id(o.param) for o in ortho}
     groups: list[dict[str, Any]] = []
     for g in context.groups:
