@@ -36,7 +36,7 @@ from pathlib import Path
 
 #: recipe -> the width it trains at here (None: the recipe's own), in the order they run
 WIDTHS = {"liresnet": 128, "bronet-lipconvnet": None, "lot": None, "sll-small": None,
-          "lipconvnet": None, "bronet": 128, "lot-residual": 16}
+          "lipconvnet": None, "bronet": 128, "lot-residual": 16, "lipnext": 64}
 #: the network settings a recipe fixes (the rest is training)
 NETWORK = ("arch", "conv", "activation", "pool", "head")
 #: a recipe's epochs-long settings scaled with --epochs

@@ -55,6 +55,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "lipcli.datasets": "lipcli.builtins.datasets.plugin",
     "lipcli.losses": "lipcli.builtins.losses.plugin",
     "lipcli.augmentations": "lipcli.builtins.augmentations.plugin",
+    "lipcli.optimizers": "lipcli.builtins.optimizers.plugin",
 }
 
 #: spec kind -> plural title (the hook's name without ``lip_``), e.g. ``"pool": "pools"``

@@ -19,6 +19,7 @@ from lipcli.sdk.specs import (
     HeadSpec,
     ImporterSpec,
     LossSpec,
+    OptimizerSpec,
     PoolSpec,
     RecipeSpec,
 )
@@ -84,6 +85,12 @@ def lip_importers() -> list[ImporterSpec]:
     """Checkpoint importers for ``lip import --from NAME``, e.g. ``improved-l2`` (the paper's code)."""
 
 
+@hookspec
+def lip_optimizers() -> list[OptimizerSpec]:
+    """Optimisers for ``lip train --optimizer NAME``, e.g. ``sgd``, ``adamw``, ``nadam``
+    (protocol in :mod:`lipcli.sdk.optimizers`)."""
+
+
 #: hook name -> spec kind it returns
 HOOK_KINDS: dict[str, str] = {
     "lip_convolutions": ConvSpec.kind,
@@ -97,4 +104,5 @@ HOOK_KINDS: dict[str, str] = {
     "lip_augmentations": AugmentationSpec.kind,
     "lip_recipes": RecipeSpec.kind,
     "lip_importers": ImporterSpec.kind,
+    "lip_optimizers": OptimizerSpec.kind,
 }

@@ -228,7 +228,7 @@ def check_affine_head(head: nn.Module, features: torch.Tensor, loss_name: str) -
     on the batch (an affine head such as ``lln``)."""
     from lipcli.sdk.errors import LipUsageError
 
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast(features.device.type, enabled=False):  # --amp: exact float32
         a = at_least_float32(features.detach())
         b = a.roll(1, dims=0)
         zero = torch.zeros_like(a[:1])

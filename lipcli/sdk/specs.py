@@ -31,6 +31,8 @@ kind             factory call
                  :class:`RecipeSpec` itself; a recipe is data, see :mod:`lipcli.sdk.recipes`)
 ``importer``     ``factory(**params)`` -> a source importer (``plan``, ``convert``, optional
                  ``source_certificates``; see :mod:`lipcli.sdk.importers`)
+``optimizer``    ``factory(context, **params)`` -> a ``torch.optim.Optimizer`` over
+                 ``context.groups`` (see :mod:`lipcli.sdk.optimizers`)
 ===============  ===========================================================================
 """
 
@@ -280,10 +282,24 @@ class ImporterSpec(ComponentSpec):
             raise ValueError(f"importer {self.name!r}: source must name the code it reads")
 
 
+@dataclass(frozen=True, kw_only=True)
+class OptimizerSpec(ComponentSpec):
+    """An optimiser (``lip train --optimizer NAME``; protocol in :mod:`lipcli.sdk.optimizers`).
+    ``default_lr``: the learning rate it trains with when ``--lr`` is not given."""
+
+    kind: ClassVar[str] = "optimizer"
+    default_lr: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.default_lr > 0:
+            raise ValueError(f"optimizer {self.name!r}: default_lr must be positive")
+
+
 SPEC_KINDS: dict[str, type[ComponentSpec]] = {
     cls.kind: cls
     for cls in (ConvSpec, ActivationSpec, PoolSpec, HeadSpec, CertificateSpec, ArchSpec,
-                DatasetSpec, LossSpec, AugmentationSpec, RecipeSpec, ImporterSpec)
+                DatasetSpec, LossSpec, AugmentationSpec, RecipeSpec, ImporterSpec, OptimizerSpec)
 }
 
 

@@ -28,6 +28,7 @@ _FACTORY_CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "dataset": (("root", "train"), {"download": False, "augment": False}),
     "loss": ((None,), {}),
     "augmentation": ((None,), {}),
+    "optimizer": ((None,), {}),
 }
 
 

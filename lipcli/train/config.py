@@ -18,7 +18,8 @@ from lipcli.host.settings_file import load_config_file  # noqa: F401  (re-export
 from lipcli.train.errors import TrainUsageError, literal
 
 
-#: optimisers (``--optimizer``) and the learning rate each uses when ``--lr`` is not given
+#: the built-in optimisers (``--optimizer``; plugin ``lipcli.optimizers``) and the learning
+#: rate each uses when ``--lr`` is not given (a plugin's: its ``OptimizerSpec.default_lr``)
 OPTIMIZER_LR: dict[str, float] = {"sgd": 0.1, "adamw": 1e-3, "nadam": 1e-3}
 #: learning-rate schedules (``--schedule``): the paper's step decay, cosine to 0, SLL's
 #: triangular one (0 -> lr at 40 %, lr/20 at 80 %, 0 at the end), or torch's ``OneCycleLR``
@@ -143,8 +144,8 @@ class TrainConfig:
     epochs: int = setting(200, "Epochs.", owner=_O, min=1, max=MAX_EPOCHS)
     batch_size: int = setting(128, "Global batch size, split over processes.", owner=_O, min=1,
                               max=MAX_BATCH_SIZE)
-    optimizer: str = setting("sgd", f"Optimiser: {', '.join(OPTIMIZER_LR)} (sgd: the paper's).", owner=_O,
-                             choices=tuple(OPTIMIZER_LR))
+    optimizer: str = setting("sgd", f"Optimiser ({_COMPONENT}): {{names}} (sgd: the paper's).", owner=_O,
+                             component="optimizer")
     lr: float | None = setting(None, f"Learning rate (default per optimiser: {_LRS}).", owner=_O, min=0.0,
                                min_open=True, max=MAX_LR)
     momentum: float = setting(0.9, "SGD momentum.", owner=_O, min=0.0, max=1.0, max_open=True)
@@ -256,6 +257,8 @@ class TrainConfig:
                 parse_duration(self.time_budget)
             except ValueError as exc:
                 need(False, "{time_budget}: " + literal(str(exc)))
+        need(str(self.optimizer).partition(":")[0].strip() in optimizer_names(),
+             f"{{optimizer}} must be one of {', '.join(optimizer_names())}, got " + literal(repr(self.optimizer)))
         need(self.extra_ratio is None or self.extra_data is not None, "{extra_ratio} needs {extra_data} FILE")
         need(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
              "{betas} must be two numbers in [0, 1), got " + literal(self.betas))
@@ -276,7 +279,7 @@ class TrainConfig:
         :func:`lipcli.train.objective.resolve_loss`.)"""
         changes: dict[str, Any] = {}
         if self.lr is None:
-            changes["lr"] = OPTIMIZER_LR[self.optimizer]
+            changes["lr"] = optimizer_default_lr(self.optimizer)
         if self.extra_data is not None:
             changes["extra_data"] = str(Path(self.extra_data).expanduser().absolute())
             if self.extra_ratio is None:
@@ -353,3 +356,22 @@ def loss_shortcut_names() -> set[str]:
 
     reg = get_registry()
     return {p.shortcut for name in reg.names("loss") for p in reg.get("loss", name).params if p.shortcut}
+
+
+def optimizer_names() -> list[str]:
+    """The installed optimisers (kind ``optimizer``): the built-ins of :data:`OPTIMIZER_LR`,
+    then the plugins'."""
+    from lipcli.host.plugins import get_registry  # lazy: loads the plugins (torch)
+
+    names = get_registry().names("optimizer")
+    return [n for n in OPTIMIZER_LR if n in names] + [n for n in names if n not in OPTIMIZER_LR]
+
+
+def optimizer_default_lr(choice: str) -> float:
+    """The learning rate of the optimiser ``choice`` (``NAME[:params]``) when ``--lr`` is not given."""
+    name = choice.partition(":")[0].strip()
+    if name in OPTIMIZER_LR:
+        return OPTIMIZER_LR[name]
+    from lipcli.host.plugins import get_registry
+
+    return float(get_registry().get("optimizer", name).default_lr)

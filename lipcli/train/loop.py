@@ -204,6 +204,9 @@ class TrainingLoop:
         self.at = ("refresh", epoch, self.loaders.steps_per_epoch)
         self._refresh_power_iteration()  # end of epoch: before evaluation and before the checkpoint
         self.optim.step_module.end_epoch()
+        end_epoch = getattr(self.optim.optimizer, "end_epoch", None)  # e.g. a retraction (lipcli.sdk.optimizers)
+        if callable(end_epoch):
+            end_epoch()
         self.ctx.sync_module_state(self.optim.step_module.loss)
         return sums, extra, time.perf_counter() - t0
 

@@ -5,6 +5,7 @@ linear warm-up."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -190,10 +191,7 @@ def build_optimization(cfg: Any, model: nn.Module, *, steps_per_epoch: int) -> t
     """The weight-decay groups, optimiser (with lookahead where asked) and per-step scheduler
     of a run (``cfg``: a resolved :class:`~lipcli.train.config.TrainConfig`)."""
     groups = weight_decay_groups(model, cfg.weight_decay)
-    optimizer = make_optimizer(cfg.optimizer, groups, lr=cfg.lr, momentum=cfg.momentum,
-                               betas=cfg.betas)
-    if cfg.lookahead:
-        optimizer = Lookahead(optimizer, k=cfg.lookahead, alpha=cfg.lookahead_alpha)
+    optimizer = build_optimizer(cfg, model, groups)
     total = cfg.epochs * steps_per_epoch
     warmup = int(round(cfg.warmup_epochs * steps_per_epoch))
     scheduler = make_schedule(optimizer, schedule=cfg.schedule, total_steps=total,
@@ -202,10 +200,41 @@ def build_optimization(cfg: Any, model: nn.Module, *, steps_per_epoch: int) -> t
     return groups, optimizer, scheduler
 
 
+def build_optimizer(cfg: Any, model: nn.Module, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+    """The ``--optimizer`` component (kind ``optimizer``, :mod:`lipcli.sdk.optimizers`) over
+    the weight-decay ``groups``, with the run's lookahead."""
+    from lipcli.host.plugins import get_registry  # lazy: loads the plugins
+    from lipcli.sdk.optimizers import OptimizerContext
+
+    reg = get_registry()
+
+    def euclidean(choice: str, part: list[dict[str, Any]]) -> torch.optim.Optimizer:
+        return reg.component("optimizer", choice).build(dataclasses.replace(context, groups=part, lookahead=0))
+
+    def wrap(optimizer: torch.optim.Optimizer) -> Lookahead:
+        return Lookahead(optimizer, k=cfg.lookahead, alpha=cfg.lookahead_alpha)
+
+    b1, b2 = (float(b) for b in cfg.betas)
+    context = OptimizerContext(groups=groups, model=model, lr=cfg.lr, momentum=cfg.momentum, betas=(b1, b2),
+                               lookahead=cfg.lookahead, lookahead_alpha=cfg.lookahead_alpha,
+                               euclidean=euclidean, lookahead_wrapper=wrap)
+    return reg.component("optimizer", cfg.optimizer).build(context)
+
+
 def optimization_record(cfg: Any, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The model file's ``training.optimization`` record: the resolved choice."""
+    """The model file's ``training.optimization`` record: the resolved choice (an optimiser
+    with parameters also records them, ``params``, and what it reports of itself, ``record()``)."""
     base = optimizer.base if isinstance(optimizer, Lookahead) else optimizer
-    return {
+    extra: dict[str, Any] = {}
+    if ":" in cfg.optimizer:
+        from lipcli.host.plugins import get_registry
+        from lipcli.host.registry import parse_component_choice
+
+        extra["params"] = get_registry().component("optimizer", cfg.optimizer).params
+        extra["name"] = parse_component_choice(cfg.optimizer)[0]
+    if callable(getattr(base, "record", None)):
+        extra.update(base.record())
+    return {**extra,
         "optimizer": cfg.optimizer, "class": type(base).__name__, "lr": cfg.lr,
         "momentum": cfg.momentum if cfg.optimizer == "sgd" else None,
         "betas": list(base.defaults["betas"]) if "betas" in base.defaults else None,

@@ -20,6 +20,7 @@ from lipcli.host import plugins
 from lipcli.cli import app
 from lipcli.sdk.errors import DuplicateComponentError, LipUsageError, PluginError, UnknownComponentError
 from lipcli.sdk.specs import (
+    OptimizerSpec,
     AugmentationSpec,
     RecipeSource,
     RecipeSpec,
@@ -96,6 +97,10 @@ class AllHooksPlugin:
         return [ImporterSpec(name="t-import", factory=_factory, description="test importer",
                              source="example.org/t")]
 
+    @hookimpl
+    def lip_optimizers(self):
+        return [OptimizerSpec(name="t-optim", factory=_factory, description="test optimiser", default_lr=0.1)]
+
 
 @pytest.fixture()
 def host():
@@ -124,6 +129,7 @@ def test_every_hook_is_exercised(host):
         "conv": ["t-conv"], "activation": ["t-act"], "pool": ["t-pool"], "head": ["t-head"],
         "certificate": ["t-cert"], "arch": ["t-arch"], "dataset": ["t-data"],
         "loss": ["t-loss"], "augmentation": ["t-augmentation"], "recipe": ["t-recipe"], "importer": ["t-import"],
+        "optimizer": ["t-optim"],
     }
     comp = reg.component("conv", "t-conv:k=5")
     assert comp.params == {"k": 5}

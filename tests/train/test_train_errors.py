@@ -12,7 +12,7 @@ import pytest
 import lipcli.train
 from lipcli.cli.common import cli_message
 from lipcli.sdk.errors import LipUsageError
-from lipcli.train.config import TrainConfig
+from lipcli.train.config import TrainConfig, optimizer_names
 from lipcli.train.errors import TrainingInterrupted, TrainUsageError, literal
 
 
@@ -34,7 +34,7 @@ def test_the_resume_command_follows_the_number_of_processes():
 
 @pytest.mark.parametrize("changes,cli", [
     ({"epochs": 0}, "--epochs must be in 1..100000, got 0"),
-    ({"optimizer": "{sgd}"}, "--optimizer must be one of sgd, adamw, nadam, got '{sgd}'"),
+    ({"optimizer": "{sgd}"}, f"--optimizer must be one of {', '.join(optimizer_names())}, got '{{sgd}}'"),
     ({"keep_best": True}, "--keep-best needs --val-split FRACTION"),
 ])
 def test_config_validation_names_settings(changes, cli):

@@ -175,3 +175,33 @@ def test_default_optimization_record(tmp_path, monkeypatch):
     assert opt == {"optimizer": "sgd", "class": "SGD", "lr": 0.1, "momentum": 0.9, "betas": None,
                    "weight_decay": 5e-4, "lookahead": None, "schedule": "step", "warmup_epochs": 0.0,
                    "lr_milestones": [0.5, 0.75], "lr_gamma": 0.1}
+
+
+def test_optimizers_are_components_and_a_plugin_can_add_one(tmp_path, monkeypatch):
+    from lipcli.host.plugins import get_registry
+    from lipcli.sdk.hookspecs import hookimpl
+    from lipcli.sdk.specs import OptimizerSpec
+    from lipcli.testing import registered
+
+    assert {"sgd", "adamw", "nadam"} <= set(get_registry().names("optimizer"))
+    calls = []
+
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def lip_optimizers():
+            def factory(context, *, scale=1.0):
+                calls.append((context.lr, scale, sorted(n for g in context.groups for n in g["names"])))
+                return context.euclidean("adamw", context.groups)
+            from lipcli.sdk.specs import Param
+            return [OptimizerSpec(name="t-scaled", factory=factory, description="test", default_lr=0.02,
+                                  params=(Param(name="scale", type=float, default=1.0, min=0.0, max=9.0,
+                                                help="x"),))]
+
+    with registered(("t-optim-plugin", Plugin)):
+        cfg = TrainConfig(optimizer="t-scaled:scale=2").resolved()
+        assert cfg.lr == 0.02
+        _, opt, _ = build_optimization(cfg, torch.nn.Linear(3, 2), steps_per_epoch=2)
+        assert isinstance(opt, torch.optim.AdamW) and calls == [(0.02, 2.0, ["bias", "weight"])]
+        with pytest.raises(Exception, match="must be one of sgd, adamw, nadam"):
+            TrainConfig(optimizer="nope").validate()
