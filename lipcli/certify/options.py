@@ -87,6 +87,10 @@ class CertifyOptions:
     #: features, logits and margins in float64 on a float64 copy of the model, every layer
     #: literal (:mod:`lipcli.certify.exact`)
     exact: bool = False
+    #: torch.compile the feature pass: True, False or None (per device,
+    #: :data:`lipcli.compiling.AUTO_COMPILE`); ``compile_mode``: the torch.compile mode
+    compile: bool | None = None
+    compile_mode: str = "default"
 
     def eval_inputs(self, n: int) -> int:
         """The forward passes the features make through the eval lowering on ``n`` inputs
@@ -116,3 +120,11 @@ class CertifyOptions:
         if not self.radii:
             raise SettingError("radii", "no radii given")
         check_dense_max_mib(self.dense_max_mib, default_allowed=True)
+        from lipcli.compiling import COMPILE_MODES  # lazy: imports torch
+
+        if self.compile_mode not in COMPILE_MODES:
+            raise SettingError("compile_mode", f"compile_mode must be one of {', '.join(COMPILE_MODES)}, "
+                                               f"got {self.compile_mode!r}")
+        if self.compile and self.exact:
+            raise SettingError("compile", "exact evaluates the literal float64 network eagerly; "
+                                          "compile does not apply to it")

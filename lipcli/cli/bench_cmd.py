@@ -182,6 +182,10 @@ def train(
         "--floor/--no-floor",
         help="CUDA: profile the convolution kernel time per step (the floor of a step).",
     )] = True,
+    compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", show_default=False, help="Table 1: "
+        "torch.compile both models' forward (in the warm-up steps; compile seconds reported apart).")] = None,
+    compile_mode: Annotated[str, typer.Option("--compile-mode", help="torch.compile mode with --compile: "
+        "default, reduce-overhead or max-autotune.")] = "default",
     json_out: JsonOption = False, output: Output = None, quiet: QuietOption = False,
 ) -> None:
     """Time per training step and per CIFAR-10 epoch, fast (soc-fast) vs exact (soc)
@@ -191,18 +195,20 @@ def train(
     With --conv or --activation (or several --pool/--head): compare those
     components instead, every combination on the same architecture and batch,
     interleaved in one run (step time, images/s, peak memory, relative to the
-    first; eager steps: --cuda-graphs and --floor apply to Table 1 only).
+    first; eager steps: --cuda-graphs, --floor and --compile apply to Table 1 only).
 
     With --recipe: each recipe's network (its arch, conv, activation, pool and
     head; --width replaces its width) beside lipconvnet-5 with the defaults,
     interleaved the same way."""
     from lipcli.bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
+    from lipcli.compiling import check_compile_mode, resolve_compile
     from lipcli.train.cuda_graphs import check_graph_mode
     from lipcli.sdk.errors import LipUsageError
     from lipcli.host.plugins import get_registry
 
     try:
         graphs = check_graph_mode(cuda_graphs)
+        check_compile_mode(compile_mode)
     except ValueError as exc:
         raise LipUsageError(f"--{exc}") from None
     if recipe:
@@ -238,7 +244,7 @@ def train(
         names, batch_size=batch_size, steps=steps, warmup=warmup, device=dev, width=width,
         head=head, pool=pool, num_classes=classes, seed=seed, measure_memory=memory,
         cuda_graphs=graphs == "on" or (graphs == "auto" and dev.type == "cuda"), floor=floor,
-        progress=_progress(quiet),
+        progress=_progress(quiet), compile=resolve_compile(compile, compile_mode.strip().lower(), dev),
     )
     _finish(report, output, json_out, tables.print_train)
 

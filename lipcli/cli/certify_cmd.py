@@ -95,6 +95,12 @@ def certify(
         f"{BUILD_FLOP_WEIGHT}x those of building it in float64; 0: every layer literal.",
     )] = _C.dense_max_mib,
     exact: Annotated[bool, typer.Option("--exact", help=EXACT_HELP)] = _C.exact,
+    compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", show_default=False,
+        help="torch.compile the feature pass (features equal eager's to float rounding; the "
+        "Lipschitz bound comes from the stored weights). Default: per device, eager where "
+        "compiling was not measured faster (CPU: eager).")] = _C.compile,
+    compile_mode: Annotated[str, typer.Option("--compile-mode", help="torch.compile mode with "
+        "--compile: default, reduce-overhead or max-autotune.")] = _C.compile_mode,
     json_out: JsonOption = False,
     no_write: Annotated[bool, typer.Option(
         "--no-write",
@@ -132,7 +138,8 @@ def certify(
         limit=limit, batch_size=batch_size, device=device, lipschitz=lipschitz,
         lipschitz_iters=lipschitz_iters, top_k=top_k, attack=attack, attack_steps=attack_steps,
         attack_restarts=attack_restarts, write=not no_write, ignore_class_names=ignore_class_names,
-        series=series, dense_max_mib=dense_max_mib, exact=exact,
+        series=series, dense_max_mib=dense_max_mib, exact=exact, compile=compile,
+        compile_mode=compile_mode.strip().lower(),
     )
     options.check()
     if options.write:  # before the work, with this command's hint (the driver checks it too)

@@ -88,6 +88,14 @@ def train(
     cuda_graphs: Annotated[str, typer.Option("--cuda-graphs", help="auto (on CUDA where the configuration "
         "allows), on or off: replay each training step from a CUDA graph (same values; fewer "
         "kernel launches).")] = _D.cuda_graphs,
+    compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", show_default=False,
+        help="torch.compile the training forward (values equal eager's to float rounding; "
+        "the bound and the model file come from the stored weights; recorded in the model "
+        "file). Default: per device, eager where compiling was not measured faster (CPU: "
+        "eager).")] = _D.compile,
+    compile_mode: Annotated[str, typer.Option("--compile-mode", help="torch.compile mode with "
+        "--compile: default, reduce-overhead or max-autotune (these two replay CUDA graphs "
+        "themselves: --cuda-graphs is then not used).")] = _D.compile_mode,
     augment: Annotated[bool, typer.Option("--augment/--no-augment", help="Random crop (+ flip) "
         "augmentation.")] = _D.augment,
     augmentation: Annotated[str, typer.Option("--augmentation", help="Augmentation policy.")] = _D.augmentation,
@@ -283,7 +291,7 @@ def _given_settings(ctx: typer.Context) -> dict[str, Any]:
         value = ctx.params[name]
         if isinstance(value, Path):
             value = str(value)
-        elif name == "cuda_graphs":
+        elif name in ("cuda_graphs", "compile_mode"):
             value = value.strip().lower()
         given[name] = value
     return given

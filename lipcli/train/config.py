@@ -120,6 +120,10 @@ class TrainConfig:
     #: replay each training step from a CUDA graph: "auto" (on CUDA where the configuration
     #: allows), "on" (the same, and say why where it cannot), "off"
     cuda_graphs: str = "auto"
+    #: torch.compile the training forward: True, False, or None (per device:
+    #: lipcli.compiling.AUTO_COMPILE); ``compile_mode``: the torch.compile mode
+    compile: bool | None = None
+    compile_mode: str = "default"
     # the recipe the run started from (``lip train --recipe``; ``"name@version"``) and the
     # settings given over it: key -> {"recipe": its value, "value": the one used}
     recipe: str | None = None
@@ -216,6 +220,12 @@ class TrainConfig:
         check_device_name(self.device)
         need(self.cuda_graphs in GRAPH_MODES,
              f"{{cuda_graphs}} must be one of {', '.join(GRAPH_MODES)}" + got_r("cuda_graphs"))
+        from lipcli.compiling import COMPILE_MODES, GRAPHING_MODES
+
+        need(self.compile_mode in COMPILE_MODES,
+             f"{{compile_mode}} must be one of {', '.join(COMPILE_MODES)}" + got_r("compile_mode"))
+        need(not (self.cuda_graphs == "on" and self.compile and self.compile_mode in GRAPHING_MODES),
+             f"{{compile_mode}} {self.compile_mode} replays CUDA graphs itself; drop {{cuda_graphs}} on")
 
     def resolved(self) -> "TrainConfig":
         """Fill the automatic values that need no plugin: the optimiser's learning rate, the
@@ -234,6 +244,7 @@ class TrainConfig:
 
 
 _OPTIONAL_INT = {"width", "limit_train", "limit_test", "workers"}
+_OPTIONAL_BOOL = {"compile"}
 _OPTIONAL_FLOAT = {"grad_clip", "lr", "extra_ratio"}
 _OPTIONAL_STR = {"data_dir", "loss", "extra_data", "recipe"}
 
@@ -245,7 +256,7 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         return LipUsageError(f"{source}: setting {key!r} must be {kind}, got {value!r}")
 
     if value is None:
-        if key in _OPTIONAL_INT | _OPTIONAL_FLOAT | _OPTIONAL_STR:
+        if key in _OPTIONAL_INT | _OPTIONAL_FLOAT | _OPTIONAL_STR | _OPTIONAL_BOOL:
             return None
         raise bad("set")
     if key == "loss_shortcuts":
@@ -270,7 +281,7 @@ def _coerce(key: str, value: Any, source: str) -> Any:
         ):
             raise bad("a list of numbers")
         return [float(v) for v in value]
-    if isinstance(default, bool):
+    if isinstance(default, bool) or key in _OPTIONAL_BOOL:
         if not isinstance(value, bool):
             raise bad("true or false")
         return value

@@ -42,7 +42,7 @@ def _component_names(cfg: TrainConfig) -> dict[str, str]:
             "head": cfg.head}
 
 
-RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs", "lr", "eval_batch_size"})
+RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs", "compile", "compile_mode", "lr", "eval_batch_size"})
 
 
 def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Registry) -> bool:
