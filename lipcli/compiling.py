@@ -62,6 +62,18 @@ def resolve_compile(enabled: bool | None, mode: str, device: torch.device | str)
     return check_compile_mode(mode) if enabled else "off"
 
 
+def cli_compile_mode(enabled: bool | None, mode: str, device: torch.device | str) -> str | None:
+    """The mode ``--compile``/``--compile-mode`` ask for on ``device`` (None: eager); a bad
+    mode is a usage error naming ``--compile-mode``."""
+    from lipcli.sdk.errors import LipUsageError
+
+    try:
+        resolved = resolve_compile(enabled, mode.strip().lower(), device)
+    except ValueError as exc:
+        raise LipUsageError(f"--{exc}") from None
+    return None if resolved == "off" else resolved
+
+
 def compile_backend() -> str:
     """The ``torch.compile`` backend: inductor, or the one :data:`BACKEND_ENV` names."""
     return os.environ.get(BACKEND_ENV, "").strip() or "inductor"

@@ -10,7 +10,7 @@ import typer
 
 from lipcli.cli import bench_tables as tables
 from lipcli.cli.common import cli_errors, dumps_json, fail, print_json, stderr_console
-from lipcli.cli.options import DeviceOption, JsonOption, QuietOption, ThreadsOption
+from lipcli.cli.options import CompileModeOption, DeviceOption, JsonOption, QuietOption, ThreadsOption
 from lipcli.lowering.caps import describe_certify_default
 from lipcli._util.devices import DEFAULT_DEVICE
 from lipcli.host.defaults import DEFAULT_COMPONENTS as _DC
@@ -184,8 +184,7 @@ def train(
     )] = True,
     compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", show_default=False, help="Table 1: "
         "torch.compile both models' forward (in the warm-up steps; compile seconds reported apart).")] = None,
-    compile_mode: Annotated[str, typer.Option("--compile-mode", help="torch.compile mode with --compile: "
-        "default, reduce-overhead or max-autotune.")] = "default",
+    compile_mode: CompileModeOption = "default",
     json_out: JsonOption = False, output: Output = None, quiet: QuietOption = False,
 ) -> None:
     """Time per training step and per CIFAR-10 epoch, fast (soc-fast) vs exact (soc)
@@ -201,14 +200,14 @@ def train(
     head; --width replaces its width) beside lipconvnet-5 with the defaults,
     interleaved the same way."""
     from lipcli.bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
-    from lipcli.compiling import check_compile_mode, resolve_compile
+    from lipcli.compiling import cli_compile_mode
     from lipcli.train.cuda_graphs import check_graph_mode
     from lipcli.sdk.errors import LipUsageError
     from lipcli.host.plugins import get_registry
 
+    mode = cli_compile_mode(True, compile_mode, "cpu")  # checked before any work
     try:
         graphs = check_graph_mode(cuda_graphs)
-        check_compile_mode(compile_mode)
     except ValueError as exc:
         raise LipUsageError(f"--{exc}") from None
     if recipe:
@@ -244,7 +243,7 @@ def train(
         names, batch_size=batch_size, steps=steps, warmup=warmup, device=dev, width=width,
         head=head, pool=pool, num_classes=classes, seed=seed, measure_memory=memory,
         cuda_graphs=graphs == "on" or (graphs == "auto" and dev.type == "cuda"), floor=floor,
-        progress=_progress(quiet), compile=resolve_compile(compile, compile_mode.strip().lower(), dev),
+        progress=_progress(quiet), compile=cli_compile_mode(compile, mode, dev) or "off",
     )
     _finish(report, output, json_out, tables.print_train)
 
@@ -299,12 +298,16 @@ def certify(
         f"(default: lip certify's, {describe_certify_default()}); every layer that fits and "
         "is cheaper is lowered (the build's time is reported, not weighed).",
     )] = None,
+    compile: Annotated[Optional[bool], typer.Option("--compile/--no-compile", show_default=False, help="Add the "
+        "lowered feature pass compiled by torch.compile to the feature paths.")] = None,
+    compile_mode: CompileModeOption = "default",
     json_out: JsonOption = False, output: Output = None, quiet: QuietOption = False,
 ) -> None:
     """Inputs/s of feature extraction and of the head's certificate(s), and the time of the
     guaranteed Lipschitz bound and of the power estimate; the feature pass in its literal
     form (series) against the eval lowering that lip certify runs, interleaved."""
     from lipcli.bench import bench_certify, build_model
+    from lipcli.compiling import cli_compile_mode
     from lipcli.sdk.errors import LipUsageError
 
     if model_path is not None:
@@ -341,7 +344,7 @@ def certify(
         model, batch_size=batch_size, n=n, device=dev, top_k=top_k, fit_head_steps=fit_head,
         fit_loss=fit_loss, lipschitz_iters=lipschitz_iters, refresh_steps=refresh_steps,
         source=source, seed=seed, progress=_progress(quiet), path_rounds=path_rounds,
-        dense_max_mib=dense_max_mib,
+        dense_max_mib=dense_max_mib, compile_mode=cli_compile_mode(compile, compile_mode, dev),
     )
     _finish(report, output, json_out, tables.print_certify)
 

@@ -22,6 +22,8 @@ ModelArgument = Annotated[Optional[Path], typer.Argument(help=MODEL_HELP, show_d
 DeviceOption = Annotated[str, typer.Option("--device", help="Device: auto (CUDA if available), cpu, cuda or cuda:N.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout (strict JSON).")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output on stderr.")]
+CompileModeOption = Annotated[str, typer.Option("--compile-mode", help="torch.compile mode with --compile: default, "
+                                              "reduce-overhead or max-autotune.")]
 DataDirOption = Annotated[Optional[Path], typer.Option("--data-dir", help="Data set root directory (cifar10: "
                                                        "DIR/cifar-10-batches-py/...; imagefolder: DIR/train, DIR/test).")]
 DownloadOption = Annotated[Optional[bool], typer.Option(
