@@ -89,3 +89,23 @@ def test_compile_settings_are_checked_before_any_work(tmp_path):
     r = _lip(["train", *TINY, "--compile", "--compile-mode", "reduce-overhead", "--cuda-graphs", "on"], tmp_path)
     assert r.returncode == 2 and "replays CUDA graphs itself; drop --cuda-graphs on" in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_compile_settings_round_trip_and_may_change_on_resume():
+    from lipcli.sdk.errors import LipUsageError
+    from lipcli.train import TrainConfig
+    from lipcli.train.driver import RESUME_CHANGEABLE
+    from lipcli.train.errors import TrainUsageError
+
+    cfg = TrainConfig().updated({"compile": True, "compile-mode": "max-autotune"})
+    assert (cfg.compile, cfg.compile_mode) == (True, "max-autotune")
+    assert TrainConfig().updated(cfg.to_json()) == cfg  # as the model file stores it
+    assert TrainConfig().updated({"compile": None}).compile is None  # older files: per device
+    with pytest.raises(LipUsageError, match="'compile' must be true or false"):
+        TrainConfig().updated({"compile": "yes"})
+    with pytest.raises(TrainUsageError):
+        TrainConfig(compile_mode="fast").validate()
+    with pytest.raises(TrainUsageError):
+        TrainConfig(compile=True, compile_mode="reduce-overhead", cuda_graphs="on").validate()
+    TrainConfig(compile=False, compile_mode="reduce-overhead", cuda_graphs="on").validate()
+    assert {"compile", "compile_mode"} <= RESUME_CHANGEABLE  # a faster path may change between segments
