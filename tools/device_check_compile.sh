@@ -30,10 +30,10 @@ mkdir -p "$OUT" "$R"
 log="$OUT/compile-check.txt"
 if [ -n "${SMOKE:-}" ]; then
   DEV=cpu; W=8; B=8; STEPS="--steps 1 --warmup 2"; N=32; BS=16; FIT=2; ROUNDS=1; NETS=5; GRAPHS=off; MODE=default
-  LIMIT=900; TH=1; CERT="--dense-max-mib 0 --path-rounds 1"
+  LIMIT=900; TH=1; CERT="--dense-max-mib 0 --path-rounds 1"; DEEP=5; NETLIST=lc5
 else
   DEV=cuda; W=32; B=128; STEPS="--steps 10 --warmup 3"; N=8192; BS=1024; FIT=300; ROUNDS=5; NETS=5,20; GRAPHS=on
-  LIMIT=200; TH=8; CERT=""
+  LIMIT=200; TH=8; CERT=""; DEEP=20; NETLIST=lc5,lc20
 fi
 LIP="$PY -m lipcli"
 step() {  # NAME LIMIT_S COMMAND...
@@ -50,14 +50,14 @@ step() {  # NAME LIMIT_S COMMAND...
 } >> "$log" 2>&1
 
 # 1. step / convolution kernels (the floor is profiled on CUDA only)
-step floor-eager $LIMIT $LIP bench train --archs 20 --width $W --batch-size $B --device $DEV --cuda-graphs $GRAPHS \
+step floor-eager $LIMIT $LIP bench train --archs $DEEP --width $W --batch-size $B --device $DEV --cuda-graphs $GRAPHS \
   $STEPS --no-memory -o "$R/floor-eager.json"
-step floor-compiled $LIMIT $LIP bench train --archs 20 --width $W --batch-size $B --device $DEV --cuda-graphs $GRAPHS \
+step floor-compiled $LIMIT $LIP bench train --archs $DEEP --width $W --batch-size $B --device $DEV --cuda-graphs $GRAPHS \
   --compile --compile-mode default $STEPS --no-memory -o "$R/floor-compiled.json"
-[ -z "${SMOKE:-}" ] && step floor-$MODE $LIMIT $LIP bench train --archs 20 --width $W --batch-size $B --device $DEV \
+[ -z "${SMOKE:-}" ] && step floor-$MODE $LIMIT $LIP bench train --archs $DEEP --width $W --batch-size $B --device $DEV \
   --compile --compile-mode $MODE $STEPS --no-memory -o "$R/floor-$MODE.json"
 # 2. compiled / eager
-step compiled-vs-eager $LIMIT bash -c "$PY benchmarks/compile_cpu.py --device $DEV --nets lc5,lc20 --width $W \
+step compiled-vs-eager $LIMIT bash -c "$PY benchmarks/compile_cpu.py --device $DEV --nets $NETLIST --width $W \
   --batch $B --rounds $((ROUNDS * 2)) --mode $MODE --json > $R/compiled-vs-eager.json"
 # 3. and 5. the authors' code
 shim=""; [ "$DEV" = cpu ] && shim="--shim-soc"
@@ -68,9 +68,9 @@ step authors-networks $LIMIT bash -c "PYTHONPATH=$AUTHORS/_deps $PY benchmarks/c
 step authors-bro $LIMIT bash -c "PYTHONPATH=$AUTHORS/_deps $PY benchmarks/compare_authors.py --bro $AUTHORS/bro \
   --device $DEV --threads $TH --batch $B --width $W --rounds $ROUNDS --reps 1 --json > $R/authors-bro.json"
 # 4. certification
-step certify-lln-10 $LIMIT $LIP bench certify --arch 20 --width $W --head lln --classes 10 --n $N --batch-size $BS \
+step certify-lln-10 $LIMIT $LIP bench certify --arch $DEEP --width $W --head lln --classes 10 --n $N --batch-size $BS \
   --device $DEV --lipschitz-iters 5 --compile --compile-mode default $CERT -o "$R/certify-lln-10.json"
-step certify-mlp-100 $LIMIT $LIP bench certify --arch 20 --width $W --head mlp --classes 100 --n $N --batch-size $BS \
+step certify-mlp-100 $LIMIT $LIP bench certify --arch $DEEP --width $W --head mlp --classes 100 --n $N --batch-size $BS \
   --device $DEV --lipschitz-iters 5 --fit-head $FIT --compile --compile-mode default $CERT -o "$R/certify-mlp-100.json"
 
 "$PY" - "$R" "$OUT/compile-report.json" "$DEV" >> "$log" 2>&1 <<'EOF'
