@@ -13,7 +13,8 @@
 # Targets (issue 47): step ÷ conv kernels <= 1.3; lipcli ÷ authors <= 0.7 at depths 5 and 20;
 # LLN >= 10,000 inputs/s, CRC-Lip (100 classes) >= 1,000 inputs/s; the report states each.
 #
-# Usage (repository root): the authors' checkouts in AUTHORS/{soc,bro} (each with a COMMIT file;
+# Usage (repository root; wheels of lipcli and its plugins in WHEELS as for tools/device_check.sh,
+# else the lipcli importable by PY): the authors' checkouts in AUTHORS/{soc,bro} (each with a COMMIT file;
 # github.com/singlasahil14/improved_l2_robustness, github.com/ntuaislab/BRONet), einops beside
 # them in AUTHORS/_deps (`pip install --target AUTHORS/_deps einops`):
 #   OUT=DIR [AUTHORS=.authors] [MODE=reduce-overhead] [PY=python3] bash tools/device_check_compile.sh
@@ -35,7 +36,6 @@ else
   DEV=cuda; W=32; B=128; STEPS="--steps 10 --warmup 3"; N=8192; BS=1024; FIT=300; ROUNDS=5; NETS=5,20; GRAPHS=on
   LIMIT=200; TH=8; CERT=""; DEEP=20; NETLIST=lc5,lc20
 fi
-LIP="$PY -m lipcli"
 step() {  # NAME LIMIT_S COMMAND...
   local name=$1 limit=$2; shift 2
   echo "== $name: $* (limit $limit s)" >> "$log"
@@ -48,6 +48,13 @@ step() {  # NAME LIMIT_S COMMAND...
   nvidia-smi -L 2>/dev/null || echo "(no nvidia-smi)"
   "$PY" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())'
 } >> "$log" 2>&1
+# lipcli and its plugins from wheels where given (as tools/device_check.sh: WHEELS, built beforehand)
+WHEELS=${WHEELS:-.whl}
+if [ -d "$WHEELS" ]; then
+  step install 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/lipsite "$WHEELS"/*.whl
+  export PYTHONPATH="/tmp/lipsite${PYTHONPATH:+:$PYTHONPATH}"
+fi
+LIP="$PY -m lipcli"
 
 # 1. step / convolution kernels (the floor is profiled on CUDA only)
 step floor-eager $LIMIT $LIP bench train --archs $DEEP --width $W --batch-size $B --device $DEV --cuda-graphs $GRAPHS \
