@@ -72,14 +72,17 @@ def network_agreement(theirs: nn.Module, ours: nn.Module, x: Tensor) -> float:
     return worst
 
 
-def training_step(model: nn.Module, x: Tensor, y: Tensor) -> Callable[[], None]:
-    """One SGD training step of ``model`` on ``(x, y)`` (forward, cross-entropy, backward, step)."""
+def training_step(model: nn.Module, x: Tensor, y: Tensor,
+                  forward: Callable[[Tensor], Tensor] | None = None) -> Callable[[], None]:
+    """One SGD training step of ``model`` on ``(x, y)`` (forward, cross-entropy, backward, step);
+    ``forward``: the model's forward compiled (default: the model)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     model.train()
+    run = forward or model
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
+        F.cross_entropy(run(x), y).backward()
         opt.step()
 
     return step

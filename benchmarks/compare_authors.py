@@ -24,7 +24,8 @@ authors' ``LipConvNet`` against ``lipcli.create_model("lipconvnet-N")`` with the
 ``agree`` on the logits (float64, no power step), ``train`` a full training step (forward,
 cross-entropy, backward, SGD step; no eval column) at ``--net-batch`` and ``--net-width``, with
 the median seconds per step; ``--soc-dense`` adds lipcli with the opt-in dense form for tiny
-images (``lipcli.builtins.soc.settings.CPU_DENSE_SMALL_IMAGES``) timed in the same rounds.
+images (``lipcli.builtins.soc.settings.CPU_DENSE_SMALL_IMAGES``) timed in the same rounds, and
+``--compile MODE`` lipcli with its forward compiled by ``torch.compile``.
 """
 
 from __future__ import annotations
@@ -238,11 +239,14 @@ def interleaved_times(fns: dict[str, Callable[[], None]], rounds: int, reps: int
 
 def network_rows(provider: Provider, depths: list[int], threads: list[int], rounds: int, reps: int,
                  batch: int, width: int, seed: int = 0, dense: bool = False,
-                 log: Callable[[str], None] = lambda s: None) -> dict:
+                 log: Callable[[str], None] = lambda s: None, device: str = "cpu",
+                 compile_mode: str | None = None) -> dict:
     """The SOC network rows (``authors_networks.py``) as :func:`compare`'s ``rows``/``skipped``:
     per depth and thread count the training-step ratio lipcli ÷ authors; with ``dense`` a second
     row for lipcli with the opt-in ``settings.CPU_DENSE_SMALL_IMAGES``, timed in the same
-    interleaved rounds."""
+    interleaved rounds; with ``compile_mode`` a row for lipcli's forward compiled by
+    ``torch.compile`` (``lipcli.compiling.Compiled``; compiled in two untimed warm-up steps,
+    its compile seconds in the row).  On ``device`` ``cuda`` every step ends synchronised."""
     from lipcli.builtins.soc import settings
 
     rows, skipped = [], []
@@ -257,26 +261,53 @@ def network_rows(provider: Provider, depths: list[int], threads: list[int], roun
                                                                torch.float64)
             agree = authors_networks.network_agreement(theirs, ours, x)
             theirs, ours, x, y = authors_networks.network_pair(cls, depth, width, batch, seed)
+            theirs, ours, x, y = theirs.to(device), ours.to(device), x.to(device), y.to(device)
             variants = {"ours": (ours, False)}
             if dense:
                 variants["dense"] = (copy.deepcopy(ours), True)
+            compiled = {}
+            if compile_mode:
+                from lipcli.compiling import Compiled
+
+                twin = copy.deepcopy(ours)
+                compiled["compiled"] = Compiled(twin, compile_mode, "the lipcli network")
+                variants["compiled"] = (twin, False)
             for t in threads:
                 torch.set_num_threads(t)
-                fns = {"theirs": authors_networks.training_step(theirs, x, y)}
+                fns = {"theirs": _synced(authors_networks.training_step(theirs, x, y), device)}
                 for name, (model, on) in variants.items():
-                    fns[name] = _with_dense(authors_networks.training_step(model, x, y), on, settings)
-                times = interleaved_times(fns, rounds, reps)
+                    forward = compiled.get(name)
+                    step = authors_networks.training_step(model, x, y, forward=forward)
+                    fns[name] = _synced(_with_dense(step, on, settings), device, forward)
+                times = interleaved_times(fns, rounds, reps, warmup=2 if compiled else 1)
                 for name in variants:
+                    label = {"dense": " CPU_DENSE_SMALL_IMAGES", "compiled": f" torch.compile {compile_mode}"}
                     row = {"method": "soc", "what": what, "agree": agree, "dtype": "float64", "threads": t,
-                           "lipcli": f"lipconvnet-{depth} soc-fast" + (" CPU_DENSE_SMALL_IMAGES" if name == "dense" else ""),
+                           "lipcli": f"lipconvnet-{depth} soc-fast" + label.get(name, ""),
                            "train": spread([r[name] / r["theirs"] for r in times]),
                            "seconds": {k: statistics.median(r[k] for r in times) for k in fns}}
+                    if name in compiled:
+                        row["compile"] = compiled[name].record()
                     rows.append(row)
                     log(format_row(row))
         except Exception as exc:  # noqa: BLE001 - e.g. the authors' code needing CUDA
             skipped.append(f"soc ({what}): {type(exc).__name__}: {exc}"[:300])
             log(skipped[-1])
     return {"rows": rows, "skipped": skipped}
+
+
+def _synced(step: Callable[[], None], device: str, compiled=None) -> Callable[[], None]:
+    """``step`` ending with a CUDA synchronisation on a GPU (so that it is timed whole), its
+    compile seconds counted by ``compiled.measure()`` where given."""
+    def run() -> None:
+        if compiled is not None:
+            with compiled.measure():
+                step()
+        else:
+            step()
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+    return run
 
 
 def _with_dense(step: Callable[[], None], on: bool, settings) -> Callable[[], None]:
@@ -294,7 +325,8 @@ def _ratio(d: dict) -> str:
 
 
 def format_row(r: dict) -> str:
-    what = r["what"] + (" (dense option)" if "DENSE" in r.get("lipcli", "") else "")
+    what = r["what"] + (" (dense option)" if "DENSE" in r.get("lipcli", "") else "") + (
+        " (compiled)" if "torch.compile" in r.get("lipcli", "") else "")
     return (f"| {r['method']} | {what} | {r['agree']:.1e} ({r['dtype']}) | {r['threads']} "
             f"| {_ratio(r['train'])} | {_ratio(r['eval']) if 'eval' in r else '—'} |")
 
@@ -328,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--networks-only", action="store_true", help="only the --soc-networks rows")
     ap.add_argument("--soc-dense", action="store_true",
                     help="--soc-networks: also time lipcli with the opt-in CPU_DENSE_SMALL_IMAGES (same rounds)")
+    ap.add_argument("--compile", default=None, metavar="MODE",
+                    help="also time lipcli's network with its forward compiled (torch.compile MODE: "
+                         "default, reduce-overhead, max-autotune) in the same rounds")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = ap.parse_args(argv)
     checkouts = {m: getattr(args, m) for m in METHODS if getattr(args, m) is not None}
@@ -354,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         device=args.device)
     if depths:
         nets = network_rows(provider, depths, threads, args.rounds, args.reps, args.net_batch,
-                            args.net_width, dense=args.soc_dense, log=log)
+                            args.net_width, dense=args.soc_dense, log=log, device=args.device,
+                            compile_mode=args.compile)
         result["rows"] += nets["rows"]
         result["skipped"] += nets["skipped"]
     result["commits"] = {m: checkout_commit(p) for m, p in checkouts.items()}

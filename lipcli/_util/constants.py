@@ -19,3 +19,7 @@ CIFAR_SHAPE: tuple[int, int, int] = (3, 32, 32)
 CIFAR_TRAIN_IMAGES = 50_000
 #: the most classes a model file may have (:mod:`lipcli.host.modelcheck`; bench sizes too)
 MAX_CLASSES = 100_000
+#: torch.compile modes (``--compile-mode``; :mod:`lipcli.compiling`), and those that replay CUDA
+#: graphs themselves
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+GRAPHING_MODES = ("reduce-overhead", "max-autotune")

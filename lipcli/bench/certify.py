@@ -50,23 +50,41 @@ def _flop_per_input(network: nn.Module, shape: tuple[int, ...], device: torch.de
 
 def feature_paths(model: nn.Module, shape: tuple[int, ...], batch_size: int, rounds: int,
                   device: torch.device, gen: torch.Generator,
-                  dense_max_mib: float | None = None) -> list[FeaturePath]:
+                  dense_max_mib: float | None = None, compile_mode: str | None = None) -> list[FeaturePath]:
     """Series against lowered feature pass, interleaved: ``rounds`` rounds, each timing one
     batch of ``batch_size`` through both paths (the order alternating), after one warm-up
-    each; FLOP per input by :class:`torch.utils.flop_counter.FlopCounterMode`."""
+    each; FLOP per input by :class:`torch.utils.flop_counter.FlopCounterMode`.  With
+    ``compile_mode`` a third path, ``"compiled"``: the lowered pass compiled by
+    ``torch.compile`` (``lip certify --compile``; its ``build_s`` is the compile time, in
+    the warm-up call)."""
     t0 = time.perf_counter()
     lowered = lowered_network(model, shape, dense_max_mib=dense_max_mib)
     build = time.perf_counter() - t0
     series = lowered_network(model, shape, series=True)
-    nets = {"series": series, "lowered": lowered}
+    nets: dict[str, Any] = {"series": series, "lowered": lowered}
     builds = {"series": 0.0, "lowered": build}
     dense = {"series": [], "lowered": lowered.dense_layers}
     flops = {name: _flop_per_input(net, shape, device) for name, net in nets.items()}
+    bounded: dict[str, Any] = {"series": series, "lowered": lowered}
+    compiled = None
+    if compile_mode:
+        from types import SimpleNamespace
+
+        from lipcli.compiling import Compiled
+
+        compiled = Compiled(lowered.features, compile_mode, "the certification feature pass")
+        nets["compiled"] = SimpleNamespace(features=compiled)
+        dense["compiled"], flops["compiled"], bounded["compiled"] = lowered.dense_layers, flops["lowered"], lowered
     times: dict[str, list[float]] = {name: [] for name in nets}
     x = torch.rand((batch_size, *shape), generator=gen).to(device)
     with torch.no_grad():
-        for net in nets.values():
-            net.features(x)  # warm-up
+        for name, net in nets.items():
+            if name == "compiled":
+                with compiled.measure():  # type: ignore[union-attr]
+                    net.features(x)
+                builds["compiled"] = compiled.compile_s  # type: ignore[union-attr]
+            else:
+                net.features(x)  # warm-up
         for r in range(rounds):
             order = list(nets) if r % 2 == 0 else list(reversed(list(nets)))
             for name in order:
@@ -74,7 +92,7 @@ def feature_paths(model: nn.Module, shape: tuple[int, ...], batch_size: int, rou
                 times[name].append(dt)
     out = []
     for name, net in nets.items():
-        bound = lowered_upper_bound(model, net)[0]
+        bound = lowered_upper_bound(model, bounded[name])[0]
         median = sorted(times[name])[len(times[name]) // 2] if times[name] else float("nan")
         out.append(FeaturePath(name, flops[name], times[name], batch_size / median if median > 0 else 0.0,
                                builds[name], dense[name], bound))
@@ -194,6 +212,7 @@ def _head_entry(model: nn.Module, registry: Registry) -> tuple[dict[str, Any], s
 def _feature_stages(
     model: nn.Module, shape: tuple[int, ...], *, n: int, batch_size: int, gen: torch.Generator,
     device: torch.device, path_rounds: int, dense_max_mib: float | None, progress: Progress,
+    compile_mode: str | None = None,
 ) -> tuple[float, torch.Tensor, list[FeaturePath]]:
     """The timed feature extraction (seconds, features) and the series-against-lowered paths."""
     progress(f"features: {n} inputs in batches of {batch_size}")
@@ -201,7 +220,8 @@ def _feature_stages(
     paths: list[FeaturePath] = []
     if path_rounds > 0:
         progress(f"feature paths: series vs lowered, {path_rounds} interleaved rounds")
-        paths = feature_paths(model, shape, min(batch_size, n), path_rounds, device, gen, dense_max_mib)
+        paths = feature_paths(model, shape, min(batch_size, n), path_rounds, device, gen, dense_max_mib,
+                              compile_mode)
     return t_feat, features, paths
 
 
@@ -272,13 +292,15 @@ def bench_certify(
     progress: Progress = _no_progress,
     path_rounds: int = 3,
     dense_max_mib: float | None = None,
+    compile_mode: str | None = None,
 ) -> CertifyBenchReport:
     """Throughput of feature extraction, the head's certificate(s) and the Lipschitz numbers.
 
     ``model`` follows the lipcli module protocol (``features``, ``head``, ``lipcli_config``,
     ``refresh_power_iteration``).  ``n`` synthetic inputs in batches of ``batch_size``.
     Timed stages in order: power-iteration refresh, features (and the feature paths), head
-    fit, Lipschitz numbers, certificates.
+    fit, Lipschitz numbers, certificates.  ``compile_mode``: the feature paths include the
+    lowered pass compiled by ``torch.compile`` in that mode.
     """
 
     check_settings(CertifyBenchOptions, batch_size=batch_size, n=n, refresh_steps=refresh_steps,
@@ -298,7 +320,7 @@ def bench_certify(
     model.eval()
     t_feat, features, paths = _feature_stages(
         model, shape, n=n, batch_size=batch_size, gen=gen, device=device, path_rounds=path_rounds,
-        dense_max_mib=dense_max_mib, progress=progress)
+        dense_max_mib=dense_max_mib, progress=progress, compile_mode=compile_mode)
     head = model.head
     fit = _fitted_head(head, features, num_classes, fit_head_steps, fit_loss, seed, notes, progress)
 

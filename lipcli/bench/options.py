@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lipcli._util.constants import MAX_CLASSES
+from lipcli._util.constants import COMPILE_MODES, MAX_CLASSES
 from lipcli.host.defaults import DEFAULT_COMPONENTS as _DC
 from lipcli.host.settings import setting, settings_of
 from lipcli.sdk.errors import SettingError, render_template
@@ -50,6 +50,9 @@ class TrainBenchOptions(StepBenchOptions):
                                "graphs.", owner=_B, choices=("auto", "on", "off"))
     floor: bool = setting(True, "CUDA: profile the convolution kernel time per step (the floor of a step).",
                           owner=_B, negative=True)
+    compile: bool | None = setting(None, "Table 1: torch.compile both models' forward (in the warm-up steps; "
+                                   "compile seconds reported apart).", owner=_B, negative=True)
+    compile_mode: str = setting("default", "torch.compile mode with {compile}.", owner=_B, choices=COMPILE_MODES)
 
 
 @dataclass
@@ -95,6 +98,9 @@ class CertifyBenchOptions:
     dense_max_mib: float | None = setting(None, "Cap of the eval lowering per layer, MiB of float32 (default: "
                                           "lip certify's); every layer that fits and is cheaper is lowered "
                                           "(the build's time is reported, not weighed).", owner=_B, min=0.0)
+    compile: bool | None = setting(None, "Add the lowered feature pass compiled by torch.compile to the feature "
+                                   "paths.", owner=_B, negative=True)
+    compile_mode: str = setting("default", "torch.compile mode with {compile}.", owner=_B, choices=COMPILE_MODES)
 
 
 #: the model options of ``lip bench certify`` (meaningless for a model file)

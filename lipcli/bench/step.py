@@ -21,6 +21,7 @@ from lipcli.host.models import DEFAULTS
 from lipcli.host.plugins import get_registry, parse_component_choice
 from lipcli.train import recipe_sgd, weight_decay_groups
 from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
+from lipcli.compiling import GRAPHING_MODES, compiled_or_none, measuring
 
 #: images in one CIFAR-10 / CIFAR-100 training epoch
 EPOCH_IMAGES = CIFAR_TRAIN_IMAGES
@@ -88,14 +89,21 @@ class RecipeStep:
     """
 
     def __init__(self, model: nn.Module, clip_grad: float | None = None,
-                 cuda_graphs: bool = False) -> None:
+                 cuda_graphs: bool = False, compile: bool | None = False,
+                 compile_mode: str = "default") -> None:
         self.model = model.train()
         self.optimizer = recipe_optimizer(model)
         self.clip_grad = clip_grad
         self.graphed: Any = None
         self.graph_reason: str | None = "off"
-        if cuda_graphs:
-            device = next(model.parameters()).device
+        device = next(model.parameters()).device
+        #: the forward, compiled in ``compile_mode`` where ``compile`` (None: the device's
+        #: default, :data:`lipcli.compiling.AUTO_COMPILE`); its compile time is kept apart
+        self.compiled = compiled_or_none(model, compile, compile_mode, device, "the benchmarked step")
+        self.forward: Callable[[torch.Tensor], torch.Tensor] = self.compiled or model
+        if cuda_graphs and self.compiled is not None and self.compiled.mode in GRAPHING_MODES:
+            self.graph_reason = f"compile mode {self.compiled.mode} replays CUDA graphs itself"
+        elif cuda_graphs:
             self.graph_reason = graph_unsupported_reason(device, self.optimizer)
             if self.graph_reason is None:
                 self.graphed = GraphedStep(self._body, self.optimizer, device)
@@ -104,7 +112,7 @@ class RecipeStep:
               rf: Callable[[str], Any] | None = None) -> tuple[torch.Tensor]:
         rf = rf or _null_label
         with rf("bench::forward"):
-            logits = self.model(x)
+            logits = self.forward(x)
         with rf("bench::loss"):
             loss = F.cross_entropy(logits, y)
         with rf("bench::backward"):
@@ -117,14 +125,19 @@ class RecipeStep:
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, labels: bool = False,
                  eager: bool = False) -> torch.Tensor:
-        graphed = self.graphed
-        if graphed is not None and not (labels or eager):
-            return graphed(x, y)[0]
-        rf = torch.autograd.profiler.record_function if labels else _null_label
-        with rf("bench::optimizer"):
-            # once a graph holds the gradients they are zeroed in place, not released
-            self.optimizer.zero_grad(set_to_none=graphed is None or not graphed.captured)
-        return self._body(x, y, rf)[0]
+        with measuring(self.compiled):
+            graphed = self.graphed
+            if graphed is not None and not (labels or eager):
+                return graphed(x, y)[0]
+            rf = torch.autograd.profiler.record_function if labels else _null_label
+            with rf("bench::optimizer"):
+                # once a graph holds the gradients they are zeroed in place, not released
+                self.optimizer.zero_grad(set_to_none=graphed is None or not graphed.captured)
+            return self._body(x, y, rf)[0]
+
+    def compile_s(self) -> float:
+        """Seconds spent compiling the step (forward and backward; 0 when eager)."""
+        return 0.0 if self.compiled is None else self.compiled.compile_s
 
     def graph_summary(self) -> GraphUse:
         """Whether the step was replayed from a CUDA graph (and why not)."""

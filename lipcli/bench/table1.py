@@ -89,10 +89,13 @@ def bench_train_arch(
     cuda_graphs: bool = False,
     floor: bool = True,
     progress: Progress = _no_progress,
+    compile: str = "off",
 ) -> Table1Row:
     """Fast vs exact SOC training step on one architecture (see the module docstring).
 
     ``cuda_graphs``: both models' steps are replayed from CUDA graphs where possible.
+    ``compile``: "off" or the torch.compile mode of both models' forward (compiled in the
+    warm-up steps; the compile seconds are reported apart).
     ``floor`` (CUDA): each model's GPU kernel time per step and its convolution part are
     profiled over :data:`FLOOR_STEPS` extra eager steps after the timed ones, and the median
     step time is given as a multiple of that convolution time (the floor of a step)."""
@@ -104,13 +107,16 @@ def bench_train_arch(
         num_classes=num_classes, seed=seed, device=device,
     )
     clip = _clip_for(head)
-    runners = {"fast": RecipeStep(fast, clip, cuda_graphs), "exact": RecipeStep(exact, clip, cuda_graphs)}
+    on, mode = compile != "off", compile if compile != "off" else "default"
+    runners = {key: RecipeStep(model, clip, cuda_graphs, compile=on, compile_mode=mode)
+               for key, model in (("fast", fast), ("exact", exact))}
     gen = torch.Generator().manual_seed(seed)
     gc.collect()
     times, losses = _alternating_rounds(arch, runners, batch_size=batch_size, steps=steps, warmup=warmup,
                                         num_classes=num_classes, gen=gen, device=device, progress=progress)
     timing = {key: ModelTiming(conv=conv, times=_summary(times[key], batch_size),
-                               cuda_graphs=runners[key].graph_summary())
+                               cuda_graphs=runners[key].graph_summary(),
+                               compile_s=round(runners[key].compile_s(), 3) if on else None)
               for key, conv in (("fast", fast_conv), ("exact", exact_conv))}
     if floor and device.type == "cuda":
         progress(f"{arch}: profiling {FLOOR_STEPS} eager steps per model for the convolution kernel time")
@@ -158,7 +164,7 @@ def bench_train(
 
     ``options``: the other keyword arguments of :func:`bench_train_arch` (``batch_size``,
     ``steps``, ``warmup``, ``width``, ``head``, ``pool``, ``num_classes``, ``seed``,
-    ``fast_conv``, ``exact_conv``, ``measure_memory``, ``cuda_graphs``, ``floor``), with its
+    ``fast_conv``, ``exact_conv``, ``measure_memory``, ``cuda_graphs``, ``floor``, ``compile``), with its
     defaults (written there once) where not given.
     """
     s = arch_settings(bench_train_arch, options)
@@ -183,5 +189,6 @@ def bench_train(
             f"{FLOOR_STEPS} eager steps after the timed ones"
             if s["floor"] and device.type == "cuda" else None),
         step=step_settings(s["batch_size"]),
+        compile=s["compile"],
     )
     return TrainBenchReport(environment=env, settings=settings, results=results)

@@ -12,7 +12,8 @@ from torch import nn
 
 from lipcli.certify.attack import attack_radii
 from lipcli.certify.exact import EXACT_NOTE, float64_network
-from lipcli.certify.data import check_class_names, check_compatible, limit_subset, load_dataset
+from lipcli.certify.data import check_class_names, check_compatible, limit_subset, load_dataset, stack
+from lipcli.compiling import compiled_or_none
 from lipcli.certify.options import CertifyOptions
 from lipcli.certify.results import (
     AttackInfo,
@@ -45,6 +46,8 @@ from lipcli.lowering.network import lowered_network
 from lipcli.lipschitz.promises import PromiseCheck, capture_inputs, verify_promises
 from lipcli.host.models import load_model
 
+#: the data points whose layer inputs the promise check measures (capture_inputs' default)
+PROMISE_POINTS = 8
 #: the model file's ``results`` key holding the summary
 RESULTS_KEY = "certify"
 #: the ``results`` key listing the summaries of distinct certifications (oldest first; a run
@@ -199,15 +202,27 @@ def _lower(ev: _Evaluation, options: CertifyOptions, times: dict[str, float],
 
 def _features(
     ev: _Evaluation, run_model: nn.Module, network: Any, options: CertifyOptions, device: torch.device, report: Progress,
-    times: dict[str, float],
+    times: dict[str, float], notes: list[str],
 ) -> tuple[Features, PromiseCheck]:
     """Step 2b: the features (float32, eval mode) by ``network``, and every layer counted as 1
     by its promise measured with the trained parameters at the first data points
     (lipcli.lipschitz.promises; a broken promise is an error)."""
     t0 = time.perf_counter()
-    with capture_inputs(run_model) as layer_inputs:  # for the promise check below
-        feats = extract_features(run_model, ev.dataset, ev.n, options.batch_size, device, ev.ds_info.name,
-                                 report, network)
+    compiled = None if options.exact else compiled_or_none(
+        network.features, options.compile, options.compile_mode, device, "the certification feature pass")
+    if compiled is None:
+        with capture_inputs(run_model) as layer_inputs:  # for the promise check below
+            feats = extract_features(run_model, ev.dataset, ev.n, options.batch_size, device, ev.ds_info.name,
+                                     report, network)
+    else:  # the promised layers' inputs from an eager pass over the first points
+        with capture_inputs(run_model) as layer_inputs, torch.no_grad():
+            network.features(stack(ev.dataset, list(range(min(ev.n, PROMISE_POINTS))))[0].to(device))
+        with compiled.measure():
+            feats = extract_features(run_model, ev.dataset, ev.n, options.batch_size, device,
+                                     ev.ds_info.name, report, network, features=compiled)
+        times["compile"] = compiled.compile_s
+        notes.append(f"features computed by torch.compile (mode {compiled.mode}; {compiled.compile_s:.1f} s "
+                     "of compiling in the feature time); the Lipschitz bound from the stored weights")
     times["features"] = time.perf_counter() - t0
     promises = verify_promises(run_model, inputs=layer_inputs)
     times["promises"] = promises.time_s
@@ -286,7 +301,7 @@ def run_certification(
     with memory_step("eval lowering build", *_SIZED["lowering"]):  # 2. features, by the eval lowering
         run_model, network = _lower(ev, options, times, notes)
     with memory_step("feature extraction", *_SIZED["batch"]):
-        feats, promises = _features(ev, run_model, network, options, device, report, times)
+        feats, promises = _features(ev, run_model, network, options, device, report, times, notes)
     with memory_step("certificate", *_SIZED["batch"]):  # 3.
         cert, predictions = _certificate(ev, reg, run_model, feats, options, device, report, times, notes)
     t0 = time.perf_counter()  # 4. Lipschitz constant of g (normalisation included)

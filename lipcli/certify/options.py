@@ -8,6 +8,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from lipcli._util.constants import COMPILE_MODES
 from lipcli.host.settings import problems, setting
 from lipcli.lowering.caps import check_dense_max_mib, describe_certify_default
 from lipcli.sdk.errors import SettingError, render_template, template_fields
@@ -119,6 +120,12 @@ class CertifyOptions:
     exact: bool = setting(False, "Compute the features, logits and margins in float64 on a float64 copy of "
                           "the model, every layer literal (no dense lowering): radii free of float32 "
                           "rounding, for reference (slower). Recorded in the summary ('exact').", owner=_C)
+    #: torch.compile the feature pass (None: per device, lipcli.compiling.AUTO_COMPILE)
+    compile: bool | None = setting(None, "torch.compile the feature pass (radii from the stored weights as "
+                                   "always; not with {exact}). Default: per device (eager).", owner=_C,
+                                   negative=True)
+    compile_mode: str = setting("default", "torch.compile mode with {compile}.", owner=_C,
+                                choices=COMPILE_MODES)
 
     def eval_inputs(self, n: int) -> int:
         """The forward passes the features make through the eval lowering on ``n`` inputs
@@ -139,3 +146,6 @@ class CertifyOptions:
         if not self.radii:
             raise SettingError("radii", "no radii given")
         check_dense_max_mib(self.dense_max_mib, default_allowed=True)
+        if self.compile and self.exact:
+            raise SettingError("compile", "exact evaluates the literal float64 network eagerly; "
+                                          "compile does not apply to it")

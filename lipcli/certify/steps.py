@@ -40,10 +40,13 @@ class Features:
 def extract_features(
     model: nn.Module, dataset: Any, n: int, batch_size: int, device: torch.device,
     dataset_name: str, report: Progress, network: nn.Module | None = None,
+    features: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> Features:
     """Features and forward predictions, computed by ``network`` (the eval lowering,
-    :mod:`lipcli.lowering`; default the model itself)."""
+    :mod:`lipcli.lowering`; default the model itself); ``features``: its feature pass
+    compiled (``--compile``), else ``network.features``."""
     run = model if network is None else network
+    feature_pass = features or run.features
     num_classes = int(model.lipcli_config["num_classes"])
     feats, labels_list, fwd_preds = [], [], []
     with torch.no_grad():
@@ -53,7 +56,7 @@ def extract_features(
                 raise LipUsageError(
                     f"data set {dataset_name!r} has labels outside 0..{num_classes - 1}"
                 )
-            y = run.features(images.to(device))
+            y = feature_pass(images.to(device))
             if not bool(torch.isfinite(y).all()):
                 raise _nonfinite_features(model, images.to(device))
             feats.append((y if y.dtype == torch.float64 else y.float()).cpu())  # float64: --exact

@@ -157,12 +157,13 @@ def train(
     With --conv or --activation (or several --pool/--head): compare those
     components instead, every combination on the same architecture and batch,
     interleaved in one run (step time, images/s, peak memory, relative to the
-    first; eager steps: --cuda-graphs and --floor apply to Table 1 only).
+    first; eager steps: --cuda-graphs, --floor and --compile apply to Table 1 only).
 
     With --recipe: each recipe's network (its arch, conv, activation, pool and
     head; --width replaces its width) beside lipconvnet-5 with the defaults,
     interleaved the same way."""
     from lipcli.bench import EXACT_CONV, FAST_CONV, bench_train, parse_archs
+    from lipcli.compiling import cli_compile_mode
     from lipcli.sdk.errors import LipUsageError
     from lipcli.host.plugins import get_registry
 
@@ -196,6 +197,7 @@ def train(
     report = bench_train(
         names, device=dev, head=o.head, pool=o.pool, progress=_progress(quiet), floor=o.floor,
         cuda_graphs=o.cuda_graphs == "on" or (o.cuda_graphs == "auto" and dev.type == "cuda"), **steps,
+        compile=cli_compile_mode(o.compile, o.compile_mode, dev) or "off",
     )
     _finish(report, output, json_out, tables.print_train)
 
@@ -216,6 +218,7 @@ def certify(
     guaranteed Lipschitz bound and of the power estimate; the feature pass in its literal
     form (series) against the eval lowering that lip certify runs, interleaved."""
     from lipcli.bench import bench_certify, build_model
+    from lipcli.compiling import cli_compile_mode
     from lipcli.sdk.errors import LipUsageError
 
     o = _options(CertifyBenchOptions, settings)
@@ -253,7 +256,7 @@ def certify(
         model, batch_size=o.batch_size, n=o.n, device=dev, top_k=o.top_k, fit_head_steps=o.fit_head,
         fit_loss=o.fit_loss, lipschitz_iters=o.lipschitz_iters, refresh_steps=o.refresh_steps,
         source=source, seed=o.seed, progress=_progress(quiet), path_rounds=o.path_rounds,
-        dense_max_mib=o.dense_max_mib,
+        dense_max_mib=o.dense_max_mib, compile_mode=cli_compile_mode(o.compile, o.compile_mode, dev),
     )
     _finish(report, output, json_out, tables.print_certify)
 

@@ -13,6 +13,7 @@ from typing import Any
 from lipcli.sdk.errors import LipUsageError
 from lipcli._util.devices import check_device_name
 from lipcli.host.defaults import COMPONENT_SETTINGS, DEFAULT_COMPONENTS
+from lipcli._util.constants import COMPILE_MODES, GRAPHING_MODES
 from lipcli.host.settings import problems, setting, settings_of
 from lipcli.host.settings_file import load_config_file  # noqa: F401  (re-exported: lipcli.train)
 from lipcli.train.errors import TrainUsageError, literal
@@ -192,6 +193,12 @@ class TrainConfig:
     cuda_graphs: str = setting("auto", "auto (on CUDA where the configuration allows), on or off: replay "
                                "each training step from a CUDA graph (same values; fewer kernel launches).",
                                owner=_R, choices=GRAPH_MODES)
+    #: torch.compile the training forward (lipcli.compiling); None: per device (AUTO_COMPILE)
+    compile: bool | None = setting(None, "torch.compile the training forward (the bound and the model file "
+                                   "come from the stored weights as always; compile time is reported apart). "
+                                   "Default: per device (eager on CPU and CUDA).", owner=_R, negative=True)
+    compile_mode: str = setting("default", "torch.compile mode with {compile}.", owner=_R,
+                                choices=COMPILE_MODES)
     # the recipe the run started from (``lip train --recipe``; ``"name@version"``) and the
     # settings given over it: key -> {"recipe": its value, "value": the one used}
     recipe: str | None = None
@@ -272,6 +279,8 @@ class TrainConfig:
              f"{{workers}} must be at most {max_workers()} ({WORKERS_PER_CORE} per CPU core here), got "
              + literal(self.workers))
         check_device_name(self.device)
+        need(not (self.cuda_graphs == "on" and self.compile and self.compile_mode in GRAPHING_MODES),
+             f"{{compile_mode}} {literal(self.compile_mode)} replays CUDA graphs itself; drop {{cuda_graphs}} on")
 
     def resolved(self) -> "TrainConfig":
         """Fill the automatic values that need no plugin: the optimiser's learning rate, the

@@ -47,7 +47,7 @@ def network_slots(cfg: TrainConfig, reg: Registry) -> tuple[Component, tuple[str
     return arch, arch.spec.slots_for(arch.params, reg.component("head", cfg.head).spec)
 
 
-RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs", "lr", "eval_batch_size"})
+RESUME_CHANGEABLE = frozenset({"device", "workers", "data_dir", "cuda_graphs", "compile", "compile_mode", "lr", "eval_batch_size"})
 
 
 def _same_setting(key: str, stored: TrainConfig, given: Any, reg: Registry) -> bool:

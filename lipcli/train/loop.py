@@ -22,6 +22,7 @@ from lipcli.host.models import save_model
 from lipcli.train.config import INTERRUPT_ENV, TrainConfig
 from lipcli.train.distributed import DistContext
 from lipcli.train.cuda_graphs import GraphedStep, graph_unsupported_reason
+from lipcli.compiling import GRAPHING_MODES, Compiled, compile_record, compiled_or_none, measuring
 from lipcli.sdk.errors import LipError, is_allocation_failure
 from lipcli.sdk.losses import TrainProgress
 from lipcli.train.errors import TrainingInterrupted, TrainingOutOfMemory, WorkerLost, literal
@@ -61,6 +62,10 @@ class TrainingLoop:
     graphed: GraphedStep | None = None
     graph_reason: str | None = None
     graph_reported: bool = False
+    #: the training forward compiled by torch.compile (``--compile``), else None; the
+    #: seconds of its compiling steps in the last epoch
+    compiled: Compiled | None = None
+    epoch_compile_s: float = 0.0
     #: the step running now, for an out-of-memory message: (what, epoch, step in the epoch)
     at: tuple[str, int, int] = ("training", 0, 0)
     # the run's parts the loop works with (fixed for the run's life)
@@ -96,6 +101,10 @@ class TrainingLoop:
         if mode == "off":
             self.graph_reason = "off (--cuda-graphs off)"
             return
+        if self.compiled is not None and self.compiled.mode in GRAPHING_MODES:
+            self.graph_reason = f"torch.compile mode {self.compiled.mode} replays CUDA graphs itself"
+            self.reporter.print(f"cuda graphs: not used: {self.graph_reason}")
+            return
         self.graph_reason = graph_unsupported_reason(
             self.device, self.optim.optimizer, distributed=self.ctx.distributed,
             grad_scaler=self.optim.scaler.is_enabled())
@@ -116,6 +125,10 @@ class TrainingLoop:
             self.graph_reason = graphed.reason
             self.reporter.print(f"cuda graphs: not used: {graphed.reason}; training steps run eagerly")
 
+    def compile_record(self) -> dict[str, Any]:
+        """The model file's record of torch.compile use (``training.compile``)."""
+        return compile_record(self.cfg.compile, self.cfg.compile_mode, self.device, self.compiled)
+
     def graph_record(self) -> dict[str, Any]:
         """The model file's record of CUDA-graph use."""
         record: dict[str, Any] = {"mode": self.cfg.cuda_graphs}
@@ -129,6 +142,12 @@ class TrainingLoop:
     def train_epochs(self) -> None:
         """Train from ``state.epoch`` to ``cfg.epochs``; Ctrl-C becomes :class:`TrainingInterrupted`."""
         forward = self._distributed_step()
+        # compiled around DDP (torch's recipe: its optimiser splits the graph at the buckets)
+        self.compiled = compiled_or_none(forward, self.cfg.compile, self.cfg.compile_mode, self.device)
+        if self.compiled is not None:
+            forward = self.compiled  # type: ignore[assignment]
+            self.reporter.print(f"compile: the training forward is compiled by torch.compile "
+                                f"(mode {self.compiled.mode}; the first steps compile it)")
         self._make_graphed_step(forward)
         interrupt_at = _interrupt_point()
         self.reporter.start()
@@ -174,6 +193,7 @@ class TrainingLoop:
         sums = torch.zeros(3, dtype=torch.float64, device=device)
         extra: dict[str, torch.Tensor] = {}
         t0 = time.perf_counter()
+        compile_before = self.compiled.compile_s if self.compiled is not None else 0.0
         seen = 0
         for i, (images, labels) in enumerate(self.loaders.train):
             if interrupt_at is not None and interrupt_at == (epoch, i):
@@ -208,17 +228,20 @@ class TrainingLoop:
         if callable(end_epoch):
             end_epoch()
         self.ctx.sync_module_state(self.optim.step_module.loss)
+        if self.compiled is not None:
+            self.epoch_compile_s = self.compiled.compile_s - compile_before
         return sums, extra, time.perf_counter() - t0
 
     def _optimizer_step(self, forward: nn.Module, images: torch.Tensor,
                         labels: torch.Tensor, params: list[nn.Parameter]) -> tuple[Any, Any, Any]:
         """zero_grad, then :meth:`_step_body` (replayed from a CUDA graph where one is used),
         then the scheduler step; returns the step module's (loss, logits, parts)."""
-        if self.graphed is not None:
-            out = self.graphed(images, labels)
-        else:
-            self.optim.optimizer.zero_grad(set_to_none=True)
-            out = self._step_body(forward, images, labels, params)
+        with measuring(self.compiled):  # its compile seconds kept apart
+            if self.graphed is not None:
+                out = self.graphed(images, labels)
+            else:
+                self.optim.optimizer.zero_grad(set_to_none=True)
+                out = self._step_body(forward, images, labels, params)
         self.optim.scheduler.step()
         self.run.state.step += 1
         return out
@@ -265,6 +288,9 @@ class TrainingLoop:
         }
         for name in sorted(extra):
             record[f"train_{name}"] = float(extra[name] / sums[2])
+        if self.compiled is not None:  # this rank's compile seconds, included in time_s
+            record["compile_s"] = round(self.epoch_compile_s, 3)
+            record["compile"] = self.compiled.mode
         return record
 
     def _validate(self, epoch: int, record: dict[str, Any]) -> None:
@@ -300,6 +326,7 @@ class TrainingLoop:
             f"acc {record['train_accuracy']:.4f}"
             + (f"  val {record['val_accuracy']:.4f}" if "val_accuracy" in record else "")
             + f"  lr {record['lr']:.3g}  {record['images_per_s']:.0f} img/s  {train_time:.1f}s"
+            + (f" (compiling {record['compile_s']:.1f}s)" if record.get("compile_s") else "")
         )
 
     def interrupted(self, done: int, when: str, lost: bool = False) -> TrainingInterrupted | WorkerLost:

@@ -43,3 +43,7 @@ class TrainSummary(JsonRecord):
     images_per_s: float
     device: str
     world_size: int
+    #: the torch.compile mode of the training forward ("off": eager) and the seconds of the
+    #: steps that compiled it, over the run's epochs (included in ``time_s``)
+    compile: str = "off"
+    compile_s: float = 0.0

@@ -94,7 +94,7 @@ class TrainingRun:
             try:
                 loop.train_epochs()
                 try:
-                    return self.finish(loop.graph_record())
+                    return self.finish(loop.graph_record(), loop.compile_record())
                 except KeyboardInterrupt:
                     raise loop.interrupted(self.state.epoch, "after the last epoch") from None
                 except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
@@ -211,9 +211,9 @@ class TrainingRun:
 
 
     # ---- after training ---------------------------------------------------------------------
-    def finish(self, graphs: dict[str, Any]) -> TrainSummary | None:
+    def finish(self, graphs: dict[str, Any], compiled: dict[str, Any] | None = None) -> TrainSummary | None:
         """Test the selected weights; rank 0 writes the model file (``graphs``: its record of
-        CUDA-graph use) and the final checkpoint.  Returns the summary (``None`` on ranks
+        CUDA-graph use; ``compiled``: of torch.compile use) and the final checkpoint.  Returns the summary (``None`` on ranks
         other than 0)."""
         if os.environ.get(INTERRUPT_ENV, "").strip() == "end":  # testing hook: a real Ctrl-C
             import signal
@@ -222,7 +222,7 @@ class TrainingRun:
         test, results = self._test_selected_model()
         summary = None
         if self.settings.ctx.is_main:
-            summary = self._write_model(test, results, graphs)
+            summary = self._write_model(test, results, graphs, compiled)
         self.settings.ctx.barrier()
         return summary
 
@@ -253,7 +253,7 @@ class TrainingRun:
         """The last epoch's log record ({} when no epoch has run)."""
         return self.state.history[-1] if self.state.history else {}
 
-    def _training_metadata(self, graphs: dict[str, Any]) -> dict[str, Any]:
+    def _training_metadata(self, graphs: dict[str, Any], compiled: dict[str, Any] | None = None) -> dict[str, Any]:
         """The model file's ``training`` record: time, throughput, settings, versions, history."""
         cfg, ctx, device, state = self.settings.cfg, self.settings.ctx, self.settings.device, self.state
         return {
@@ -279,13 +279,15 @@ class TrainingRun:
             "resumed_from_epochs": state.resumed_from,
             "time_budget": budget_record(cfg, state),
             "cuda_graphs": graphs,
+            **({} if compiled is None else {"compile": compiled}),
             "history": state.history,
         }
 
     def _extra_record(self) -> dict[str, Any] | None:
         return None if self.extra is None else self.extra.record(self.settings.cfg.extra_ratio)
 
-    def _write_model(self, test: Evaluation, results: dict[str, Any], graphs: dict[str, Any]) -> TrainSummary:
+    def _write_model(self, test: Evaluation, results: dict[str, Any], graphs: dict[str, Any],
+                     compiled: dict[str, Any] | None = None) -> TrainSummary:
         """Rank 0: write the model file and the final checkpoint, print the result; returns the
         summary."""
         lipschitz = lipschitz_record(self.model, estimate=self.settings.cfg.lipschitz_estimate,
@@ -294,7 +296,7 @@ class TrainingRun:
 
             print(clean(f"warning: {lipschitz['promise_broken']}; the model file records no "
                         "Lipschitz bound"), file=sys.stderr)
-        training = self._training_metadata(graphs)
+        training = self._training_metadata(graphs, compiled)
         results = {**results, "weights_sha256": tensors_fingerprint(self.model.state_dict())}
         try:  # never replace a file that appeared meanwhile unless ``overwrite`` (and a model)
             check_replaceable(self.settings.paths.out, self.settings.overwrite)
@@ -322,11 +324,15 @@ class TrainingRun:
             images_per_s=training["images_per_s"],
             device=str(self.settings.device),
             world_size=self.settings.ctx.world_size,
+            compile=(compiled or {}).get("mode", "off"),
+            compile_s=sum(float(r.get("compile_s", 0.0)) for r in self.state.history),
         )
         self.settings.reporter.print(
             f"test accuracy {test.accuracy:.4f} ({test.examples} images); Lipschitz bound "
             f"{lipschitz.get('upper_bound') if not lipschitz.get('promise_broken') else 'none'}; "
             f"model written to {self.settings.paths.out}"
+            + (f" (trained with torch.compile {summary.compile}: {summary.compile_s:.1f} s of the "
+               f"{summary.time_s:.1f} s compiling)" if summary.compile != "off" else "")
         )
         return summary
 

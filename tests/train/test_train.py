@@ -237,7 +237,7 @@ def test_one_epoch_writes_a_loadable_model_with_its_record(tmp_path, monkeypatch
     # the keys of --json (TrainSummary's fields), in this order
     assert list(summary) == ["model", "run_dir", "dataset", "epochs", "test_accuracy", "val_accuracy",
                              "lipschitz_upper_bound", "lipschitz_estimate", "time_s", "images_per_s",
-                             "device", "world_size"]
+                             "device", "world_size", "compile", "compile_s"]
     meta = read_metadata(out)
     assert meta["config"]["arch"]["name"] == "lipconvnet-5" and meta["config"]["arch"]["params"]["width"] == 4
     assert meta["dataset"]["name"] == "digits" and meta["dataset"]["sizes"] == {"train": 64, "test": 32}

@@ -15,13 +15,15 @@ from lipcli.bench.reports.common import (
 class ModelTiming(JsonRecord):
     """One of the two models of a Table 1 row."""
 
-    JSON_OMIT_NONE = ("kernel_floor", "memory")
+    JSON_OMIT_NONE = ("kernel_floor", "memory", "compile_s")
 
     conv: str
     times: StepTimes = field(metadata=INLINE)
     cuda_graphs: GraphUse
     kernel_floor: KernelFloor | None = None
     memory: StepMemory | None = None
+    #: seconds spent compiling the step (``--compile``; in the warm-up steps, not timed)
+    compile_s: float | None = None
 
 
 @dataclass
@@ -53,6 +55,8 @@ class TrainBenchSettings(StepBenchSettings):
     cuda_graphs: bool
     kernel_floor: str | None
     step: StepSettings = field(metadata=INLINE)
+    #: the torch.compile mode of both models' forward ("off": eager)
+    compile: str = "off"
 
 
 @dataclass(kw_only=True)

@@ -32,6 +32,9 @@ class _MaxMinFunction(torch.autograd.Function):
     def forward(ctx, z: torch.Tensor) -> torch.Tensor:
         h = z.shape[1] // 2
         a, b = z[:, :h], z[:, h:]
+        if torch.compiler.is_compiling():  # no out= views inside torch.compile (same values)
+            ctx.save_for_backward(a >= b)
+            return torch.cat((torch.maximum(a, b), torch.minimum(a, b)), dim=1)
         out = torch.empty_like(z)
         torch.maximum(a, b, out=out[:, :h])
         torch.minimum(a, b, out=out[:, h:])
@@ -43,7 +46,7 @@ class _MaxMinFunction(torch.autograd.Function):
         (take_a,) = ctx.saved_tensors
         h = take_a.shape[1]
         g_max, g_min = g[:, :h], g[:, h:]
-        if torch.is_grad_enabled():  # create_graph: differentiable form
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():  # create_graph / compiled
             return torch.cat(
                 (torch.where(take_a, g_max, g_min), torch.where(take_a, g_min, g_max)), dim=1
             )

@@ -46,7 +46,7 @@ class _PairMax(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor) -> torch.Tensor:
         (take_a,) = ctx.saved_tensors
         h = take_a.shape[1]
-        if torch.is_grad_enabled():  # create_graph: differentiable form
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():  # create_graph / compiled: no out= views
             zero = torch.zeros((), dtype=g.dtype, device=g.device)
             return torch.cat((torch.where(take_a, g, zero), torch.where(take_a, zero, g)), dim=1)
         shape = (g.shape[0], 2 * h, *g.shape[2:])

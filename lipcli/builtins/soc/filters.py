@@ -86,7 +86,8 @@ def _minus_transpose(X: Tensor, scale: float | Tensor | None = None) -> Tensor:
     About 2× faster than ``flip`` + ``sub`` for the ``1024×1024×3×3`` filter of
     LipConvnet-10…40 on the 2-core test machine (20 ms instead of 43 ms)."""
     C, C2, kh, kw = X.shape
-    on_cpu = X.device.type == "cpu" and X.is_contiguous() and C == C2
+    # the blocked CPU forms write through ``out=`` views: not inside torch.compile
+    on_cpu = X.device.type == "cpu" and X.is_contiguous() and C == C2 and not torch.compiler.is_compiling()
     if on_cpu and kh == 1 and kw == 1 and C * C >= _TILE_MIN_ENTRIES:
         X2 = X.view(C, C)
         Xt = torch.empty_like(X2)
@@ -152,9 +153,13 @@ class _NormalisedSkew(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, weight: Tensor, D: Tensor, rho: Tensor,  # type: ignore[override]
                 factors: list[tuple[Tensor, Tensor]]) -> Tensor:
-        # D is a temporary of the caller: scaled in place (no second filter-sized buffer)
-        S = D.mul_(1.0 / rho)
-        ctx.mark_dirty(D)
+        # D is a temporary of the caller: scaled in place (no second filter-sized buffer);
+        # inside torch.compile out of place (the same values; the compiler plans the buffers)
+        if torch.compiler.is_compiling():
+            S = D * (1.0 / rho)
+        else:
+            S = D.mul_(1.0 / rho)
+            ctx.mark_dirty(D)
         ctx.save_for_backward(S, rho)
         ctx.factors = factors
         return S

@@ -49,8 +49,9 @@ __all__ = ["SOC", "INIT_POWER_STEPS", "MAX_TERMS", "MAX_POWER_ITERS"]
 # The layer
 # --------------------------------------------------------------------------------------
 def _select_on_host(device: torch.device) -> bool:
-    """Whether the σ-giving reshape is read on the host (free on CPU, a sync on a GPU)."""
-    return device.type == "cpu"
+    """Whether the σ-giving reshape is read on the host (free on CPU, a sync on a GPU; never
+    inside ``torch.compile``, where reading it would break the graph)."""
+    return device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 #: power-iteration steps run when a layer is built: SPEC §1.2 (a freshly built model refreshes

@@ -87,7 +87,7 @@ CONV_LABEL = CONVOLUTION_PROFILE_LABEL
 
 
 def _conv_region() -> Any:
-    if torch._C._autograd._profiler_enabled():
+    if not torch.compiler.is_compiling() and torch._C._autograd._profiler_enabled():
         return torch.autograd.profiler.record_function(CONV_LABEL)
     return contextlib.nullcontext()
 
@@ -131,8 +131,10 @@ _register_flop_formula()
 
 
 def _onednn_float32(x: Tensor) -> bool:
-    """Whether the fused oneDNN convolution-plus-add exists for tensors like ``x``."""
-    return FUSED_CONV_ADD and x.device.type == "cpu" and x.dtype == torch.float32
+    """Whether the fused oneDNN convolution-plus-add exists for tensors like ``x`` (not
+    inside ``torch.compile``: the compiler fuses the add itself)."""
+    return (FUSED_CONV_ADD and x.device.type == "cpu" and x.dtype == torch.float32
+            and not torch.compiler.is_compiling())
 
 
 def _fusable(u: Tensor, S: Tensor) -> bool:
