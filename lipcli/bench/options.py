@@ -97,7 +97,7 @@ class CertifyBenchOptions:
                                owner=_B, min=0, max=1000)
     dense_max_mib: float | None = setting(None, "Cap of the eval lowering per layer, MiB of float32 (default: "
                                           "lip certify's); every layer that fits and is cheaper is lowered "
-                                          "(the build's time is reported, not weighed).", owner=_B, min=0.0)
+                                          "(the build's time is reported, not weighed).", owner=_B)
     compile: bool | None = setting(None, "Add the lowered feature pass compiled by torch.compile to the feature "
                                    "paths.", owner=_B, negative=True)
     compile_mode: str = setting("default", "torch.compile mode with {compile}.", owner=_B, choices=COMPILE_MODES)

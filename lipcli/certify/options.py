@@ -114,7 +114,7 @@ class CertifyOptions:
     #: device's, :data:`lipcli.lowering.caps.CERTIFY_DENSE_MAX_MIB`; 0: no dense layer).
     #: Within the cap a layer is lowered only where its build pays off on this run's inputs
     #: (:meth:`eval_inputs`, :func:`lipcli.sdk.lowering.pays_off`)
-    dense_max_mib: float | None = setting(None, DENSE_HELP, owner=_C, min=0.0)
+    dense_max_mib: float | None = setting(None, DENSE_HELP, owner=_C)  # checked by check_dense_max_mib
     #: features, logits and margins in float64 on a float64 copy of the model, every layer
     #: literal (:mod:`lipcli.certify.exact`)
     exact: bool = setting(False, "Compute the features, logits and margins in float64 on a float64 copy of "

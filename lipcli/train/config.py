@@ -54,9 +54,11 @@ MAX_NPROC_PER_NODE = 256
 #: the largest (global) training or evaluation batch, and power-iteration steps per refresh
 MAX_BATCH_SIZE = 65_536
 MAX_POWER_ITER_STEPS = 1000
-#: the largest learning rate, weight decay and step-decay factor (beyond them the weights
-#: overflow float32 within a step: typos, refused before any work)
-MAX_LR = 1e3
+#: the largest learning rate (a larger one is no float32 number the optimiser can step with;
+#: below it a diverging run is stopped by the divergence guard, one line), weight decay and
+#: step-decay factor (beyond them the weights overflow float32 within a step): typos, refused
+#: before any work
+MAX_LR = 1e30
 MAX_WEIGHT_DECAY = 10.0
 MAX_LR_GAMMA = 10.0
 #: seeds are 64-bit (``torch.manual_seed``)

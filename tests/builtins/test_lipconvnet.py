@@ -359,11 +359,11 @@ def test_fast_gradient_close_to_exact_in_lipconvnet5() -> None:
 
 
 def test_the_depth_list_is_written_once():
-    """``lip bench``'s default architectures are the registered depths (the CLI spells them
-    out only so that ``lip bench --help`` does not import torch)."""
+    """``lip bench``'s default architectures are the registered depths (its settings table spells
+    them out only so that ``lip bench --help`` does not import torch)."""
     from lipcli import bench
     from lipcli.builtins.lipconvnet import DEPTHS
-    from lipcli.cli import bench_cmd
+    from lipcli.bench.options import DEFAULT_ARCHS
 
     assert bench.DEFAULT_DEPTHS is DEPTHS
-    assert bench_cmd._DEFAULT_ARCHS == ",".join(str(d) for d in DEPTHS)
+    assert DEFAULT_ARCHS == ",".join(str(d) for d in DEPTHS)

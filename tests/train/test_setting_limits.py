@@ -20,7 +20,7 @@ def _refused(tmp_path, args, message, env=None):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--lr", "1e300"], "--lr must be in (0, 1000], got 1e+300"),
+    (["--lr", "1e300"], "--lr must be in (0, 1e+30], got 1e+300"),
     (["--seed", str(MAX_SEED + 1)], "--seed must be in 0..18446744073709551615"),
     (["--workers", "10000"], f"--workers must be at most {max_workers()}"),
     (["--augmentation", "color-jitter:contrast_min=3,contrast_max=1"], "contrast_min must be at most contrast_max"),
