@@ -97,10 +97,29 @@ class CertifyBenchOptions:
                                owner=_B, min=0, max=1000)
     dense_max_mib: float | None = setting(None, "Cap of the eval lowering per layer, MiB of float32 (default: "
                                           "lip certify's); every layer that fits and is cheaper is lowered "
-                                          "(the build's time is reported, not weighed).", owner=_B)
+                                          "(the build's time is reported, not weighed).", owner=_B, min=0.0)
     compile: bool | None = setting(None, "Add the lowered feature pass compiled by torch.compile to the feature "
                                    "paths.", owner=_B, negative=True)
     compile_mode: str = setting("default", "torch.compile mode with {compile}.", owner=_B, choices=COMPILE_MODES)
+
+
+@dataclass
+class LayersBenchOptions:
+    """``lip bench layers`` (the comparison study's network, a row per convolution)."""
+
+    arch: str = setting("convnet-xs", "Architecture: the study's network at a size (convnet-xs, convnet-s, "
+                        "convnet-m, convnet-l; lipcli-compared) or any other.", owner=_B)
+    conv: str | None = setting(None, "Comma-separated convolutions (default: every installed one).", owner=_B)
+    head: str = setting("first-channels", "Head component.", owner=_B)
+    width: int | None = setting(None, "Architecture width (default: the architecture's).", owner=_B, min=1)
+    batch_size: int = setting(64, "Images per step.", owner=_B, min=1, max=MAX_BATCH)
+    steps: int = setting(5, "Timed rounds.", owner=_B, min=1, max=10_000)
+    warmup: int = setting(2, "Untimed rounds.", owner=_B, min=0, max=1000)
+    seed: int = setting(0, "Seed for weights and inputs.", owner=_B, min=0)
+    plot: str | None = setting(None, "Write a plot: training step time vs certified accuracy (with "
+                               "{results}) or vs inference time.", owner=_B)
+    results: str | None = setting(None, "JSON object conv -> certified accuracy for the plot (e.g. from "
+                                  "docs/results.md's raw report).", owner=_B)
 
 
 #: the model options of ``lip bench certify`` (meaningless for a model file)

@@ -4,44 +4,34 @@ row each (logic: :mod:`lipcli.bench.layers`)."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Any
 
-import typer
-
+from lipcli.bench.options import LayersBenchOptions
 from lipcli.cli.common import cli_errors, fail, stderr_console
+from lipcli.cli.settings_options import with_settings
 from lipcli.cli.options import DeviceOption, JsonOption, QuietOption, ThreadsOption
 from lipcli._util.devices import DEFAULT_DEVICE
 
 
+@with_settings(LayersBenchOptions, before="device")
 @cli_errors
 def layers(
-    arch: Annotated[str, typer.Option("--arch", help="Architecture: the study's network at a size "
-        "(convnet-xs, convnet-s, convnet-m, convnet-l; lipcli-compared) or any other.")] = "convnet-xs",
-    conv: Annotated[Optional[str], typer.Option("--conv", help="Comma-separated convolutions "
-        "(default: every installed one).")] = None,
-    head: Annotated[str, typer.Option("--head", help="Head component.")] = "first-channels",
-    width: Annotated[Optional[int], typer.Option("--width", help="Architecture width (default: the "
-        "architecture's).")] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=65536, help="Images per step.")] = 64,
-    steps: Annotated[int, typer.Option("--steps", min=1, max=10000, help="Timed rounds.")] = 5,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, max=1000, help="Untimed rounds.")] = 2,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for weights and inputs.")] = 0,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a plot: training step time vs "
-        "certified accuracy (with --results) or vs inference time.")] = None,
-    results: Annotated[Optional[str], typer.Option("--results", help="JSON object conv -> certified "
-        "accuracy for the plot (e.g. from docs/results.md's raw report).")] = None,
     device: DeviceOption = DEFAULT_DEVICE,
     threads: ThreadsOption = None,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
+    **settings: Any,
 ) -> None:
     """Training step time, inference time (cached operators), peak training and inference memory
     and parameters of every installed convolution in one network (the comparison study of
     Prach et al., CVPR 2024)."""
     from lipcli.bench.layers import bench_layers, plot_layers
     from lipcli.cli.bench_cmd import _finish, _setup
+    from lipcli.cli.bench_cmd import _options
     from lipcli.host.plugins import get_registry, split_component_choices
 
+    o = _options(LayersBenchOptions, settings)
+    arch, conv, head, width, results, plot = o.arch, o.conv, o.head, o.width, o.results, o.plot
     dev = _setup(device, threads)
     reg = get_registry()
     convs = split_component_choices(conv) if conv else reg.names("conv")
@@ -56,8 +46,8 @@ def layers(
         except (OSError, ValueError, AttributeError, TypeError) as exc:
             fail(f"--results {results}: not a JSON object of conv -> accuracy ({exc})", 2)
     say = None if quiet else (lambda text: stderr_console().print(text))
-    report = bench_layers(arch=arch, head=head, convs=convs, batch_size=batch_size, device=dev,
-                          warmup=warmup, steps=steps, seed=seed, registry=reg, progress=say,
+    report = bench_layers(arch=arch, head=head, convs=convs, batch_size=o.batch_size, device=dev,
+                          warmup=o.warmup, steps=o.steps, seed=o.seed, registry=reg, progress=say,
                           arch_params={"width": width} if width else None)
     if plot is not None:
         plot_layers(report, plot, scores)

@@ -6,6 +6,8 @@ Command modules import heavy libraries (torch, ...) inside their functions so th
 
 from __future__ import annotations
 
+import inspect
+
 import functools
 import os
 import re
@@ -73,7 +75,7 @@ def cli_message(exc: LipError, func: Callable[..., Any] | None = None) -> str:
     about a setting that ``func`` has no option for keeps the library's words."""
     if not isinstance(exc, NamedSettings):
         return str(exc)
-    if isinstance(exc, SettingError) and func is not None and option_flag(func, exc.setting) is None:
+    if isinstance(exc, SettingError) and func is not None and command_flag(func, exc.setting) is None:
         return str(exc)
 
     def option(name: str) -> str:
@@ -86,7 +88,7 @@ def cli_message(exc: LipError, func: Callable[..., Any] | None = None) -> str:
             return f"torchrun --nproc-per-node {launch} -m lipcli train"
         if func is None:
             return "--" + name.replace("_", "-")
-        return option_flag(func, name) or name  # a setting with no option here (a settings-file key)
+        return command_flag(func, name) or name  # else a setting with no option here (a settings-file key)
 
     return exc.render(option)
 
@@ -157,6 +159,14 @@ def to_launcher(message: str, code: int) -> None:
         from lipcli.train.launch import report_to_launcher
 
         report_to_launcher(message, code)
+
+
+def command_flag(func: Callable[..., Any], name: str) -> str | None:
+    """The flag that spells setting ``name`` on ``func``'s command: its own option, or an option
+    spelled ``--name`` that sets another field (lip export's ``--output`` sets ``out``)."""
+    spelled = "--" + name.replace("_", "-")
+    flags = {option_flag(func, other) for other in inspect.signature(func).parameters}
+    return option_flag(func, name) or (spelled if spelled in flags else None)
 
 
 def option_flag(func: Callable[..., Any], name: str) -> str | None:

@@ -3,52 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
-
-import typer
+from typing import Any
 
 from lipcli.cli.common import ProgressBars, cli_errors, print_json, stdout_console
 from lipcli.cli.options import JsonOption, ModelArgument, QuietOption, ThreadsOption
+from lipcli.cli.settings_options import with_settings
 from lipcli.export.options import ExportOptions
-from lipcli.sdk.lowering_costs import DENSE_MIN_GAIN
 
 
-# Long signature: the command's option list (one Annotated option each); the body only builds
-# ExportOptions, runs lipcli.export.export_model and prints its report (print_report below).
+# Every ExportOptions setting is an option (with_settings); the signature lists the others.
+@with_settings(ExportOptions, before="json_out")
 @cli_errors
 def export(
     model: ModelArgument = None,
-    format: Annotated[Optional[str], typer.Option(
-        "--format", "-f",
-        help="pt2 (torch.export, torch alone), torchscript (torch alone) or onnx (onnxruntime "
-        "alone; needs pip install 'lipcli\\[onnx]'). Default: from --output's suffix "
-        "(.pt2, .torchscript.pt, .onnx), else pt2.",
-    )] = None,
-    output: Annotated[Optional[Path], typer.Option(
-        "--output", "-o",
-        help="File to write (default: MODEL with the suffix .pt2, .torchscript.pt or .onnx).",
-    )] = None,
-    certify: Annotated[bool, typer.Option(
-        "--certify",
-        help="The program also returns the certified input-space l2 radius of each prediction "
-        "(LLN: exact; CRC-Lip: closed form with guaranteed curvature bounds).",
-    )] = False,
-    check_inputs: Annotated[int, typer.Option(
-        "--check",
-        help="Inputs on which the written program is compared with lipcli (test images of the "
-        "model's data set when available offline, else random images).",
-    )] = ExportOptions.check_inputs,
-    dense_max_mib: Annotated[float, typer.Option(
-        "--dense-max-mib",
-        help="Largest dense matrix per layer, MiB of float32: a layer whose fixed linear map on "
-        "the program's input size fits runs as that matrix (formed exactly in float64) when "
-        f"it is at least {DENSE_MIN_GAIN:g}x cheaper per input than the layer's literal form "
-        "(the bound covers it); 0: every layer literal (SOC: its series of convolutions).",
-    )] = ExportOptions.dense_max_mib,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
     threads: ThreadsOption = None,
+    **settings: Any,
 ) -> None:
     """Export MODEL as a program that runs without lipcli.
 
@@ -64,9 +35,7 @@ def export(
     from lipcli.host.runs import resolve_model_argument
 
     path = resolve_model_argument(model)
-    options = ExportOptions(format=format, out=None if output is None else str(output),
-                            certify=certify, check_inputs=check_inputs, overwrite=overwrite,
-                            dense_max_mib=dense_max_mib)
+    options = ExportOptions(**{k: str(v) if isinstance(v, Path) else v for k, v in settings.items()})
     with ProgressBars(enabled=not quiet) as bars:
         report = export_model(path, options, progress=bars.update)
     if json_out:

@@ -112,7 +112,7 @@ def default_output(model_path: str | os.PathLike, suffix: str) -> Path:
 
 
 #: the most check inputs (``--check``), and the most bytes of float32 images they may take
-MAX_CHECK_INPUTS = 100_000
+from lipcli.export.options import MAX_CHECK_INPUTS  # noqa: E402  (declared with the setting)
 MAX_CHECK_BYTES = 256 << 20
 
 
