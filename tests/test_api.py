@@ -29,9 +29,17 @@ def _flags(settings: dict) -> list[str]:
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory):
     """The same run through ``lipcli.train`` and through ``lip train`` (recipe lipconvnet)."""
+    import torch
+
     tmp = tmp_path_factory.mktemp("api")
-    api = lipcli.train(recipe="lipconvnet", out=tmp / "api.safetensors", **SETTINGS)
-    cli = _lip("train", "--recipe", "lipconvnet", *_flags(SETTINGS), "--out", str(tmp / "cli.safetensors"), cwd=tmp)
+    threads = torch.get_num_threads()  # one thread on both sides: the same float rounding
+    torch.set_num_threads(1)
+    try:
+        api = lipcli.train(recipe="lipconvnet", out=tmp / "api.safetensors", **SETTINGS)
+    finally:
+        torch.set_num_threads(threads)
+    cli = _lip("train", "--recipe", "lipconvnet", *_flags(SETTINGS), "--threads", "1",
+               "--out", str(tmp / "cli.safetensors"), cwd=tmp)
     return tmp, api, cli
 
 

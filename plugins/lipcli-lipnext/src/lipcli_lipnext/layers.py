@@ -24,7 +24,7 @@ from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
 from lipcli.sdk.orthogonal import declare_orthogonal, random_orthogonal
 from lipcli.sdk.specs import ONE_LIPSCHITZ
 
-__all__ = ["BetaAbs", "Block", "L2Pool", "Normalize", "Stem", "shift_groups", "spatial_shift"]
+__all__ = ["BetaAbs", "Block", "L2Pool", "Stem", "shift_groups", "spatial_shift"]
 
 
 def _mul_up(*values: float) -> float:
@@ -47,28 +47,6 @@ def spatial_shift(x: Tensor, g: int) -> Tensor:
     parts = [torch.roll(x[..., 0:g], -1, 1), torch.roll(x[..., g:2 * g], 1, 1),
              torch.roll(x[..., 2 * g:3 * g], -1, 2), torch.roll(x[..., 3 * g:4 * g], 1, 2), x[..., 4 * g:]]
     return torch.cat(parts, dim=-1)
-
-
-class Normalize(nn.Module):
-    """``(x − mean)/std`` per channel on ``(N, C, H, W)``; Lipschitz ``1/min std`` (exact)."""
-
-    lip_promises: tuple[str, ...] = ()
-
-    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
-        super().__init__()
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
-        self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
-        if not bool((self.std > 0).all()):
-            raise ValueError(f"std must be positive, got {std}")
-
-    def forward(self, x: Tensor) -> Tensor:
-        return (x - self.mean.to(x.dtype).view(1, -1, 1, 1)) / self.std.to(x.dtype).view(1, -1, 1, 1)
-
-    def lipschitz_upper_bound(self) -> float:
-        return 1.0 / float(self.std.double().min())
-
-    def export_module(self) -> nn.Module:
-        return self
 
 
 class Stem(nn.Module):

@@ -26,7 +26,9 @@ from torch import Tensor, nn
 
 from lipcli.sdk.specs import Component
 
-from .layers import BetaAbs, Block, L2Pool, Normalize, Stem
+from lipcli.sdk.inputs import Normalize
+
+from .layers import BetaAbs, Block, L2Pool, Stem
 
 #: largest depth and width (a model file is untrusted input: memory ~ depth·width²)
 MAX_DEPTH = 256
