@@ -43,36 +43,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lipcli.sdk.specs import ONE_LIPSCHITZ, Component
+from lipcli.sdk.inputs import Normalize
 
-__all__ = ["SIZES", "ComparedConvNet", "FirstChannels", "ZeroChannels", "InputScale"]
+__all__ = ["SIZES", "ComparedConvNet", "FirstChannels", "ZeroChannels"]
 
 #: the study's sizes: name -> base width (5 convolutions per block, 3×3 kernels)
 SIZES = {"xs": 16, "s": 32, "m": 64, "l": 128}
 LAYERS_PER_BLOCK, KERNEL = 5, 3
 MAX_WIDTH, MAX_LAYERS = 1024, 64
-
-
-class InputScale(nn.Module):
-    """``(x − mean)·s`` per channel with the stored float32 ``s ≈ 1/std``: norm ``max |s|``."""
-
-    lip_promises: tuple[str, ...] = ()
-
-    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
-        super().__init__()
-        std64 = torch.tensor(tuple(std), dtype=torch.float64)
-        if not bool((std64 > 0).all()):
-            raise ValueError(f"std must be positive, got {tuple(std)}")
-        self.register_buffer("shift", torch.tensor(tuple(mean), dtype=torch.float32).view(1, -1, 1, 1))
-        self.register_buffer("scale", (1.0 / std64).to(torch.float32).view(1, -1, 1, 1))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return (x - self.shift.to(x.dtype)) * self.scale.to(x.dtype)
-
-    def lipschitz_upper_bound(self) -> float:
-        return float(self.scale.detach().double().abs().max())
-
-    def export_module(self) -> nn.Module:
-        return self
 
 
 class ZeroChannels(nn.Module):
@@ -150,7 +128,7 @@ class ComparedConvNet(nn.Module):
         self.width, self.layers, self.blocks, self.kernel = int(width), int(layers), blocks, int(kernel)
         self.num_classes, self.in_channels, self.image_size = int(num_classes), int(in_channels), size
         body: OrderedDict[str, nn.Module] = OrderedDict()
-        body["normalize"] = InputScale(mean, std)
+        body["normalize"] = Normalize(mean, std)  # the SDK's: (x - mean)/std, bound 1/min(std)
         body["pad"] = ZeroChannels(width)
         body["conv0"] = conv.build(width, width, 1, 1)
         body["act0"] = activation.build(width)
