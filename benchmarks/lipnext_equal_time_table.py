@@ -9,7 +9,8 @@ O = sys.argv[1]
 rows, raw = [], []
 for name in ("lipnext", "lc5"):
     runs = []
-    for s in (0, 1, 2):
+    seeds = sorted(int(f.rsplit("-", 1)[1].split(".")[0]) for f in os.listdir(O) if f.startswith(name + "-") and f.endswith(".train.json"))
+    for s in seeds:
         t, c = f"{O}/{name}-{s}.train.json", f"{O}/{name}-{s}.cert.json"
         if not (os.path.exists(t) and os.path.exists(c)) or not os.path.getsize(c):
             continue
