@@ -4,10 +4,13 @@ Prach et al. (CVPR 2024) fixed its epochs: measure the time of a training step f
 (the study's ``epoch_budget_estimator.py``: SGD steps with the real data loader, the mean of
 the last half of the timed steps, ``int(budget / time per epoch)``).
 
-* The measurement trains a *copy* of the model with SGD at learning rate 0 (the same work, the
-  run's model and random state untouched) and the run's own loss, on the run's training
-  loader: :data:`WARMUP_STEPS` untimed steps, then :data:`TIMED_STEPS` timed ones (fewer when
-  an epoch is shorter); evaluation is not part of it, as in the study.
+* The measurement trains a *copy* of the model with the run's own step, built afresh for the
+  copy (:class:`lipcli.train.parts.Optimization`: the run's optimiser, schedule, loss,
+  autocast dtype, gradient scaler and clipping; the run's model, optimiser and random state
+  untouched), on the run's training loader: :data:`WARMUP_STEPS` untimed steps, then
+  :data:`TIMED_STEPS` timed ones (fewer when an epoch is shorter); evaluation is not part of
+  it, as in the study.  (An SGD float32 copy, as before, mis-timed steps whose optimiser or
+  precision differ: a manifold optimiser with bf16 autocast, for one.)
 * The model file records the plan in its config (``time_budget``, ``budget``: the budget and
   measured epoch time in seconds, the steps timed, the epochs fixed) and the training record
   the epochs run and whether the budget stopped the run.
@@ -61,25 +64,37 @@ def _sync(device: torch.device) -> None:
 
 def measure_step_seconds(run: Any) -> tuple[float, int]:
     """``(mean seconds of the last half of the timed steps, steps timed)`` for one training step
-    (data loading included) of a copy of ``run.model`` with the run's loss (module docstring)."""
-    device = run.settings.device
-    model = copy.deepcopy(run.model).train()
-    loss_fn = run.optim.step_module.loss
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(params, lr=0.0, momentum=0.9)
-    wanted = WARMUP_STEPS + min(TIMED_STEPS, max(2, run.loaders.steps_per_epoch))
+    (data loading included) of a copy of ``run.model`` with the run's own step (module docstring)."""
+    from lipcli.train.parts import Optimization
+
+    settings, cfg = run.settings, run.settings.cfg
+    device = settings.device
     cpu_state = torch.random.get_rng_state()
     cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     times: list[float] = []
+    spe = run.loaders.steps_per_epoch
+    wanted = WARMUP_STEPS + min(TIMED_STEPS, max(2, spe))
+    # the schedule of the configured epochs, long enough for the steps timed
+    timed = dataclasses.replace(settings, cfg=dataclasses.replace(cfg, epochs=max(cfg.epochs, -(-wanted // spe))))
     try:
+        model = copy.deepcopy(run.model).train()
+        optim = Optimization.build(timed, run.data, model, run.optim.loss_component, spe)
+        optimizer, scaler = optim.optimizer, optim.scaler
+        params = [p for p in model.parameters() if p.requires_grad]
         done, prev = 0, None
         while done < wanted:
             for images, labels in run.loaders.train:
                 images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
                 optimizer.zero_grad(set_to_none=True)
-                out = loss_fn(model, images, labels)
-                out.loss.backward()
-                optimizer.step()
+                with torch.autocast(device.type, dtype=optim.amp_dtype, enabled=cfg.amp):
+                    loss, _, _ = optim.step_module(images, labels)
+                scaler.scale(loss).backward()
+                if cfg.grad_clip:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+                optim.scheduler.step()
                 _sync(device)
                 now = time.perf_counter()
                 if done >= WARMUP_STEPS - 1:

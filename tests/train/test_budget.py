@@ -83,3 +83,33 @@ def test_resume_keeps_the_plan_and_counts_the_time_spent(tmp_path, monkeypatch):
     training = read_model_metadata(out)["training"]
     assert training["epochs"] == 1 and training["config"]["epochs"] == planned
     assert training["time_budget"]["stopped_on_budget"] is True
+
+
+def test_the_measurement_runs_the_runs_own_step(tmp_path, monkeypatch):
+    """The step timed is the run's (here AdamW; an SGD stand-in mis-timed a manifold optimiser
+    twofold), on a copy: the run's own training is unchanged."""
+    import torch
+    from safetensors.torch import load_file
+
+    import lipcli
+    from lipcli.train.budget import WARMUP_STEPS
+
+    calls = []
+    adamw_step = torch.optim.AdamW.step
+
+    def counting_step(self, *args, **kwargs):
+        calls.append(self)  # held: no two optimisers share an id
+        return adamw_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", counting_step)
+    settings = dict(dataset="digits", width=2, batch_size=32, limit_train=64, limit_test=32,
+                    lipschitz_estimate=False, optimizer="adamw", lr=1e-3, lr_gamma=1.0)  # a rate that ignores the epochs
+    summary = lipcli.train(time_budget="2s", out=tmp_path / "m.safetensors", **settings)
+    plan = read_model_metadata(tmp_path / "m.safetensors")["training"]["config"]["budget"]
+    measured = WARMUP_STEPS + plan["steps_timed"]
+    assert len(calls) == measured + summary.epochs * plan["steps_per_epoch"]
+    assert all(o is calls[0] for o in calls[:measured]) and calls[measured] is not calls[0]  # a fresh one, then the run's
+    # the copy left the run alone: the same epochs without a budget give the same weights
+    lipcli.train(epochs=summary.epochs, out=tmp_path / "n.safetensors", **settings)
+    a, b = load_file(tmp_path / "m.safetensors"), load_file(tmp_path / "n.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
