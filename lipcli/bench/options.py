@@ -107,10 +107,12 @@ class CertifyBenchOptions:
 class LayersBenchOptions:
     """``lip bench layers`` (the comparison study's network, a row per convolution)."""
 
-    arch: str = setting("convnet-xs", "Architecture: the study's network at a size (convnet-xs, convnet-s, "
-                        "convnet-m, convnet-l; lipcli-compared) or any other.", owner=_B)
+    recipe: str = setting("layers-compared", "Recipe whose network (arch, head) the rows share: by default the "
+                          "comparison study's (lipcli-compared); --arch and --head replace its values.", owner=_B)
+    arch: str | None = setting(None, "Architecture (default: the recipe's; e.g. convnet-s for the study's "
+                               "network at another size).", owner=_B)
     conv: str | None = setting(None, "Comma-separated convolutions (default: every installed one).", owner=_B)
-    head: str = setting("first-channels", "Head component.", owner=_B)
+    head: str | None = setting(None, "Head component (default: the recipe's).", owner=_B)
     width: int | None = setting(None, "Architecture width (default: the architecture's).", owner=_B, min=1)
     batch_size: int = setting(64, "Images per step.", owner=_B, min=1, max=MAX_BATCH)
     steps: int = setting(5, "Timed rounds.", owner=_B, min=1, max=10_000)

@@ -11,6 +11,7 @@ from lipcli.cli.common import cli_errors, fail, stderr_console
 from lipcli.cli.settings_options import with_settings
 from lipcli.cli.options import DeviceOption, JsonOption, QuietOption, ThreadsOption
 from lipcli._util.devices import DEFAULT_DEVICE
+from lipcli.sdk.errors import LipError, LipUsageError
 
 
 @with_settings(LayersBenchOptions, before="device")
@@ -31,9 +32,10 @@ def layers(
     from lipcli.host.plugins import get_registry, split_component_choices
 
     o = _options(LayersBenchOptions, settings)
-    arch, conv, head, width, results, plot = o.arch, o.conv, o.head, o.width, o.results, o.plot
+    conv, width, results, plot = o.conv, o.width, o.results, o.plot
     dev = _setup(device, threads)
     reg = get_registry()
+    arch, head = _network(reg, o)
     convs = split_component_choices(conv) if conv else reg.names("conv")
     for c in convs:
         reg.component("conv", c)
@@ -52,6 +54,21 @@ def layers(
     if plot is not None:
         plot_layers(report, plot, scores)
     _finish(report, None, json_out, print_layers)
+
+
+def _network(reg: Any, o: LayersBenchOptions) -> tuple[str, str]:
+    """``--arch`` and ``--head``, each defaulting to the ``--recipe``'s value (the recipe is
+    resolved only where one of them is missing)."""
+    if o.arch is not None and o.head is not None:
+        return o.arch, o.head
+    from lipcli.bench.recipes import recipe_network
+    from lipcli.host.recipes import resolve_recipe
+
+    try:
+        network = recipe_network(resolve_recipe(reg, o.recipe))
+    except LipError as exc:
+        raise LipUsageError(f"--recipe {o.recipe}: {exc} (or give --arch and --head)") from exc
+    return o.arch or network["arch"], o.head or network["head"]
 
 
 def print_layers(report) -> None:

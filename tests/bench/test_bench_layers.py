@@ -40,3 +40,17 @@ def test_table_lists_every_requested_conv():
 def test_unknown_conv_is_one_line():
     r = run_lip([*ARGS, "--conv", "nope"])
     assert r.exit_code == 2 and "nope" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_network_comes_from_the_recipe_and_options_replace_it():
+    r = run_lip([*ARGS, "--conv", "aol", "--recipe", "lipconvnet", "--head", "lln", "--json", "-q"])
+    assert r.exit_code == 0, r.stderr
+    report = json.loads(r.stdout)
+    # the arch from the paper's recipe, the head given
+    assert (report["arch"], report["head"]) == ("lipconvnet-10", "lln")
+
+
+def test_unknown_recipe_is_one_line():
+    r = run_lip([*ARGS, "--conv", "aol", "--recipe", "nope"])
+    assert r.exit_code == 2 and "--recipe nope" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
