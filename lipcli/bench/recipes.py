@@ -5,8 +5,9 @@ A recipe's network is its ``arch``, ``conv``, ``activation``, ``pool`` and ``hea
 (lipcli's defaults, :data:`lipcli.host.models.DEFAULTS`, for those it does not set); the
 benchmark's ``width`` replaces the recipe's own (its other architecture parameters stay).  Every
 row runs the same step, :class:`lipcli.bench.step.RecipeStep` (SGD, cross-entropy) on the same
-CIFAR-shaped synthetic batches, so the rows compare the networks; the recipes' optimisers,
-losses and ε schedules are not timed (they add element-wise work per parameter or per logit).
+CIFAR-shaped synthetic batches, so the rows compare the networks; each recipe's own optimiser is
+then timed apart, against that SGD on the same gradients, with its share of a step
+(:mod:`lipcli.bench.optimizer_share`); the losses and ε schedules are not timed.
 The rows and the report are those of :func:`lipcli.bench.compare.bench_components_arch`.
 """
 
@@ -19,6 +20,7 @@ import torch
 
 from lipcli.bench.compare import bench_components_arch
 from lipcli.bench.inputs import Progress, _no_progress, arch_settings, environment, record_load_after
+from lipcli.bench.optimizer_share import time_recipe_optimizers
 from lipcli.bench.reports import ComponentBenchReport, ComponentBenchSettings
 from lipcli.bench.step import step_settings
 from lipcli.host.models import DEFAULTS
@@ -75,6 +77,9 @@ def bench_recipes(
     result = bench_components_arch(f"{REFERENCE_ARCH} and recipes", variants, device=device,
                                    progress=progress, labels=labels, **options)
     result.varying = ["recipe"]
+    time_recipe_optimizers(result.variants[1:], specs, width=s["width"], num_classes=s["num_classes"],
+                           seed=s["seed"], batch_size=s["batch_size"], steps=s["steps"], warmup=s["warmup"],
+                           device=device, progress=progress)
     record_load_after(env)
     settings = ComponentBenchSettings(
         batch_size=s["batch_size"], steps=s["steps"], warmup=s["warmup"], width=s["width"],
@@ -82,7 +87,8 @@ def bench_recipes(
         schedule=(
             "interleaved: each round every network takes one step on the same synthetic batch, "
             "the starting network rotating between rounds; warm-up rounds not timed; every row "
-            "runs the same SGD + cross-entropy step (the recipes' optimisers and losses are not timed)"
+            "runs the same SGD + cross-entropy step; each recipe's own optimiser is then timed against "
+            "that SGD on the same gradients (lipcli.bench.optimizer_share; the recipes' losses are not timed)"
         ),
         step=step_settings(s["batch_size"]),
     )

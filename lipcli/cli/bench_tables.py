@@ -167,20 +167,25 @@ def print_components(report: ComponentBenchReport) -> None:
             report, SYNTHETIC,
         )
         table.add_column(" + ".join(res.varying) or "components", no_wrap=True)
+        own = any(row.optimizer is not None for row in res.variants)
         for name in ("ms/step", "relative", "paired", "images/s", "s/epoch", "peak MiB",
-                     "saved act. MiB", "parameters"):
+                     "saved act. MiB", "parameters", *(("own optimiser ms (share)",) if own else ())):
             table.add_column(name, justify="right")
         for row in res.variants:
-            mem = row.memory
+            mem, opt = row.memory, row.optimizer
             table.add_row(
                 row.label, f"{row.times.median_step_s * 1e3:.1f}",
                 f"{row.relative_to_reference:.2f}x", f"{row.relative_to_reference_paired:.2f}x",
                 f"{row.times.images_per_s:.1f}", f"{row.times.epoch_s:.1f}",
                 _mib(getattr(mem, "peak_step_mib", None)), _mib(getattr(mem, "saved_activations_mib", None)),
                 f"{row.parameters:,}",
+                *(() if not own else ("-" if opt is None else f"{opt.name.split(':')[0]} {opt.step_ms:.1f} ({opt.share:.0%})",)),
             )
         console.print(table)
     _memory_note(console, report.results[0].variants[0].memory if report.results else None)
+    if any(row.optimizer is not None for res in report.results for row in res.variants):
+        _note(console, "own optimiser: the recipe's optimiser step on the step's gradients (SGD's: "
+                       "sgd_step_ms in --json); share = its part of a step using it.")
     _note(console, "relative = median step time / the first row's; paired = median of the per-round "
                    "ratios. Weights differ between rows when the layers differ (same seed).")
 

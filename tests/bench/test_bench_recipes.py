@@ -67,6 +67,21 @@ def test_recipe_rows_beside_lipconvnet5_json_report():
     # the recipe's network at the benchmark's width
     model = create_model("lipconvnet-10", conv="soc-fast", pool="projection", head="mlp:hidden=4096", width=4)
     assert rows[1]["parameters"] == count_parameters(model)
+    # the recipe's own optimiser timed apart (lipcli's reference row has none)
+    assert "optimizer" not in rows[0]
+    opt = rows[1]["optimizer"]
+    assert opt["name"] == get_registry().get("recipe", "lipconvnet").values.get("optimizer", "sgd")
+    assert opt["step_ms"] > 0 and opt["sgd_step_ms"] > 0 and 0 < opt["share"] < 1
+
+
+def test_a_manifold_optimiser_is_timed_as_the_recipe_builds_it():
+    pytest.importorskip("lipcli_lipnext")
+    result = CliRunner().invoke(app, ["bench", "train", *TINY, "--recipe", "lipnext", "--json"])
+    assert result.exit_code == 0, result.output
+    opt = json.loads(result.stdout)["results"][0]["variants"][1]["optimizer"]
+    recipe = get_registry().get("recipe", "lipnext").values["optimizer"]
+    assert opt["name"] == recipe and opt["name"].startswith("so-adam")
+    assert opt["step_ms"] > 0 and 0 < opt["share"] < 1
 
 
 @pytest.mark.parametrize("args, words", [

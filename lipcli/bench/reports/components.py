@@ -11,10 +11,21 @@ from lipcli.bench.reports.common import (
 
 
 @dataclass
+class OptimizerTiming(JsonRecord):
+    """A recipe's own optimiser step against the benchmark's SGD step on the same gradients
+    (:mod:`lipcli.bench.optimizer_share`); ``share``: its part of a step that uses it."""
+
+    name: str
+    step_ms: float
+    sgd_step_ms: float
+    share: float
+
+
+@dataclass
 class VariantRow(JsonRecord):
     """One component combination on one architecture."""
 
-    JSON_OMIT_NONE = ("memory",)
+    JSON_OMIT_NONE = ("memory", "optimizer")
 
     label: str
     components: dict[str, str]
@@ -25,6 +36,7 @@ class VariantRow(JsonRecord):
     first_step_loss: float
     final_loss: float
     memory: StepMemory | None = None
+    optimizer: OptimizerTiming | None = None
 
 
 @dataclass
