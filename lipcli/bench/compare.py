@@ -70,6 +70,7 @@ def _build(arch: str, variant: Mapping[str, str], width: int, num_classes: int, 
     torch.manual_seed(seed)
     choices = dict(variant)
     arch = choices.pop("arch", arch)
+    width = int(choices.pop("width", width))  # a row's own width (lip bench train --recipe-widths)
     return create_model(arch, num_classes=num_classes, width=width, **choices).to(device)
 
 

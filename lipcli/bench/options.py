@@ -46,6 +46,9 @@ class TrainBenchOptions(StepBenchOptions):
     head: str = setting(_DC["head"], "Head component(s) (Table 1: lln); several compare them.", owner=_B)
     pool: str = setting(_DC["pool"], "Pool component(s) (Table 1: max); several compare them.", owner=_B)
     memory: bool = setting(True, "Measure peak memory.", owner=_B, negative=True)
+    recipe_widths: str | None = setting(None, "With --recipe: NAME=WIDTH[,NAME=WIDTH] gives those recipes' "
+                                        "networks their own width (e.g. equal parameter counts); the others and "
+                                        "lipconvnet-5 take --width.", owner=_B)
     cuda_graphs: str = setting("auto", "auto (on for CUDA), on or off: replay both models' steps from CUDA "
                                "graphs.", owner=_B, choices=("auto", "on", "off"))
     floor: bool = setting(True, "CUDA: profile the convolution kernel time per step (the floor of a step).",

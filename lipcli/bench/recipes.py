@@ -30,7 +30,7 @@ from lipcli.host.registry import Registry
 from lipcli.sdk.errors import LipUsageError
 from lipcli.sdk.specs import RecipeSpec
 
-__all__ = ["REFERENCE_ARCH", "bench_recipes", "recipe_network", "split_recipe_names"]
+__all__ = ["REFERENCE_ARCH", "bench_recipes", "parse_recipe_widths", "recipe_network", "split_recipe_names"]
 
 #: the row every recipe is timed beside (with lipcli's default components)
 REFERENCE_ARCH = "lipconvnet-5"
@@ -42,6 +42,22 @@ def split_recipe_names(texts: Sequence[str]) -> list[str]:
     if not names or not all(names):
         raise LipUsageError(f"bad --recipe {','.join(texts)!r}; use NAME[,NAME...]")
     return names
+
+
+def parse_recipe_widths(text: str | None, names: Sequence[str]) -> dict[str, int]:
+    """``NAME=WIDTH[,NAME=WIDTH]`` (``--recipe-widths``) for recipes among ``names``."""
+    if text is None:
+        return {}
+    widths: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or name not in names or not value.strip().isdigit() or int(value) < 1:
+            raise LipUsageError(f"bad --recipe-widths {text!r}; use NAME=WIDTH[,NAME=WIDTH] with NAME one of "
+                                f"--recipe ({', '.join(names)}) and WIDTH a positive integer (the "
+                                "architecture's own range applies)")
+        widths[name] = int(value)
+    return widths
 
 
 def recipe_network(spec: RecipeSpec) -> dict[str, str]:
@@ -59,17 +75,23 @@ def bench_recipes(
     device: torch.device | str = "cpu",
     progress: Progress = _no_progress,
     registry: Registry | None = None,
+    recipe_widths: dict[str, int] | None = None,
     **options: Any,
 ) -> ComponentBenchReport:
     """LipConvnet-5 (lipcli's defaults) and the network of each recipe ``names`` (``NAME`` or
     ``NAME@VERSION``, resolved as ``lip train --recipe`` resolves them: exit 2 for an unknown
-    one), interleaved; ``options`` as :func:`lipcli.bench.compare.bench_components`'."""
+    one), interleaved; ``recipe_widths``: a width of its own for some recipes (name as given;
+    the row's ``components`` record it); ``options`` as
+    :func:`lipcli.bench.compare.bench_components`'."""
     names = list(dict.fromkeys(names))
     if not names:
         raise LipUsageError("give at least one recipe")
     reg = registry or get_registry()
     specs = [resolve_recipe(reg, name) for name in names]
-    variants = [{"arch": REFERENCE_ARCH, **DEFAULTS}, *(recipe_network(spec) for spec in specs)]
+    widths = dict(recipe_widths or {})
+    variants = [{"arch": REFERENCE_ARCH, **DEFAULTS}, *(
+        {**recipe_network(spec), **({"width": str(widths[name])} if name in widths else {})}
+        for name, spec in zip(names, specs))]
     labels = [REFERENCE_ARCH, *(spec.label for spec in specs)]
     s = arch_settings(bench_components_arch, options)
     device = torch.device(device)

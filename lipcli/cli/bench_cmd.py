@@ -170,15 +170,18 @@ def train(
     o = _options(TrainBenchOptions, settings)
     steps = dict(batch_size=o.batch_size, steps=o.steps, warmup=o.warmup, width=o.width, num_classes=o.classes,
                  seed=o.seed, measure_memory=o.memory)
+    if o.recipe_widths is not None and not recipe:
+        raise LipUsageError("--recipe-widths needs --recipe")
     if recipe:
-        from lipcli.bench.recipes import bench_recipes, split_recipe_names
+        from lipcli.bench.recipes import bench_recipes, parse_recipe_widths, split_recipe_names
 
         if o.conv is not None or o.activation is not None:
             raise LipUsageError("--recipe times each recipe's own network; drop --conv/--activation")
         names = split_recipe_names(recipe)
+        widths = parse_recipe_widths(o.recipe_widths, names)
         _check_output(output)
         report = bench_recipes(names, device=_setup(device, threads, o.cudnn_benchmark), progress=_progress(quiet),
-                               **steps)
+                               recipe_widths=widths, **steps)
         _finish(report, output, json_out, tables.print_components)
         return
     dev = _setup(device, threads, o.cudnn_benchmark)

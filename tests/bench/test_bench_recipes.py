@@ -74,6 +74,18 @@ def test_recipe_rows_beside_lipconvnet5_json_report():
     assert opt["step_ms"] > 0 and opt["sgd_step_ms"] > 0 and 0 < opt["share"] < 1
 
 
+def test_a_recipe_can_have_its_own_width():
+    result = CliRunner().invoke(app, ["bench", "train", *TINY, "--recipe", "lipconvnet", "--recipe-widths",
+                                      "lipconvnet=2", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["results"][0]["variants"]
+    assert rows[1]["components"]["width"] == "2" and "width" not in rows[0]["components"]
+    for row, width in ((rows[0], 4), (rows[1], 2)):  # the reference keeps --width
+        arch = row["components"]["arch"]
+        parts = {k: v for k, v in row["components"].items() if k not in ("arch", "width")}
+        assert row["parameters"] == count_parameters(create_model(arch, width=width, **parts))
+
+
 def test_a_manifold_optimiser_is_timed_as_the_recipe_builds_it():
     pytest.importorskip("lipcli_lipnext")
     result = CliRunner().invoke(app, ["bench", "train", *TINY, "--recipe", "lipnext", "--json"])
@@ -88,6 +100,9 @@ def test_a_manifold_optimiser_is_timed_as_the_recipe_builds_it():
     (["--recipe", "no-such-recipe"], "unknown recipe 'no-such-recipe'"),
     (["--recipe", "lipconvnet,"], "bad --recipe"),
     (["--recipe", "lipconvnet", "--conv", "soc"], "drop --conv/--activation"),
+    (["--recipe", "lipconvnet", "--recipe-widths", "lot=8"], "bad --recipe-widths"),
+    (["--recipe", "lipconvnet", "--recipe-widths", "lipconvnet=0"], "bad --recipe-widths"),
+    (["--recipe-widths", "lipconvnet=8"], "needs --recipe"),
 ])
 def test_bad_recipes_exit_2_with_one_line(args, words):
     result = CliRunner().invoke(app, ["bench", "train", *TINY, *args])
