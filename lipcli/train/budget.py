@@ -2,7 +2,9 @@
 Prach et al. (CVPR 2024) fixed its epochs: measure the time of a training step first, then
 ``epochs = ⌊budget / (step time × steps per epoch)⌋`` and build the schedule for those epochs
 (the study's ``epoch_budget_estimator.py``: SGD steps with the real data loader, the mean of
-the last half of the timed steps, ``int(budget / time per epoch)``).
+the last half of the timed steps, ``int(budget / time per epoch)``); a warm-up keeps its share
+of the configured epochs (``--warmup-epochs 20`` of ``--epochs 800`` warms up for 2.5 % of the
+planned epochs: lipcli's rule; the study's one-cycle schedule is defined by fractions anyway).
 
 * The measurement trains a *copy* of the model with the run's own step, built afresh for the
   copy (:class:`lipcli.train.parts.Optimization`: the run's optimiser, schedule, loss,
@@ -123,9 +125,11 @@ def plan_budget(run: Any) -> Any:
     from lipcli.train.config import MAX_EPOCHS
 
     epochs = min(epochs, MAX_EPOCHS)
+    # the warm-up keeps its share of the schedule (a recipe's 20 of 800 epochs: 2.5 % of the run)
+    warmup = min(float(epochs), cfg.warmup_epochs * epochs / cfg.epochs)
     record = {"budget_s": budget, "epoch_s": round(epoch_s, 6), "step_s": round(step_s, 6),
-              "steps_timed": timed, "steps_per_epoch": run.loaders.steps_per_epoch, "epochs": epochs}
-    warmup = min(cfg.warmup_epochs, float(epochs))
+              "steps_timed": timed, "steps_per_epoch": run.loaders.steps_per_epoch, "epochs": epochs,
+              "warmup_epochs": round(warmup, 6)}
     return dataclasses.replace(cfg, epochs=epochs, warmup_epochs=warmup, budget=record)
 
 

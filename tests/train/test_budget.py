@@ -54,6 +54,15 @@ def test_budget_fixes_the_epochs_and_the_model_file_records_the_plan(tmp_path):
     assert record["train_time_s"] >= 3.0 or not record["stopped_on_budget"]
 
 
+def test_the_warmup_keeps_its_share_of_the_schedule(tmp_path):
+    out = tmp_path / "m.safetensors"
+    r = run_lip([*TINY, "--time-budget", "2s", "--epochs", "800", "--warmup-epochs", "20", "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    config = read_model_metadata(out)["training"]["config"]
+    epochs = config["budget"]["epochs"]
+    assert config["warmup_epochs"] == pytest.approx(epochs * 20 / 800) == config["budget"]["warmup_epochs"]
+
+
 def test_resume_keeps_the_plan_and_counts_the_time_spent(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "b" / "model.safetensors"
