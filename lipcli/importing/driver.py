@@ -119,7 +119,7 @@ def _build(ckpt: Checkpoint, plan: ImportPlan, registry: Registry) -> tuple[nn.M
     return model, components
 
 
-def _load(model: nn.Module, state: dict[str, torch.Tensor], importer: str) -> None:
+def _load(model: nn.Module, state: dict[str, torch.Tensor], importer: str, path: Any) -> None:
     expected = model.state_dict()
     missing, extra = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     if missing or extra:  # the importer's defect, not the checkpoint's
@@ -132,7 +132,7 @@ def _load(model: nn.Module, state: dict[str, torch.Tensor], importer: str) -> No
     cast = {k: v.to(expected[k].dtype) for k, v in state.items()}
     for key, value in cast.items():  # e.g. float64 weights beyond float32's range become inf
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise CheckpointError(f"importer {importer!r}: tensor {key!r} is not finite in "
+            raise CheckpointError(f"{path}: importer {importer!r}: tensor {key!r} is not finite in "
                                   f"{str(expected[key].dtype).removeprefix('torch.')} (values beyond its range)")
     model.load_state_dict(cast, strict=True)
     model.eval()
@@ -201,7 +201,7 @@ def prepare(checkpoint: str | os.PathLike, source: str, *, arch: str | None = No
     model, _components = _build(ckpt, plan, reg)
     with torch.no_grad():
         state = importer.convert({k: ckpt.tensors[k] for k in plan.expected}, plan)
-    _load(model, state, comp.name)
+    _load(model, state, comp.name, ckpt.path)
     return model, ckpt, plan, comp, importer
 
 

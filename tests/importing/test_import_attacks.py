@@ -32,7 +32,7 @@ def _zero_power(state):
     (lambda s: s.__setitem__("block1.40000000.ortho.weight", torch.ones(1)),
      "unexpected keys for importer 'improved-l2': block1.40000000.ortho.weight"),
     (lambda s: s.__setitem__("logits_layer.weight", s["logits_layer.weight"].double() * 1e300),
-     "tensor 'head.weight' is not finite in float32"),
+     "variant.pt: importer 'improved-l2': tensor 'head.weight' is not finite in float32"),
     (lambda s: s.__setitem__("scale", torch.zeros(3, 1, 1)), "every entry must be positive"),
     (_zero_power, "an all-zero power vector"),
     (lambda s: s.update({"logits_layer.weight": torch.randn(200_000, 64), "logits_layer.bias": torch.zeros(200_000)}),
