@@ -6,6 +6,7 @@ Command modules import heavy libraries (torch, ...) inside their functions so th
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import functools
@@ -247,3 +248,27 @@ class ProgressBars:
     def __exit__(self, *exc: object) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Any:
+    """While inside: SIGTERM raises KeyboardInterrupt in the main thread, so a command stops as
+    on Ctrl-C (locks released, the checkpoint kept, the resume line printed) instead of dying
+    with its lock files and a half-written state.  Only where SIGTERM has its default action
+    (a launcher's or a test's own handler is left alone); the handler is restored after."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from lipcli.cli.common import cli_errors, print_json
+from lipcli.cli.common import cli_errors, print_json, sigterm_as_interrupt
 from lipcli.cli.registry_options import RegistryCommand, given_shortcuts
 from lipcli.cli.options import (DataDirOption, DeviceOption, DownloadOption, JsonOption, QuietOption,
                                 ThreadsOption)
@@ -78,7 +78,8 @@ def train(
         if nproc_per_node > 1:
             _launch(ctx, nproc_per_node, oversubscribe, positional, plan)
             return
-        summary = run_training(*positional, **plan, quiet=quiet)
+        with sigterm_as_interrupt():  # SIGTERM (kill, timeout, a scheduler) stops as Ctrl-C does
+            summary = run_training(*positional, **plan, quiet=quiet)
     if json_out and summary is not None:  # None: a torchrun process other than rank 0
         print_json(summary.to_json())
 

@@ -42,7 +42,7 @@ MODEL_NAME = "model.safetensors"
 CHECKPOINT_FORMAT = "lipcli-checkpoint"
 CHECKPOINT_VERSION = 1
 #: testing hook: "EPOCH:STEP" (0-based) raises KeyboardInterrupt before that training step;
-#: "end" sends the process a real SIGINT after the last epoch, before the model is written
+#: "end" ("end-term") sends the process a real SIGINT (SIGTERM) after the last epoch, before the model is written
 INTERRUPT_ENV = "LIPCLI_TRAIN_INTERRUPT_AT"
 #: processes per node of ``lip train`` (``--nproc-per-node``): 1 is one plain process; N > 1
 #: launches N worker processes (:mod:`lipcli.train.launch`)

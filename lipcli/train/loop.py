@@ -47,7 +47,7 @@ class RunContext(Protocol):
 
 def _interrupt_point() -> tuple[int, int] | None:
     raw = os.environ.get(INTERRUPT_ENV, "").strip()
-    if not raw or raw == "end":
+    if not raw or raw in ("end", "end-term"):
         return None
     epoch, _, step = raw.partition(":")
     return int(epoch), int(step or 0)

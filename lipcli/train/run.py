@@ -215,10 +215,11 @@ class TrainingRun:
         """Test the selected weights; rank 0 writes the model file (``graphs``: its record of
         CUDA-graph use; ``compiled``: of torch.compile use) and the final checkpoint.  Returns the summary (``None`` on ranks
         other than 0)."""
-        if os.environ.get(INTERRUPT_ENV, "").strip() == "end":  # testing hook: a real Ctrl-C
+        hook = os.environ.get(INTERRUPT_ENV, "").strip()
+        if hook in ("end", "end-term"):  # testing hook: a real Ctrl-C, or a real SIGTERM
             import signal
 
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM if hook == "end-term" else signal.SIGINT)
         test, results = self._test_selected_model()
         summary = None
         if self.settings.ctx.is_main:

@@ -249,6 +249,20 @@ def test_ctrl_c_after_the_last_epoch_prints_the_resume_hint(tmp_path):
     assert not (tmp_path / "m-run" / ".lipcli.lock").exists()
 
 
+def test_sigterm_stops_as_ctrl_c_does(tmp_path):
+    """``kill``, ``timeout`` or a scheduler's SIGTERM: the locks are released, the checkpoint is
+    kept with the resume line, no model file is written (the default action left lock files)."""
+    code, _, err = finish(lip(["train", *TINY, "--epochs", "1", "--out", "m.safetensors"], tmp_path,
+                              env={INTERRUPT_ENV: "end-term"}))  # a real SIGTERM to the process
+    assert code == 130, err
+    assert err.strip().splitlines() == [
+        "error: interrupted after the last epoch; the checkpoint after epoch 1 is in m-run; "
+        "resume with: lip train --resume m-run"
+    ]
+    assert not (tmp_path / "m.safetensors").exists()
+    assert not (tmp_path / "m-run" / ".lipcli.lock").exists() and not output_lock_path(tmp_path / "m.safetensors").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
                     reason="torchrun not installed next to this interpreter")

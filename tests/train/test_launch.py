@@ -243,8 +243,11 @@ def test_two_workers_write_one_model(tiny, tmp_path):
 
 @pytest.mark.slow
 def test_a_runtime_error_in_the_workers_is_one_line_and_exit_1(tiny, tmp_path):
-    """The loss diverges in every worker (learning rate 1e300): rank 0 says so, once."""
-    code, out, err = finish(lip(["train", "--nproc-per-node", "2", *tiny, "--lr", "1e300",
+    """The loss diverges in every worker (learning rate and weight decay at their ceilings, 1000
+    and 10: the weights grow 1e4-fold a step): rank 0 says so, once."""
+    with (tmp_path / "tiny.toml").open("a") as fh:
+        fh.write("weight_decay = 10\n")
+    code, out, err = finish(lip(["train", "--nproc-per-node", "2", *tiny, "--lr", "1000", "--batch-size", "2",
                                  "--out", "m.safetensors"], tmp_path))
     assert code == 1 and out == ""
     assert assert_one_clean_line(err).startswith("error: training diverged at epoch 1 step ")
