@@ -18,6 +18,7 @@ recipe's optimiser in place of SGD (autocast and the recipe's loss are not part 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,8 +34,6 @@ __all__ = ["time_recipe_optimizers"]
 
 
 def _timed_step(optimizer: torch.optim.Optimizer, device: torch.device) -> float:
-    import time
-
     _sync(device)
     t0 = time.perf_counter()
     optimizer.step()
