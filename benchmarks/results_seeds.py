@@ -8,6 +8,7 @@ standard deviation over its finished seeds, the mean guaranteed Lipschitz bound 
 time, and the PGD violations summed over the models certified with --attack (how many of
 them is shown).
 --raw FILE writes the reports unchanged as {name: {train, certify}}.
+--epochs adds the epochs each seed ran (a --time-budget run fixes its own).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _ms(values: list[float]) -> str:
     return f"{mean:.1f} ± {statistics.stdev(values):.1f}" if len(values) > 1 else f"{mean:.1f}"
 
 
-def row(config: str, runs: list[dict[str, Any]]) -> str:
+def row(config: str, runs: list[dict[str, Any]], epochs: bool = False) -> str:
     certs = [r["certify"] for r in runs]
     cols = [[100 * c["clean_accuracy"] for c in certs]]
     for e in (36, 72, 108):
@@ -41,6 +42,8 @@ def row(config: str, runs: list[dict[str, Any]]) -> str:
     cells = [f"`{config}`", str(len(runs)), *(_ms(c) for c in cols),
              f"{statistics.fmean(c['lipschitz']['upper_bound'] for c in certs):.3f}",
              f"{statistics.fmean(r['train']['time_s'] for r in runs):.0f}", pgd]
+    if epochs:
+        cells.insert(2, "/".join(str(r["train"]["epochs"]) for r in runs))
     return "| " + " | ".join(cells) + " |"
 
 
@@ -48,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--raw", type=Path, help="write the raw reports to this JSON file")
+    parser.add_argument("--epochs", action="store_true", help="a column of the epochs each seed ran")
     args = parser.parse_args()
     found: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -57,11 +61,12 @@ def main() -> None:
             continue
         found[name] = {"train": r["train"], "certify": r["certify"]}
         groups.setdefault(name.rsplit("-s", 1)[0], []).append(r)
-    print("| config | seeds | clean % | cert. 36 % | cert. 72 % | cert. 108 % "
+    epochs = "epochs | " if args.epochs else ""
+    print(f"| config | seeds | {epochs}clean % | cert. 36 % | cert. 72 % | cert. 108 % "
           "| Lip. bound (guaranteed, mean) | train s (mean) | PGD violations |")
-    print("| --- | --: | --: | --: | --: | --: | --: | --: | --: |")
+    print("| --- | --: | " + ("--: | " if args.epochs else "") + "--: | --: | --: | --: | --: | --: | --: |")
     for config, runs in groups.items():
-        print(row(config, runs))
+        print(row(config, runs, args.epochs))
     if args.raw:
         args.raw.write_text(json.dumps(found, indent=1) + "\n")
 
