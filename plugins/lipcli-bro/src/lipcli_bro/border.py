@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 # the zero border (pad ``E``, circular map, crop ``Π``) lives in the SDK, shared with lipcli-lot
+from lipcli.numerics.solve import checked_solve
 from lipcli.sdk.fourier_border import (BORDERS, ExportedZeroBorder, crop_border, pad_border,  # noqa: F401
                                        zero_border_matrix)
 
@@ -71,13 +72,14 @@ def rule_rank(rule: str, conv_in: int, out: int, rank_ratio: float) -> int:
 def ridge_reflector(V: Tensor, ridge: float) -> Tensor:
     """``W_ε = I − 2 V (VᴴV + ε I)⁻¹ Vᴴ`` for a batch ``V`` (``(..., c, r)``), ``ε = ridge ·
     mean(diag VᴴV)`` per matrix (module docstring), computed as the authors' code does (one
-    batched solve)."""
+    batched solve; :func:`lipcli.numerics.solve.checked_solve` verifies it)."""
     G = V.mH @ V
     eps = G.diagonal(dim1=-2, dim2=-1).mean(dim=-1).mul(ridge)
     eye_r = torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
     G = G + eps[..., None, None] * eye_r
     eye_c = torch.eye(V.shape[-2], dtype=V.dtype, device=V.device)
-    return eye_c - 2.0 * (V @ torch.linalg.solve(G, V.mH))
+    # checked: the batched LAPACK solve raised or returned wrong matrices under several threads
+    return eye_c - 2.0 * (V @ checked_solve(G, V.mH, left=True, what="BRO ridge reflector"))
 
 
 #: ``lip export`` of a ``border="zero"`` BRO layer (the SDK's zero-border stand-in)

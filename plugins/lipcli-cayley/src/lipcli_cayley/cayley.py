@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from lipcli.sdk.errors import LipError
 from lipcli.sdk.fourier import FourierConvBase, kernel_spectrum
 from lipcli.numerics.gram_bounds import isometry_norm_upper_bound
+from lipcli.numerics.solve import checked_solve as _checked_solve, solve_residual_ok  # noqa: F401 (re-exported)
 
 
 def cayley(A: Tensor) -> Tensor:
@@ -63,55 +64,11 @@ def cayley(A: Tensor) -> Tensor:
     return checked_solve(eye + M, B)  # B (I + M)⁻¹
 
 
-#: a solve whose residual exceeds this many ``n·u·‖X‖_F‖S‖_F`` is rejected (LU with partial
-#: pivoting is backward stable: correct results measured at about 0.03 of one unit)
-RESIDUAL_FACTOR = 64.0
-_WIDER = {torch.float32: torch.float64, torch.complex64: torch.complex128}
-
-
-def solve_residual_ok(S: Tensor, B: Tensor, X: Tensor) -> bool:
-    """Whether ``X`` solves ``X S = B`` (batched) to within ``RESIDUAL_FACTOR·n·u·‖X‖‖S‖``
-    (Frobenius norms, per matrix, ``u`` of ``X``'s precision) and is finite."""
-    with torch.no_grad():
-        X, S, B = X.detach(), S.detach(), B.detach()
-        if not bool(torch.isfinite(X).all()):
-            return False
-        n = S.shape[-1]
-        eps = torch.finfo(X.real.dtype if X.is_complex() else X.dtype).eps
-        res = torch.linalg.matrix_norm(X @ S - B)
-        scale = torch.linalg.matrix_norm(X) * torch.linalg.matrix_norm(S)
-        return bool((res <= RESIDUAL_FACTOR * n * eps * scale).all())
-
-
 def checked_solve(S: Tensor, B: Tensor) -> Tensor:
-    """``B S⁻¹`` (batched), verified by its residual.
-
-    The batched (complex64) LAPACK solve has returned wrong matrices or raised (MKL
-    ``?LASWP`` parameter errors, "Pivots given to lu_solve") in a process whose thread count
-    had been changed (issue 26 item 4); a wrong ``Q`` is then evaluated and certified
-    without being the layer's operator.  So the result is checked
-    (:func:`solve_residual_ok`); if the check fails or the solve raises, every matrix is
-    solved again one at a time in double precision (rounded back to ``B``'s dtype) and
-    checked again; if that fails too a :class:`LipError` is raised rather than a wrong
-    operator used.  Differentiable; a correct first solve is returned unchanged."""
-    try:
-        X = torch.linalg.solve(S, B, left=False)
-        if solve_residual_ok(S, B, X):
-            return X
-    except RuntimeError:
-        pass
-    wide = _WIDER.get(B.dtype, B.dtype)
-    n, r = S.shape[-1], B.shape[-2]
-    Sw = S.to(wide).reshape(-1, n, n)
-    Bw = torch.broadcast_to(B.to(wide), (*S.shape[:-2], r, n)).reshape(-1, r, n)
-    Xw = torch.stack([torch.linalg.solve(Sw[i], Bw[i], left=False) for i in range(Sw.shape[0])])
-    if not solve_residual_ok(Sw, Bw, Xw):
-        raise LipError(
-            "Cayley transform: the linear solve returned a wrong result even one matrix at "
-            "a time in double precision (residual check failed); the layer's operator "
-            "cannot be trusted"
-        )
-    return Xw.reshape(*S.shape[:-2], r, n).to(B.dtype)
+    """``B S⁻¹`` (batched), verified by its residual: :func:`lipcli.numerics.solve.checked_solve`
+    (the batched LAPACK solve has returned wrong matrices or raised under several threads;
+    a wrong ``Q`` would be evaluated and certified without being the layer's operator)."""
+    return _checked_solve(S, B, left=False, what="Cayley transform")
 
 
 class CayleyConv(FourierConvBase):
