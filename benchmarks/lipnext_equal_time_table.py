@@ -7,7 +7,7 @@ import sys
 
 O = sys.argv[1]
 rows, raw = [], []
-for name in ("lipnext", "lc5"):
+for name in ("lipnext", "liresnet", "lc5"):
     runs = []
     seeds = sorted(int(f.rsplit("-", 1)[1].split(".")[0]) for f in os.listdir(O) if f.startswith(name + "-") and f.endswith(".train.json"))
     for s in seeds:
