@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/rounding_report.py [--out docs/data/cpu-rounding-report.json]
         [--quickstart MODEL] [--quickstart-epochs 3] [--epochs 2] [--limit-train 300]
-        [--convs soc,bro,lot,cayley,sll,aol,bcop] [--no-export]
+        [--convs soc,bro,lot,cayley,sll,aol,bcop] [--no-export] [--model NAME=MODEL ...]
 
 Models (trained here on the CPU, in this process, into ``--work``; seed 0):
 
@@ -12,6 +12,9 @@ Models (trained here on the CPU, in this process, into ``--work``; seed 0):
 * one LipConvnet-5 of width 4 per convolution of ``--convs`` (the built-in ``soc`` and the
   plugins' ``bro``, ``lot``, ``cayley``, ``sll``, ``aol``, ``bcop``), ``--epochs`` epochs on
   ``--limit-train`` digits training images.
+
+* ``--model NAME=MODEL`` (repeatable): a trained digits model file of any other kind (e.g. a
+  ``lip train --recipe lipnext`` model), reported as ``NAME``.
 
 Radii of every model on the 360 digits test points (input-space l2, the predicted class's):
 
@@ -154,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit-train", type=int, default=300)
     ap.add_argument("--convs", default=DEFAULT_CONVS)
     ap.add_argument("--no-export", action="store_true")
+    ap.add_argument("--model", action="append", default=[], metavar="NAME=MODEL",
+                    help="also a trained digits model file of another kind, reported as NAME")
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="rounding-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -173,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
                            limit_train=args.limit_train)
         models.append((conv, path, f"lip train --dataset digits --arch lipconvnet-5 --conv {conv} "
                        f"--width 4 --epochs {args.epochs} --limit-train {args.limit_train}"))
+    for item in args.model:
+        name, _, path = item.partition("=")
+        if not name or not path:
+            ap.error(f"--model {item!r}: use NAME=MODEL")
+        models.append((name, Path(path), f"given: {path}"))
     report = {
         "command": "python benchmarks/rounding_report.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "device": "cpu", "torch": torch.__version__, "python": platform.python_version(),
