@@ -236,24 +236,14 @@ def test_full_disk_at_the_final_write_says_how_to_recover(tmp_path, monkeypatch)
 # --------------------------------------------------------------------------------------------
 # signals and torchrun
 # --------------------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_ctrl_c_after_the_last_epoch_prints_the_resume_hint(tmp_path):
+@pytest.mark.parametrize("hook", [pytest.param("end", marks=pytest.mark.slow), "end-term"],
+                         ids=["sigint", "sigterm"])
+def test_a_signal_after_the_last_epoch_prints_the_resume_hint(tmp_path, hook):
+    """A real SIGINT (Ctrl-C) or SIGTERM (``kill``, ``timeout``, a scheduler; its default action
+    left the lock files): the locks are released, the checkpoint kept with the resume line, no
+    model file written."""
     code, _, err = finish(lip(["train", *TINY, "--epochs", "1", "--out", "m.safetensors"], tmp_path,
-                              env={INTERRUPT_ENV: "end"}))  # a real SIGINT to the process
-    assert code == 130, err
-    assert err.strip().splitlines() == [
-        "error: interrupted after the last epoch; the checkpoint after epoch 1 is in m-run; "
-        "resume with: lip train --resume m-run"
-    ]
-    assert not (tmp_path / "m.safetensors").exists()
-    assert not (tmp_path / "m-run" / ".lipcli.lock").exists()
-
-
-def test_sigterm_stops_as_ctrl_c_does(tmp_path):
-    """``kill``, ``timeout`` or a scheduler's SIGTERM: the locks are released, the checkpoint is
-    kept with the resume line, no model file is written (the default action left lock files)."""
-    code, _, err = finish(lip(["train", *TINY, "--epochs", "1", "--out", "m.safetensors"], tmp_path,
-                              env={INTERRUPT_ENV: "end-term"}))  # a real SIGTERM to the process
+                              env={INTERRUPT_ENV: hook}))
     assert code == 130, err
     assert err.strip().splitlines() == [
         "error: interrupted after the last epoch; the checkpoint after epoch 1 is in m-run; "
