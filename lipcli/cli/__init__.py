@@ -77,8 +77,12 @@ def main() -> None:
     stderr and exit 2, like the errors the commands report themselves."""
     import sys
 
-    from lipcli.cli.common import other_rank
+    from lipcli.cli.common import address_space_problem, other_rank
 
+    problem = None if {"--help", "-h", "--version"} & set(sys.argv[1:]) else address_space_problem()
+    if problem is not None:
+        typer.echo(f"error: {problem}", err=True)
+        sys.exit(1)
     try:
         code = app(args=debug_first(sys.argv[1:]), prog_name="lip", standalone_mode=False)
     except Exception as exc:  # Typer's (vendored) click exceptions, matched by shape

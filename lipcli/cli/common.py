@@ -272,3 +272,23 @@ def sigterm_as_interrupt() -> Any:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+#: the address space torch needs to load (torch 2.14 with its CUDA libraries, measured: it loads
+#: under ``ulimit -v 3300000`` (KiB) and aborts in native code, std::bad_alloc, under 3000000)
+MIN_ADDRESS_SPACE = 3300000 * 1024
+
+
+def address_space_problem() -> str | None:
+    """One line when the process's address-space limit (``ulimit -v``) is below
+    :data:`MIN_ADDRESS_SPACE`: loading torch would abort in native code (two lines of C++ and
+    exit 134, no lock or file of lipcli's yet), so the command is refused before it."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft >= MIN_ADDRESS_SPACE:
+        return None
+    return (f"the address-space limit (ulimit -v) is {soft // 2**20:,} MiB, below the "
+            f"{MIN_ADDRESS_SPACE // 2**20:,} MiB torch needs to load; raise or remove the limit")

@@ -192,6 +192,25 @@ def test_a_real_address_space_limit_gives_one_line(tmp_path):
     assert not (tmp_path / "m.safetensors").exists()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ulimit -v")
+def test_a_limit_too_small_to_load_torch_is_one_line_before_anything(tmp_path):
+    """Under ``ulimit -v`` below what torch needs, importing it aborts in native code (two C++
+    lines, exit 134): the command is refused first, one line, exit 1, nothing written;
+    ``--help`` still works."""
+    from lipcli.cli.common import MIN_ADDRESS_SPACE
+
+    limit_kib = MIN_ADDRESS_SPACE // 1024 - 200 * 1024
+    cmd = [sys.executable, "-m", "lipcli", "train", *TINY, "--epochs", "1", "--out", "m.safetensors"]
+    errors = {}
+    for args, code in ((cmd, 1), ([*cmd[:3], "--help"], 0)):
+        proc = subprocess.run(["bash", "-c", f'ulimit -v {limit_kib}; exec "$@"', "_", *args],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == code, proc.stderr
+        errors[code] = proc.stderr.strip().splitlines()
+    assert len(errors[1]) == 1 and errors[1][0].startswith("error: the address-space limit (ulimit -v) is "), errors
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_out_of_memory_in_the_lipschitz_report_is_one_line(tiny_model_file, tmp_path, monkeypatch):
     import lipcli.lipschitz.report as report
 
