@@ -67,8 +67,6 @@ def _sync(device: torch.device) -> None:
 def measure_step_seconds(run: Any) -> tuple[float, int]:
     """``(mean seconds of the last half of the timed steps, steps timed)`` for one training step
     (data loading included) of a copy of ``run.model`` with the run's own step (module docstring)."""
-    from lipcli.train.parts import Optimization
-
     settings, cfg = run.settings, run.settings.cfg
     device = settings.device
     cpu_state = torch.random.get_rng_state()
@@ -80,7 +78,7 @@ def measure_step_seconds(run: Any) -> tuple[float, int]:
     timed = dataclasses.replace(settings, cfg=dataclasses.replace(cfg, epochs=max(cfg.epochs, -(-wanted // spe))))
     try:
         model = copy.deepcopy(run.model).train()
-        optim = Optimization.build(timed, run.data, model, run.optim.loss_component, spe)
+        optim = type(run.optim).build(timed, run.data, model, run.optim.loss_component, spe)  # the run's kind
         optimizer, scaler = optim.optimizer, optim.scaler
         params = [p for p in model.parameters() if p.requires_grad]
         done, prev = 0, None
